@@ -1,0 +1,1 @@
+"""raftbroker command-line interface (filled in by the CLI issue)."""

@@ -1,0 +1,76 @@
+"""msgpack with explicit options: the one msgpack user inside `statemachine/`.
+
+Commands, record bodies and snapshots are encoded here so every replica produces and accepts
+exactly the same bytes. Decoding is strict: no ext types, string-only map keys, no trailing
+bytes, and a bound on the input size; any failure is a `CodecError`, never another exception.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import msgpack
+
+
+class CodecError(ValueError):
+    """Bytes that are not a well-formed value of the expected shape."""
+
+
+class SnapshotError(CodecError):
+    """A snapshot that does not decode to the state it claims to hold."""
+
+
+def _no_ext(code: int, _data: bytes) -> NoReturn:
+    raise CodecError(f"msgpack ext type {code} is not allowed")
+
+
+_PACKER_OPTIONS = {"use_bin_type": True, "datetime": False}
+
+
+def pack(value: object) -> bytes:
+    """Encode plain data (None, bool, int, str, bytes, lists/tuples, str-keyed dicts)."""
+    try:
+        packed: bytes = msgpack.packb(value, **_PACKER_OPTIONS)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CodecError(f"cannot encode: {exc}") from exc
+    return packed
+
+
+def unpack(data: bytes | memoryview, *, size_max: int) -> object:
+    """Decode exactly one value from `data`; lists come back as tuples."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise CodecError(f"expected bytes, got {type(data).__name__}")
+    if len(data) > size_max:
+        raise CodecError(f"{len(data)} bytes exceed the limit of {size_max}")
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=False,
+            strict_map_key=True,
+            ext_hook=_no_ext,
+        )
+    except CodecError:
+        raise
+    except (ValueError, TypeError, OverflowError, msgpack.UnpackException) as exc:
+        raise CodecError(f"malformed msgpack: {exc}") from exc
+
+
+def unpack_snapshot(data: bytes, version: int, arity: int, what: str) -> tuple[Any, ...]:
+    """Decode a snapshot `[version, *fields]`, checking its version and field count."""
+    try:
+        raw = unpack(data, size_max=len(data))
+    except CodecError as exc:
+        raise SnapshotError(f"{what} snapshot: {exc}") from exc
+    if not isinstance(raw, tuple) or len(raw) != arity + 1:
+        raise SnapshotError(f"{what} snapshot: expected [version, {arity} fields]")
+    if raw[0] != version:
+        raise SnapshotError(f"{what} snapshot: version {raw[0]!r} is not {version}")
+    return raw[1:]
+
+
+def expect_int(value: object, what: str) -> int:
+    """An integer field of a snapshot, or SnapshotError."""
+    if type(value) is not int:
+        raise SnapshotError(f"{what}: expected an integer, got {type(value).__name__}")
+    return value

@@ -1,0 +1,241 @@
+"""Every replicated command: frozen, versioned dataclasses encoded to and from `bytes`.
+
+An entry in a Raft log is one encoded command: a msgpack array `[tag, version, *fields]`.
+Commands travel through pysyncobj as a single `bytes` value, so pickling them is a memcpy.
+Decoding is strict and total: an unknown tag or version, a wrong field count or a field of the
+wrong type or range raises `CommandDecodeError` and nothing else. Meaning (topic name rules,
+limits on counts) is checked in apply, where a violation is a committed rejection.
+
+Time enters only here: commands that need the time carry `now_ms`, stamped by the leader that
+proposed them, and settings that decide an outcome (expiration intervals, block sizes) travel
+in the entry too, so every replica reaches the same result at the same index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+from statemachine.codec import CodecError, pack, unpack
+from statemachine.limits import DEFAULT_LIMITS, StateLimits
+from statemachine.records import INT64_MAX, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PRODUCER_EPOCH_MAX
+
+INT32_MAX = 2**31 - 1
+
+
+class CommandDecodeError(ValueError):
+    """Bytes that are not a command this version understands."""
+
+
+@dataclass(frozen=True, slots=True)
+class IntRule:
+    """An integer field (never a bool) within [lo, hi]."""
+
+    lo: int
+    hi: int
+
+    def check(self, name: str, value: object) -> object:
+        if type(value) is not int or not self.lo <= value <= self.hi:
+            raise CommandDecodeError(f"{name}: expected an integer in [{self.lo}, {self.hi}]")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class TypeRule:
+    """A field of one plain type (str or bytes); lengths are bounded by the entry's size."""
+
+    kind: type
+
+    def check(self, name: str, value: object) -> object:
+        if type(value) is not self.kind:
+            raise CommandDecodeError(f"{name}: expected {self.kind.__name__}")
+        return value
+
+
+Rule = IntRule | TypeRule
+
+
+def _int(lo: int, hi: int) -> Any:
+    return field(metadata={"rule": IntRule(lo, hi)})
+
+
+def _of(kind: type) -> Any:
+    return field(metadata={"rule": TypeRule(kind)})
+
+
+_TIME_MS = (0, INT64_MAX)
+_INTERVAL_MS = (1, INT64_MAX)
+_OFFSET = (0, INT64_MAX)
+_COUNT = (1, INT32_MAX)
+_BROKER_ID = (0, INT32_MAX)
+
+
+class Command:
+    """Base of every command; subclasses set TAG (unique) and VERSION."""
+
+    __slots__ = ()
+    TAG: ClassVar[int]
+    VERSION: ClassVar[int] = 1
+
+    def encode(self) -> bytes:
+        values = [getattr(self, name) for name, _ in _SCHEMAS[self.TAG][1]]
+        return pack([self.TAG, self.VERSION, *values])
+
+
+# -- Both kinds of group -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Noop(Command):
+    """Appended by a new leader; once it applies, every earlier entry has applied too."""
+
+    TAG: ClassVar[int] = 0
+    marker: int = _int(0, INT64_MAX)
+
+
+# -- Partition groups ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBatch(Command):
+    """Append an encoded RecordBatch; `now_ms` is the leader's append time."""
+
+    TAG: ClassVar[int] = 1
+    now_ms: int = _int(*_TIME_MS)
+    batch: bytes = _of(bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireProducers(Command):
+    """Forget producers whose last batch is older than `now_ms - producer_id_expiration_ms`."""
+
+    TAG: ClassVar[int] = 2
+    now_ms: int = _int(*_TIME_MS)
+    producer_id_expiration_ms: int = _int(*_INTERVAL_MS)
+
+
+@dataclass(frozen=True, slots=True)
+class AdvanceLogStart(Command):
+    """Retention: records below `log_start_offset` are no longer served and may be deleted."""
+
+    TAG: ClassVar[int] = 3
+    log_start_offset: int = _int(*_OFFSET)
+
+
+# -- The metadata group --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBroker(Command):
+    """A broker announces itself and where it listens (`host:port` each)."""
+
+    TAG: ClassVar[int] = 10
+    broker_id: int = _int(*_BROKER_ID)
+    client_address: str = _of(str)
+    raft_address: str = _of(str)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic(Command):
+    """Create a topic; replicas are placed deterministically across registered brokers."""
+
+    TAG: ClassVar[int] = 11
+    name: str = _of(str)
+    partitions: int = _int(*_COUNT)
+    replication_factor: int = _int(*_COUNT)
+    retention_ms: int = _int(-1, INT64_MAX)
+    retention_bytes: int = _int(-1, INT64_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic(Command):
+    TAG: ClassVar[int] = 12
+    name: str = _of(str)
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatePidBlock(Command):
+    """Reserve the next `block_size` producer ids for one broker, before any is handed out."""
+
+    TAG: ClassVar[int] = 13
+    broker_id: int = _int(*_BROKER_ID)
+    block_size: int = _int(*_COUNT)
+
+
+@dataclass(frozen=True, slots=True)
+class InitTransactionalProducer(Command):
+    """InitProducerId with a transactional id; `expected_*` is -1 when the caller has none."""
+
+    TAG: ClassVar[int] = 14
+    transactional_id: str = _of(str)
+    transaction_timeout_ms: int = _int(0, INT32_MAX)
+    expected_producer_id: int = _int(NO_PRODUCER_ID, INT64_MAX)
+    expected_epoch: int = _int(NO_PRODUCER_EPOCH, PRODUCER_EPOCH_MAX)
+    now_ms: int = _int(*_TIME_MS)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireTransactionalIds(Command):
+    """Forget transactional ids not updated within `transactional_id_expiration_ms`."""
+
+    TAG: ClassVar[int] = 15
+    now_ms: int = _int(*_TIME_MS)
+    transactional_id_expiration_ms: int = _int(*_INTERVAL_MS)
+
+
+PartitionCommand = Noop | AppendBatch | ExpireProducers | AdvanceLogStart
+MetadataCommand = (
+    Noop
+    | RegisterBroker
+    | CreateTopic
+    | DeleteTopic
+    | AllocatePidBlock
+    | InitTransactionalProducer
+    | ExpireTransactionalIds
+)
+COMMAND_TYPES: tuple[type[Command], ...] = (
+    Noop,
+    AppendBatch,
+    ExpireProducers,
+    AdvanceLogStart,
+    RegisterBroker,
+    CreateTopic,
+    DeleteTopic,
+    AllocatePidBlock,
+    InitTransactionalProducer,
+    ExpireTransactionalIds,
+)
+
+
+def field_rules(cls: type[Command]) -> tuple[tuple[str, Rule], ...]:
+    """The (name, rule) of each field of a command class, in encoding order."""
+    return tuple((f.name, f.metadata["rule"]) for f in fields(cls))  # type: ignore[arg-type]
+
+
+def _schemas() -> dict[int, tuple[type[Command], tuple[tuple[str, Rule], ...]]]:
+    schemas = {cls.TAG: (cls, field_rules(cls)) for cls in COMMAND_TYPES}
+    assert len(schemas) == len(COMMAND_TYPES), "command tags must be unique"
+    return schemas
+
+
+_SCHEMAS = _schemas()
+
+
+def decode_command(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> Command:
+    """Decode one entry; anything but a valid, known command raises CommandDecodeError."""
+    try:
+        raw = unpack(data, size_max=limits.entry_bytes_max)
+    except CodecError as exc:
+        raise CommandDecodeError(str(exc)) from exc
+    if not isinstance(raw, tuple) or len(raw) < 2:
+        raise CommandDecodeError("an entry is [tag, version, *fields]")
+    tag, version, *values = raw
+    schema = _SCHEMAS.get(tag) if type(tag) is int else None
+    if schema is None:
+        raise CommandDecodeError(f"unknown command tag {tag!r}")
+    cls, rules = schema
+    if version != cls.VERSION:
+        raise CommandDecodeError(f"{cls.__name__}: unsupported version {version!r}")
+    if len(values) != len(rules):
+        raise CommandDecodeError(f"{cls.__name__}: expected {len(rules)} fields")
+    return cls(*(rule.check(name, v) for (name, rule), v in zip(rules, values, strict=True)))

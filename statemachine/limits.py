@@ -1,0 +1,45 @@
+"""Bounds on replicated state and on what one entry may carry.
+
+A limit on everything: each table a state machine keeps has a maximum size, and each field of
+an entry a maximum length. The same `StateLimits` must be given to every replica of a group
+(a different bound would let replicas answer differently), so the cluster passes the defaults
+below; changing one is a versioned upgrade, not a node setting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+@dataclass(frozen=True, slots=True)
+class StateLimits:
+    """Cluster-wide bounds; every value is a positive count or size with its unit last."""
+
+    entry_bytes_max: int = 2 * MIB
+    batch_bytes_max: int = 1 * MIB
+    batch_records_max: int = 65_536
+    record_headers_max: int = 64
+    producers_per_partition_max: int = 20_000
+    brokers_max: int = 256
+    topics_max: int = 10_000
+    partitions_per_topic_max: int = 1_024
+    replication_factor_max: int = 7
+    transactional_ids_max: int = 100_000
+    transaction_timeout_ms_max: int = 900_000
+    pid_block_size_max: int = 1_000_000
+    name_length_max: int = 249
+    address_length_max: int = 261  # a DNS name (253) + ":" + a port
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"StateLimits.{f.name} must be a positive integer, not {value!r}")
+        if self.batch_bytes_max > self.entry_bytes_max - KIB:
+            raise ValueError("StateLimits.batch_bytes_max must leave 1 KiB of entry_bytes_max free")
+
+
+DEFAULT_LIMITS = StateLimits()

@@ -1,0 +1,162 @@
+"""PartitionStateMachine: what every replica of one topic-partition applies, entry by entry.
+
+`apply(entry) -> result` is deterministic and does no I/O. An accepted batch comes back as an
+`Appended` effect (the exact bytes to append and the base offset they get), which the storage
+layer carries out; duplicates and rejections are committed no-ops whose result goes back to the
+client. The state is small: offsets, the logical clock and the producer table; records live in
+storage, never here.
+
+A malformed entry is answered with a rejection rather than a crash: every replica sees the same
+bytes and rejects them alike, whereas an assert would turn one bad entry into a crash loop of
+the whole group. Broken invariants of our own state remain asserts.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from statemachine.codec import expect_int, pack, unpack_snapshot
+from statemachine.commands import (
+    AdvanceLogStart,
+    AppendBatch,
+    CommandDecodeError,
+    ExpireProducers,
+    Noop,
+    decode_command,
+)
+from statemachine.errors import ErrorCode, Rejected
+from statemachine.limits import DEFAULT_LIMITS, StateLimits
+from statemachine.producer_state import ProducerTable
+from statemachine.records import BatchFormatError, BatchHeader, read_header
+
+SNAPSHOT_VERSION = 1
+
+
+class Appended(NamedTuple):
+    """A new batch: storage must append `batch` so that its first record has `base_offset`."""
+
+    base_offset: int
+    last_offset: int
+    append_time_ms: int
+    batch: bytes
+
+
+class Duplicate(NamedTuple):
+    """A retry of a retained batch: nothing appended; these are the original offsets."""
+
+    base_offset: int
+    last_offset: int
+    append_time_ms: int
+
+
+class ProducersExpired(NamedTuple):
+    producer_ids: tuple[int, ...]
+
+
+class LogStartAdvanced(NamedTuple):
+    log_start_offset: int
+
+
+class NoopApplied(NamedTuple):
+    marker: int
+
+
+PartitionResult = (
+    Appended | Duplicate | ProducersExpired | LogStartAdvanced | NoopApplied | Rejected
+)
+
+
+class PartitionStateMachine:
+    """Offsets, the leader-stamped clock and the producer table of one partition."""
+
+    __slots__ = ("_clock_ms", "_limits", "_log_end_offset", "_log_start_offset", "producers")
+
+    def __init__(self, limits: StateLimits = DEFAULT_LIMITS) -> None:
+        self._limits = limits
+        self._log_start_offset = 0
+        self._log_end_offset = 0
+        # The largest leader-stamped time seen: it never runs backwards, even when a new
+        # leader's clock is behind the old one's.
+        self._clock_ms = 0
+        self.producers = ProducerTable(limits.producers_per_partition_max)
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record will get."""
+        return self._log_end_offset
+
+    @property
+    def clock_ms(self) -> int:
+        return self._clock_ms
+
+    def apply(self, entry: bytes) -> PartitionResult:
+        try:
+            command = decode_command(entry, self._limits)
+        except CommandDecodeError:
+            return Rejected(ErrorCode.INVALID_REQUEST)
+        match command:
+            case AppendBatch(now_ms=now_ms, batch=batch):
+                return self._append(now_ms, batch)
+            case ExpireProducers(now_ms=now_ms, producer_id_expiration_ms=expiration_ms):
+                self._advance_clock(now_ms)
+                return ProducersExpired(self.producers.expire(self._clock_ms, expiration_ms))
+            case AdvanceLogStart(log_start_offset=offset):
+                target = min(max(self._log_start_offset, offset), self._log_end_offset)
+                self._log_start_offset = target
+                return LogStartAdvanced(target)
+            case Noop(marker=marker):
+                return NoopApplied(marker)
+        return Rejected(ErrorCode.INVALID_REQUEST)  # a metadata command sent to a partition
+
+    def _advance_clock(self, now_ms: int) -> None:
+        self._clock_ms = max(self._clock_ms, now_ms)
+
+    def _append(self, now_ms: int, batch: bytes) -> PartitionResult:
+        try:
+            header = read_header(batch, self._limits)
+        except BatchFormatError:
+            return Rejected(ErrorCode.CORRUPT_MESSAGE)
+        self._advance_clock(now_ms)
+        if header.idempotent:
+            verdict = self.producers.check(header)
+            if isinstance(verdict, ErrorCode):
+                return Rejected(verdict)
+            if verdict is not None:
+                return Duplicate(verdict.base_offset, verdict.last_offset, verdict.timestamp_ms)
+        return self._assign_offsets(header, batch)
+
+    def _assign_offsets(self, header: BatchHeader, batch: bytes) -> Appended:
+        base_offset = self._log_end_offset
+        self._log_end_offset = base_offset + header.record_count
+        if header.idempotent:
+            self.producers.record(header, base_offset, self._clock_ms)
+        return Appended(base_offset, self._log_end_offset - 1, self._clock_ms, batch)
+
+    # -- snapshots -------------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """Canonical bytes of the whole state: equal on replicas that applied equal entries."""
+        return pack(
+            [
+                SNAPSHOT_VERSION,
+                self._log_start_offset,
+                self._log_end_offset,
+                self._clock_ms,
+                self.producers.to_data(),
+            ]
+        )
+
+    @classmethod
+    def restore(cls, data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> PartitionStateMachine:
+        fields = unpack_snapshot(data, SNAPSHOT_VERSION, 4, "partition")
+        log_start, log_end, clock_ms = (expect_int(v, "partition snapshot") for v in fields[:3])
+        machine = cls(limits)
+        machine._log_start_offset = log_start
+        machine._log_end_offset = log_end
+        machine._clock_ms = clock_ms
+        machine.producers = ProducerTable.from_data(fields[3], limits.producers_per_partition_max)
+        return machine

@@ -1,0 +1,139 @@
+"""The per-partition producer table: the idempotence rules of SEMANTICS.md, in their order.
+
+For each producer id the table keeps its epoch, the time of its last batch (leader-stamped) and
+a window with the metadata of its last five appended batches. `check` decides what a batch is
+(accept, duplicate of a retained batch, or a rejection); `record` stores an accepted batch once
+the partition has given it offsets. Both run inside apply on every replica, in log order, so
+every replica, and so every future leader, holds the same windows.
+
+The table is bounded (`producers_per_partition_max`): a new producer beyond the bound is
+refused with a retriable error rather than evicting a live producer, whose retries would then
+be appended twice.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from statemachine.codec import SnapshotError
+from statemachine.errors import ErrorCode
+from statemachine.records import BatchHeader, next_sequence
+
+WINDOW_BATCHES = 5
+
+
+class BatchMetadata(NamedTuple):
+    """What the window remembers of one appended batch."""
+
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+    timestamp_ms: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    """The state of one producer id in one partition."""
+
+    epoch: int
+    last_timestamp_ms: int
+    window: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=WINDOW_BATCHES))
+
+    @property
+    def last_sequence(self) -> int:
+        return self.window[-1].last_seq
+
+
+# What `check` decides: None to accept, the retained batch for a duplicate, or a rejection.
+Verdict = BatchMetadata | ErrorCode | None
+
+
+class ProducerTable:
+    """Producer id -> ProducerEntry, with the validation of SEMANTICS.md."""
+
+    __slots__ = ("_capacity", "_entries")
+
+    def __init__(self, capacity: int) -> None:
+        assert capacity > 0
+        self._capacity = capacity
+        self._entries: dict[int, ProducerEntry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[tuple[int, ProducerEntry]]:
+        """(producer id, entry) in ascending producer id order."""
+        for pid in sorted(self._entries):
+            yield pid, self._entries[pid]
+
+    def get(self, producer_id: int) -> ProducerEntry | None:
+        return self._entries.get(producer_id)
+
+    def check(self, batch: BatchHeader) -> Verdict:
+        """Classify an idempotent batch against the stored state, changing nothing."""
+        entry = self._entries.get(batch.producer_id)
+        if entry is None:  # rule 1: unknown (or expired) producer, any sequence
+            full = len(self._entries) >= self._capacity
+            return ErrorCode.THROTTLING_QUOTA_EXCEEDED if full else None
+        first, last = batch.base_sequence, batch.last_sequence
+        if batch.producer_epoch == entry.epoch:  # rule 2: an exact retained batch
+            for retained in entry.window:
+                if retained.first_seq == first and retained.last_seq == last:
+                    return retained
+        if batch.producer_epoch < entry.epoch:  # rule 3: fenced
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if batch.producer_epoch > entry.epoch:  # rule 4: a new epoch starts at 0
+            return None if first == 0 else ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        if first != next_sequence(entry.last_sequence):  # rule 5: contiguous, with the wrap
+            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        return None
+
+    def record(self, batch: BatchHeader, base_offset: int, timestamp_ms: int) -> None:
+        """Store a batch that `check` accepted and that now holds the given offsets."""
+        entry = self._entries.get(batch.producer_id)
+        if entry is None or batch.producer_epoch > entry.epoch:
+            entry = ProducerEntry(batch.producer_epoch, timestamp_ms)
+            self._entries[batch.producer_id] = entry
+        assert batch.producer_epoch == entry.epoch, "record() of a batch check() rejected"
+        last_offset = base_offset + batch.record_count - 1
+        meta = BatchMetadata(
+            batch.base_sequence, batch.last_sequence, base_offset, last_offset, timestamp_ms
+        )
+        entry.window.append(meta)
+        entry.last_timestamp_ms = timestamp_ms
+
+    def expire(self, now_ms: int, expiration_ms: int) -> tuple[int, ...]:
+        """Remove producers idle for `expiration_ms` or longer; returns their ids, ascending."""
+        expired = sorted(
+            pid
+            for pid, entry in self._entries.items()
+            if now_ms - entry.last_timestamp_ms >= expiration_ms
+        )
+        for pid in expired:
+            del self._entries[pid]
+        return tuple(expired)
+
+    # -- snapshots: plain, canonical data (ascending producer id) ---------------------------------
+
+    def to_data(self) -> list[list[object]]:
+        return [[pid, e.epoch, e.last_timestamp_ms, [list(m) for m in e.window]] for pid, e in self]
+
+    @classmethod
+    def from_data(cls, data: object, capacity: int) -> ProducerTable:
+        table = cls(capacity)
+        if not isinstance(data, tuple) or len(data) > capacity:
+            raise SnapshotError("producer table: expected at most `capacity` entries")
+        try:
+            for pid, epoch, last_timestamp_ms, window in data:
+                if not 1 <= len(window) <= WINDOW_BATCHES:
+                    raise SnapshotError(f"producer {pid}: a window holds 1 to 5 batches")
+                entry = ProducerEntry(epoch, last_timestamp_ms)
+                entry.window.extend(BatchMetadata(*m) for m in window)
+                table._entries[pid] = entry
+        except (TypeError, ValueError) as exc:
+            raise SnapshotError(f"producer table: {exc}") from exc
+        return table
