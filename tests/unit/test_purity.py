@@ -1,0 +1,71 @@
+"""statemachine/ stays pure: it imports only an allow-list and calls no impure builtins.
+
+No I/O, clock, randomness, threads or logging may reach the replicated core; `hash()` and
+`id()` are banned too, since their values differ between processes and would let replicas
+diverge.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "statemachine"
+ALLOWED_MODULES = {
+    "__future__",
+    "collections",
+    "collections.abc",
+    "dataclasses",
+    "enum",
+    "typing",
+    "struct",
+    "zlib",
+    "re",
+    "msgpack",
+}
+BANNED_CALLS = {"print", "open", "input", "eval", "exec", "compile", "__import__", "hash", "id"}
+SOURCES = sorted(PACKAGE.glob("*.py"))
+
+
+def imported_modules(tree: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "use absolute imports"
+            names.add(node.module or "")
+    return names
+
+
+def test_the_package_has_sources() -> None:
+    assert len(SOURCES) >= 10
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_imports_are_allowed(path: Path) -> None:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    outside = {
+        m
+        for m in imported_modules(tree)
+        if m not in ALLOWED_MODULES and m.split(".")[0] != "statemachine"
+    }
+    assert not outside, f"{path.name} imports {sorted(outside)}"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_no_impure_builtins(path: Path) -> None:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    calls = {
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    assert not calls & BANNED_CALLS, f"{path.name} calls {sorted(calls & BANNED_CALLS)}"
+
+
+def test_the_checker_catches_an_impure_module() -> None:
+    tree = ast.parse("import time\nfrom os import path\nprint(hash('x'))\n")
+    assert imported_modules(tree) - ALLOWED_MODULES == {"time", "os"}
