@@ -1,0 +1,184 @@
+"""Node configuration: validated, frozen dataclasses with units last in every name.
+
+`Limits` bounds every queue, frame and size a node accepts; `Timing` holds every interval;
+`NodeConfig` says who a node is and who its peers are. Nothing here reads files: `cli/` parses
+TOML and hands the mapping to `NodeConfig.from_mapping`, which reports every problem as a
+`ConfigError` naming the setting.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+from statemachine.limits import KIB, MIB
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A setting that is missing, of the wrong type or out of range; the message names it."""
+
+
+def _check_positive_ints(obj: object) -> None:
+    for f in fields(obj):  # type: ignore[arg-type]
+        value = getattr(obj, f.name)
+        if type(value) is not int or value <= 0:
+            raise ConfigError(f"{type(obj).__name__}.{f.name} must be a positive integer")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A bound on everything a node accepts (TigerBeetle's rule)."""
+
+    frame_bytes_max: int = 8 * MIB
+    fetch_bytes_max: int = 4 * MIB
+    connections_max: int = 1_024
+    in_flight_requests_per_connection_max: int = 128
+    pending_proposals_max: int = 10_000
+    partitions_per_request_max: int = 1_024
+    segment_bytes_max: int = 64 * MIB
+    index_interval_bytes: int = 4 * KIB
+
+    def __post_init__(self) -> None:
+        _check_positive_ints(self)
+        if self.fetch_bytes_max > self.frame_bytes_max - 64 * KIB:
+            raise ConfigError("Limits.fetch_bytes_max must leave 64 KiB of frame_bytes_max free")
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Every interval a node uses; Raft's are chosen for fast failover on a LAN."""
+
+    heartbeat_ms: int = 100
+    election_timeout_ms_min: int = 500
+    election_timeout_ms_max: int = 1_000
+    leader_fallback_ms: int = 2_000
+    connection_timeout_ms: int = 2_500
+    connection_retry_ms: int = 300
+    expiry_tick_interval_ms: int = 1_000
+    request_timeout_ms: int = 10_000
+    client_idle_timeout_ms: int = 300_000
+    producer_id_expiration_ms: int = 86_400_000
+    transactional_id_expiration_ms: int = 604_800_000
+    pid_block_size: int = 1_000
+
+    def __post_init__(self) -> None:
+        _check_positive_ints(self)
+        if self.election_timeout_ms_min <= 3 * self.heartbeat_ms:
+            raise ConfigError("Timing.election_timeout_ms_min must exceed 3 heartbeats")
+        if self.election_timeout_ms_max <= self.election_timeout_ms_min:
+            raise ConfigError("Timing.election_timeout_ms_max must exceed the minimum")
+        if self.connection_timeout_ms < self.election_timeout_ms_max:
+            raise ConfigError("Timing.connection_timeout_ms must be >= election_timeout_ms_max")
+        if self.leader_fallback_ms <= self.heartbeat_ms:
+            raise ConfigError("Timing.leader_fallback_ms must exceed heartbeat_ms")
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """A node of the cluster as the others reach it."""
+
+    node_id: int
+    host: str
+    client_port: int
+    raft_port: int
+
+    @property
+    def client_address(self) -> str:
+        return f"{self.host}:{self.client_port}"
+
+    @property
+    def raft_address(self) -> str:
+        return f"{self.host}:{self.raft_port}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Who this node is, where it keeps data, and the cluster it belongs to."""
+
+    node_id: int
+    host: str
+    client_port: int
+    raft_port: int
+    http_port: int
+    data_dir: Path
+    peers: tuple[Peer, ...]
+    cluster_secret: str | None = None
+    fsync: bool = False
+    limits: Limits = field(default_factory=Limits)
+    timing: Timing = field(default_factory=Timing)
+
+    def __post_init__(self) -> None:
+        for name in ("client_port", "raft_port", "http_port"):
+            port = getattr(self, name)
+            if type(port) is not int or not 1 <= port <= 65_535:
+                raise ConfigError(f"{name} must be a port number (1-65535), not {port!r}")
+        ids = [p.node_id for p in self.peers]
+        if len(set(ids)) != len(ids):
+            raise ConfigError("peers: node ids must be unique")
+        if self.node_id not in ids:
+            raise ConfigError(f"peers must include this node ({self.node_id})")
+        if self.cluster_secret is None and not _is_loopback(self.host):
+            raise ConfigError(
+                f"host {self.host} is not a loopback address: set cluster_secret, since Raft "
+                "peers exchange pickled messages that only the cluster may send"
+            )
+        if self.cluster_secret is not None and len(self.cluster_secret) < 16:
+            raise ConfigError("cluster_secret must have at least 16 characters")
+
+    @property
+    def self_peer(self) -> Peer:
+        return next(p for p in self.peers if p.node_id == self.node_id)
+
+    @property
+    def client_address(self) -> str:
+        return f"{self.host}:{self.client_port}"
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> Self:
+        """Build from parsed TOML; unknown keys and wrong types are errors."""
+        data = dict(raw)
+        try:
+            limits = _section(Limits, data.pop("limits", {}))
+            timing = _section(Timing, data.pop("timing", {}))
+            peers = tuple(_section(Peer, p) for p in data.pop("peers", []))
+            data_dir = Path(_require(data, "data_dir", str))
+            known = {f.name for f in fields(cls)} - {"limits", "timing", "peers", "data_dir"}
+            unknown = set(data) - known
+            if unknown:
+                raise ConfigError(f"unknown settings: {sorted(unknown)}")
+            return cls(data_dir=data_dir, peers=peers, limits=limits, timing=timing, **data)
+        except TypeError as exc:
+            raise ConfigError(str(exc)) from exc
+
+
+def _require(data: dict[str, Any], key: str, kind: type) -> Any:
+    if key not in data:
+        raise ConfigError(f"missing setting: {key}")
+    value = data.pop(key)
+    if not isinstance(value, kind):
+        raise ConfigError(f"{key} must be a {kind.__name__}")
+    return value
+
+
+def _section(cls: type[T], raw: object) -> T:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"[{cls.__name__.lower()}] must be a table")
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = set(raw) - names
+    if unknown:
+        raise ConfigError(f"unknown {cls.__name__} settings: {sorted(unknown)}")
+    return cls(**raw)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

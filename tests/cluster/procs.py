@@ -1,0 +1,62 @@
+"""Real processes on loopback for cluster tests: start, wait with deadlines, stop by PID."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port(host: str) -> int:
+    """A port free on `host` right now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start `python -m ...` from the repository root, output to `log_path`."""
+    log = log_path.open("wb")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env
+    )
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll `condition` until it holds; fail with `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 10) -> None:
+    """Stop one process by PID; SIGKILL if it does not exit in time."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout_s)
+
+
+@contextlib.contextmanager
+def running(procs: list[subprocess.Popen[bytes]]) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Leave nothing running: every process is stopped when the block exits."""
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            stop(proc, signal.SIGKILL)

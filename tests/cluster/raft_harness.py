@@ -1,0 +1,131 @@
+"""One replica of a 3-node test Raft group, run as its own process by test_raft.py.
+
+The machine hashes every command it applies into a running digest, so replicas that applied
+the same log end with the same (count, digest). The replica that becomes leader proposes the
+commands, pipelined with many in flight; every replica waits until it applied them all, then
+writes a JSON report: applied count, digest, and how often pysyncobj warned that it truncated
+already-applied entries (the symptom of the next-index rewind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+from cluster import raft
+from cluster.config import Timing
+from cluster.raft import GroupSpec, ProposalError, RaftDriver, RaftGroup
+from statemachine.codec import pack, unpack
+
+
+class HashChain:
+    def __init__(self) -> None:
+        self.count = 0
+        self.digest = b"\x00" * 32
+
+    def apply(self, command: bytes) -> object:
+        self.count += 1
+        self.digest = hashlib.sha256(self.digest + command).digest()
+        return self.count
+
+    def snapshot(self) -> bytes:
+        return pack([self.count, self.digest])
+
+    def restore(self, data: bytes) -> None:
+        raw = unpack(data, size_max=len(data))
+        assert isinstance(raw, tuple)
+        self.count, self.digest = raw
+
+
+class TruncationCounter(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.truncations = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "truncating already-applied" in record.getMessage():
+            self.truncations += 1
+
+
+async def propose_all(group: RaftGroup, commands: int, size: int, window: int) -> int:
+    failures = 0
+    semaphore = asyncio.Semaphore(window)
+
+    async def one(i: int) -> None:
+        nonlocal failures
+        async with semaphore:
+            try:
+                await group.propose(i.to_bytes(8, "big") * (size // 8), timeout_s=30)
+            except ProposalError:
+                failures += 1
+
+    async with asyncio.TaskGroup() as tasks:
+        for i in range(commands):
+            tasks.create_task(one(i))
+    return failures
+
+
+def unpatch() -> None:
+    """Negative control: restore pysyncobj's stock next-index handling."""
+    stock = raft._PatchedSyncObj.__mro__[1]  # pysyncobj's SyncObj, without importing it here
+    raft._PatchedSyncObj._SyncObj__onMessageReceived = stock._SyncObj__onMessageReceived  # type: ignore[method-assign]
+
+
+async def main(args: argparse.Namespace) -> None:
+    if args.unpatched:
+        unpatch()
+    counter = TruncationCounter()
+    logging.getLogger("pysyncobj").addHandler(counter)
+    logging.getLogger("pysyncobj.syncobj").addHandler(counter)
+    addresses = args.addresses.split(",")
+    me = addresses[args.index]
+    driver = RaftDriver(Timing(), secret=None, compaction_entries=args.compaction)
+    driver.start()
+    machine = HashChain()
+    spec = GroupSpec("test", me, tuple(a for a in addresses if a != me), Path(args.dir))
+    group = await driver.add_group(spec, machine, max_pending=10_000)
+    deadline = time.monotonic() + args.deadline_s
+    failures = 0
+    proposed = False
+    while time.monotonic() < deadline:
+        if group.serving and not proposed:
+            proposed = True
+            failures = await propose_all(group, args.commands, args.size, args.window)
+        applied = await group.read(lambda: machine.count)
+        if applied >= args.commands:
+            break
+        await asyncio.sleep(0.05)  # polling the replica's progress, bounded by the deadline
+    count, digest = await group.read(lambda: (machine.count, machine.digest.hex()))
+    status = group.status()
+    driver.stop()
+    report = {
+        "index": args.index,
+        "count": count,
+        "digest": digest,
+        "truncations": counter.truncations,
+        "failures": failures,
+        "proposed": proposed,
+        "healthy": status.healthy,
+        "detail": status.detail,
+    }
+    Path(args.out).write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--addresses", required=True)
+    parser.add_argument("--dir", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--commands", type=int, default=20_000)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--window", type=int, default=500)
+    parser.add_argument("--compaction", type=int, default=300)
+    parser.add_argument("--deadline-s", type=float, default=90)
+    parser.add_argument("--unpatched", action="store_true")
+    asyncio.run(main(parser.parse_args()))
