@@ -81,17 +81,26 @@ class BrokerInfo:
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
-    """A topic; `replicas[p]` lists partition p's brokers, preferred leader first."""
+    """A topic; `replicas[p]` lists partition p's brokers, preferred leader first.
+
+    Partition p's Raft group has the cluster-wide slot `first_group_slot + p`; slots are never
+    reused, so a recreated topic's groups can never meet a deleted one's stragglers.
+    """
 
     name: str
     topic_id: int
     replicas: tuple[tuple[int, ...], ...]
     retention_ms: int
     retention_bytes: int
+    first_group_slot: int
 
     @property
     def partitions(self) -> int:
         return len(self.replicas)
+
+    def group_slot(self, partition: int) -> int:
+        assert 0 <= partition < self.partitions
+        return self.first_group_slot + partition
 
 
 class BrokerRegistered(NamedTuple):
@@ -138,12 +147,22 @@ def place_replicas(
 class MetadataStateMachine:
     """Brokers, topics, the PID allocator and the transactional-id registry."""
 
-    __slots__ = ("_clock_ms", "_limits", "_next_topic_id", "allocator", "brokers", "topics", "txns")
+    __slots__ = (
+        "_clock_ms",
+        "_limits",
+        "_next_group_slot",
+        "_next_topic_id",
+        "allocator",
+        "brokers",
+        "topics",
+        "txns",
+    )
 
     def __init__(self, limits: StateLimits = DEFAULT_LIMITS) -> None:
         self._limits = limits
         self._clock_ms = 0
         self._next_topic_id = 1
+        self._next_group_slot = 0
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.allocator = PidAllocator()
@@ -204,13 +223,21 @@ class MetadataStateMachine:
             return Rejected(ErrorCode.INVALID_REPLICATION_FACTOR)
         if len(self.topics) >= limits.topics_max:
             return Rejected(ErrorCode.POLICY_VIOLATION)
+        if self._next_group_slot + cmd.partitions > limits.group_slots_max:
+            return Rejected(ErrorCode.POLICY_VIOLATION)
         replicas = place_replicas(
             cmd.name, list(self.brokers), cmd.partitions, cmd.replication_factor
         )
         topic = TopicInfo(
-            cmd.name, self._next_topic_id, replicas, cmd.retention_ms, cmd.retention_bytes
+            cmd.name,
+            self._next_topic_id,
+            replicas,
+            cmd.retention_ms,
+            cmd.retention_bytes,
+            self._next_group_slot,
         )
         self._next_topic_id += 1
+        self._next_group_slot += cmd.partitions
         self.topics[cmd.name] = topic
         return TopicCreated(topic)
 
@@ -240,7 +267,14 @@ class MetadataStateMachine:
             [b.broker_id, b.client_address, b.raft_address] for _, b in sorted(self.brokers.items())
         ]
         topics = [
-            [t.name, t.topic_id, [list(r) for r in t.replicas], t.retention_ms, t.retention_bytes]
+            [
+                t.name,
+                t.topic_id,
+                [list(r) for r in t.replicas],
+                t.retention_ms,
+                t.retention_bytes,
+                t.first_group_slot,
+            ]
             for _, t in sorted(self.topics.items())
         ]
         return pack(
@@ -248,6 +282,7 @@ class MetadataStateMachine:
                 SNAPSHOT_VERSION,
                 self._clock_ms,
                 self._next_topic_id,
+                self._next_group_slot,
                 self.allocator.next_producer_id,
                 brokers,
                 topics,
@@ -257,19 +292,20 @@ class MetadataStateMachine:
 
     @classmethod
     def restore(cls, data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> MetadataStateMachine:
-        fields = unpack_snapshot(data, SNAPSHOT_VERSION, 6, "metadata")
+        fields = unpack_snapshot(data, SNAPSHOT_VERSION, 7, "metadata")
         machine = cls(limits)
         machine._clock_ms = expect_int(fields[0], "metadata clock")
         machine._next_topic_id = expect_int(fields[1], "next topic id")
-        machine.allocator = PidAllocator(expect_int(fields[2], "next producer id"))
+        machine._next_group_slot = expect_int(fields[2], "next group slot")
+        machine.allocator = PidAllocator(expect_int(fields[3], "next producer id"))
         try:
-            for broker_id, client_address, raft_address in fields[3]:
+            for broker_id, client_address, raft_address in fields[4]:
                 machine.brokers[broker_id] = BrokerInfo(broker_id, client_address, raft_address)
-            for name, topic_id, replicas, retention_ms, retention_bytes in fields[4]:
+            for name, topic_id, replicas, retention_ms, retention_bytes, slot in fields[5]:
                 machine.topics[name] = TopicInfo(
-                    name, topic_id, tuple(replicas), retention_ms, retention_bytes
+                    name, topic_id, tuple(replicas), retention_ms, retention_bytes, slot
                 )
         except (TypeError, ValueError) as exc:
             raise SnapshotError(f"metadata snapshot: {exc}") from exc
-        machine.txns = TxnRegistry.from_data(fields[5], limits.transactional_ids_max)
+        machine.txns = TxnRegistry.from_data(fields[6], limits.transactional_ids_max)
         return machine
