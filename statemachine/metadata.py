@@ -172,6 +172,10 @@ class MetadataStateMachine:
     def clock_ms(self) -> int:
         return self._clock_ms
 
+    def expiry_due(self, now_ms: int, expiration_ms: int) -> bool:
+        """Whether ExpireTransactionalIds stamped `now_ms` would remove an id."""
+        return self.txns.expiry_due(max(self._clock_ms, now_ms), expiration_ms)
+
     def apply(self, entry: bytes) -> MetadataResult:
         try:
             command = decode_command(entry, self._limits)

@@ -93,6 +93,10 @@ class PartitionStateMachine:
     def clock_ms(self) -> int:
         return self._clock_ms
 
+    def expiry_due(self, now_ms: int, expiration_ms: int) -> bool:
+        """Whether ExpireProducers stamped `now_ms` would remove a producer."""
+        return self.producers.expiry_due(max(self._clock_ms, now_ms), expiration_ms)
+
     def apply(self, entry: bytes) -> PartitionResult:
         try:
             command = decode_command(entry, self._limits)

@@ -106,13 +106,18 @@ class ProducerTable:
         entry.window.append(meta)
         entry.last_timestamp_ms = timestamp_ms
 
+    def _idle(self, now_ms: int, expiration_ms: int) -> Iterator[int]:
+        for pid, entry in self._entries.items():
+            if now_ms - entry.last_timestamp_ms >= expiration_ms:
+                yield pid
+
+    def expiry_due(self, now_ms: int, expiration_ms: int) -> bool:
+        """Whether `expire` would remove anyone (lets a leader skip a no-op entry)."""
+        return next(self._idle(now_ms, expiration_ms), None) is not None
+
     def expire(self, now_ms: int, expiration_ms: int) -> tuple[int, ...]:
         """Remove producers idle for `expiration_ms` or longer; returns their ids, ascending."""
-        expired = sorted(
-            pid
-            for pid, entry in self._entries.items()
-            if now_ms - entry.last_timestamp_ms >= expiration_ms
-        )
+        expired = sorted(self._idle(now_ms, expiration_ms))
         for pid in expired:
             del self._entries[pid]
         return tuple(expired)

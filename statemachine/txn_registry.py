@@ -11,6 +11,7 @@ leader-stamped time. raftbroker has no open transactions, so no mapping is ever 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -104,13 +105,18 @@ class TxnRegistry:
         self._entries[cmd.transactional_id] = entry
         return entry.current
 
+    def _idle(self, now_ms: int, expiration_ms: int) -> Iterator[str]:
+        for txn_id, entry in self._entries.items():
+            if now_ms - entry.last_update_ms >= expiration_ms:
+                yield txn_id
+
+    def expiry_due(self, now_ms: int, expiration_ms: int) -> bool:
+        """Whether `expire` would remove anything (lets a leader skip a no-op entry)."""
+        return next(self._idle(now_ms, expiration_ms), None) is not None
+
     def expire(self, now_ms: int, expiration_ms: int) -> tuple[str, ...]:
         """Remove ids not updated for `expiration_ms` or longer; returns them, sorted."""
-        expired = sorted(
-            txn_id
-            for txn_id, entry in self._entries.items()
-            if now_ms - entry.last_update_ms >= expiration_ms
-        )
+        expired = sorted(self._idle(now_ms, expiration_ms))
         for txn_id in expired:
             del self._entries[txn_id]
         return tuple(expired)

@@ -304,3 +304,13 @@ def test_group_slots_are_bounded() -> None:
     sm.apply(RegisterBroker(1, "127.0.0.2:1", "127.0.0.2:2").encode())
     assert isinstance(sm.apply(CreateTopic("a", 3, 1, -1, -1).encode()), TopicCreated)
     assert sm.apply(CreateTopic("b", 2, 1, -1, -1).encode()) == Rejected(ErrorCode.POLICY_VIOLATION)
+
+
+def test_metadata_expiry_due_agrees_with_expire() -> None:
+    sm = cluster()
+    pair(init_txn(sm, "a", now_ms=1_000))
+    assert not sm.expiry_due(1_999, 1_000)
+    assert sm.expiry_due(2_000, 1_000)
+    expired = sm.apply(ExpireTransactionalIds(2_000, 1_000).encode())
+    assert expired == TransactionalIdsExpired(("a",))
+    assert not sm.expiry_due(10**12, 1)

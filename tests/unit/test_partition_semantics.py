@@ -282,3 +282,12 @@ def test_corrupt_batch_is_a_committed_rejection() -> None:
     good = append(PID, 0, 0, 1)
     assert sm.apply(AppendBatch(1, b"\x00" * 40).encode()) == Rejected(ErrorCode.CORRUPT_MESSAGE)
     assert appended(sm.apply(good)).base_offset == 0
+
+
+def test_expiry_due_agrees_with_expire() -> None:
+    sm = PartitionStateMachine()
+    appended(sm.apply(append(PID, 0, 0, 1, now_ms=1_000)))
+    assert not sm.expiry_due(1_999, 1_000)
+    assert sm.expiry_due(2_000, 1_000)
+    assert sm.apply(expire(now_ms=2_000, expiration_ms=1_000)) == ProducersExpired((PID,))
+    assert not sm.expiry_due(10**12, 1)
