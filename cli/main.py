@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from cli import runtime
 from cli import walkthrough as walkthrough_scenes
+from cluster.config import ConfigError
 
 app = typer.Typer(
     name="raftbroker",
@@ -28,6 +32,24 @@ app = typer.Typer(
 @app.callback()
 def main() -> None:
     """raftbroker: run and use a Raft-replicated, idempotent message broker."""
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """One clear line on stderr and a non-zero exit: never a traceback."""
+    typer.echo(f"raftbroker: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def node(
+    config: Path = typer.Option(..., "--config", help="The node's TOML configuration file."),
+) -> None:
+    """Run one broker node (what a container runs)."""
+    try:
+        node_config = runtime.load_node_config(config)
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    runtime.run_node_process(node_config)
 
 
 @app.command()

@@ -107,6 +107,7 @@ class NodeConfig:
     http_port: int
     data_dir: Path
     peers: tuple[Peer, ...]
+    cluster_id: str = "raftbroker"
     cluster_secret: str | None = None
     fsync: bool = False
     limits: Limits = field(default_factory=Limits)

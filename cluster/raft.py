@@ -367,9 +367,14 @@ class RaftGroup:
         leader = self._sync._getLeader()
         return None if leader is None else str(leader.address)
 
-    async def propose(self, command: bytes, timeout_s: float) -> object:
-        """Replicate and apply `command`; its apply result, or ProposalError (retriable)."""
-        if not self.serving:
+    async def propose(self, command: bytes, timeout_s: float, *, forward: bool = False) -> object:
+        """Replicate and apply `command`; its apply result, or ProposalError (retriable).
+
+        Without `forward` only a serving leader proposes (clients get NOT_LEADER and a hint);
+        with it, a follower hands the command to the leader and resolves once it applied the
+        entry itself, which the metadata group uses so any node can serve admin requests.
+        """
+        if not forward and not self.serving:
             raise ProposalError(ErrorCode.NOT_LEADER_OR_FOLLOWER, self.leader_address)
         if self._pending >= self._max_pending:
             raise ProposalError(ErrorCode.REQUEST_TIMED_OUT, None)

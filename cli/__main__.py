@@ -1,0 +1,5 @@
+"""`python -m cli`: the raftbroker command without the console script."""
+
+from cli.main import app
+
+app()

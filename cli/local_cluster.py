@@ -1,0 +1,203 @@
+"""A local cluster: N node processes on distinct loopback addresses, started and stopped by PID.
+
+Node i listens on 127.0.0.(i+2); every node uses the same port numbers on its own address, so a
+chaos test can cut the links between two addresses. The layout under the data directory:
+
+    cluster.json          pids, addresses, ports: what `down` and `status` read
+    node<i>.toml          each node's configuration (the same format a container uses)
+    node<i>.log           each node's log
+    node<i>/              each node's data
+
+A cluster secret is generated once and kept in the TOML files, so data survives down + up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+STATE_FILE = "cluster.json"
+PORT_RANGE = (20_000, 50_000)
+GROUP_PORTS_RESERVED = 2_000  # raft_port + 1 .. + this: the partition groups' ports
+
+
+@dataclass(frozen=True, slots=True)
+class NodeProcess:
+    node_id: int
+    host: str
+    client_port: int
+    raft_port: int
+    http_port: int
+    pid: int
+
+    @property
+    def client_address(self) -> str:
+        return f"{self.host}:{self.client_port}"
+
+
+@dataclass(frozen=True, slots=True)
+class LocalCluster:
+    data_dir: Path
+    nodes: tuple[NodeProcess, ...]
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return [n.client_address for n in self.nodes]
+
+    def save(self) -> None:
+        state = {"data_dir": str(self.data_dir), "nodes": [asdict(n) for n in self.nodes]}
+        (self.data_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
+
+    @classmethod
+    def load(cls, data_dir: Path) -> LocalCluster | None:
+        path = data_dir / STATE_FILE
+        if not path.exists():
+            return None
+        state = json.loads(path.read_text())
+        return cls(data_dir, tuple(NodeProcess(**n) for n in state["nodes"]))
+
+
+def host_of(index: int) -> str:
+    return f"127.0.0.{index + 2}"
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def choose_ports(count: int, seed: int) -> tuple[int, int, int]:
+    """(client, http, raft) ports free on every node's address; raft leaves room for groups."""
+    span = PORT_RANGE[1] - PORT_RANGE[0] - GROUP_PORTS_RESERVED - 10
+    for attempt in range(50):
+        base = PORT_RANGE[0] + (seed * 7_919 + attempt * 2_099) % span
+        ports = (base, base + 1, base + 10)
+        probes = (*ports[:2], ports[2], ports[2] + 1, ports[2] + 100)
+        if all(_port_free(host_of(i), port) for i in range(count) for port in probes):
+            return ports
+    raise RuntimeError("no free ports found on the loopback addresses")
+
+
+def write_configs(
+    data_dir: Path, count: int, ports: tuple[int, int, int], secret: str, extra_toml: str = ""
+) -> list[Path]:
+    client_port, http_port, raft_port = ports
+    peers = "".join(
+        f'\n[[peers]]\nnode_id = {i + 1}\nhost = "{host_of(i)}"\n'
+        f"client_port = {client_port}\nraft_port = {raft_port}\n"
+        for i in range(count)
+    )
+    paths = []
+    for i in range(count):
+        text = (
+            f'node_id = {i + 1}\nhost = "{host_of(i)}"\nclient_port = {client_port}\n'
+            f"raft_port = {raft_port}\nhttp_port = {http_port}\n"
+            f'data_dir = "{data_dir / f"node{i + 1}"}"\ncluster_secret = "{secret}"\n'
+            f"{extra_toml}{peers}"
+        )
+        path = data_dir / f"node{i + 1}.toml"
+        path.write_text(text)
+        paths.append(path)
+    return paths
+
+
+def existing_secret(data_dir: Path) -> str | None:
+    path = data_dir / "node1.toml"
+    if not path.exists():
+        return None
+    for line in path.read_text().splitlines():
+        if line.startswith("cluster_secret"):
+            return line.split("=", 1)[1].strip().strip('"')
+    return None
+
+
+def start_node(config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    log = log_path.open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "cli", "node", "--config", str(config_path)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def up(data_dir: Path, count: int = 3, extra_toml: str = "") -> LocalCluster:
+    """Start `count` nodes (reusing the data and secret of an earlier cluster in data_dir)."""
+    data_dir = data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    previous = LocalCluster.load(data_dir)
+    if previous is not None and previous.nodes:
+        first = previous.nodes[0]
+        ports = (first.client_port, first.http_port, first.raft_port)
+    else:
+        ports = choose_ports(count, os.getpid())
+    secret = existing_secret(data_dir) or secrets.token_urlsafe(24)
+    configs = write_configs(data_dir, count, ports, secret, extra_toml)
+    nodes = []
+    for i, config in enumerate(configs):
+        proc = start_node(config, data_dir / f"node{i + 1}.log")
+        nodes.append(NodeProcess(i + 1, host_of(i), ports[0], ports[2], ports[1], proc.pid))
+    cluster = LocalCluster(data_dir, tuple(nodes))
+    cluster.save()
+    return cluster
+
+
+def restart_node(cluster: LocalCluster, node_id: int) -> LocalCluster:
+    """Start one node again (after it was killed) with its existing configuration."""
+    config = cluster.data_dir / f"node{node_id}.toml"
+    proc = start_node(config, cluster.data_dir / f"node{node_id}.log")
+    nodes = tuple(
+        NodeProcess(n.node_id, n.host, n.client_port, n.raft_port, n.http_port, proc.pid)
+        if n.node_id == node_id
+        else n
+        for n in cluster.nodes
+    )
+    updated = LocalCluster(cluster.data_dir, nodes)
+    updated.save()
+    return updated
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True  # not our child: it exists
+    return waited == 0
+
+
+def kill(pid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return
+
+
+def down(cluster: LocalCluster, timeout_s: float = 10.0) -> None:
+    """SIGTERM every node, then SIGKILL whatever is left after `timeout_s`."""
+    for n in cluster.nodes:
+        kill(n.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while any(alive(n.pid) for n in cluster.nodes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for n in cluster.nodes:
+        if alive(n.pid):
+            kill(n.pid)

@@ -1,0 +1,79 @@
+"""Process setup, done only here: TOML, logging, uvloop, signals, and the fatal exit.
+
+A node runs under `run_node_process`: SIGTERM and SIGINT cancel it cleanly (Raft driver stopped,
+stores closed); a fatal storage error logs and exits at once with status 70, since going on
+would leave a replica's state ahead of its data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import tomllib
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, NoReturn
+
+from cluster.config import ConfigError, NodeConfig
+from cluster.service import run_node
+
+EXIT_FATAL = 70
+log = logging.getLogger("raftbroker")
+
+
+def load_node_config(path: Path) -> NodeConfig:
+    """Parse and validate a node's TOML file; ConfigError with the setting's name."""
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    return NodeConfig.from_mapping(raw)
+
+
+def configure_logging(prefix: str, level: int = logging.INFO) -> None:
+    logging.basicConfig(
+        level=level,
+        format=f"%(asctime)s {prefix} %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("pysyncobj").setLevel(logging.WARNING)
+
+
+def fatal_exit(reason: str) -> NoReturn:
+    log.critical("fatal: %s", reason)
+    logging.shutdown()
+    os._exit(EXIT_FATAL)
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    """Run on uvloop where available, cancelling the coroutine on SIGTERM or SIGINT."""
+    try:
+        import uvloop  # noqa: PLC0415 - optional: absent on Windows
+
+        runner: Any = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    runner(_cancel_on_signals(coro))
+
+
+async def _cancel_on_signals(coro: Coroutine[Any, Any, None]) -> None:
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await coro
+    except asyncio.CancelledError:
+        log.info("stopped")
+
+
+def run_node_process(config: NodeConfig) -> None:
+    configure_logging(f"node{config.node_id}")
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    run(run_node(config, fatal_exit))

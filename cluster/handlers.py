@@ -1,0 +1,362 @@
+"""What a broker answers to each request: the edge between the wire and the replicas.
+
+Every name and size is validated here, before anything is proposed: a malformed batch, an
+invalid topic name or an unknown partition gets an error and never reaches a Raft log. Produce
+is acks=all: the answer is the apply result of the committed entry (offsets, the original
+offsets of a duplicate, or the rejection). Fetch serves only applied, hence committed, batches
+from the partition leader, and long-polls up to `max_wait_ms` for new ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from functools import partial
+
+from cluster import protocol as p
+from cluster.metrics import Metrics
+from cluster.node import Node, PartitionHandle, now_ms
+from cluster.peers import PeerWatcher
+from cluster.raft import ProposalError
+from cluster.server import HandlerError
+from statemachine.commands import (
+    AppendBatch,
+    CreateTopic,
+    DeleteTopic,
+    InitTransactionalProducer,
+)
+from statemachine.errors import ErrorCode, Rejected
+from statemachine.metadata import TopicCreated, TopicDeleted, TopicInfo, topic_name_error
+from statemachine.partition import Appended, Duplicate
+from statemachine.records import BatchFormatError, verify_batch
+from statemachine.txn_registry import ProducerIdAndEpoch
+
+EARLIEST, LATEST = -2, -1
+
+
+class Broker:
+    """The RequestHandler of a node."""
+
+    def __init__(self, node: Node, peers: PeerWatcher, metrics: Metrics) -> None:
+        self.node = node
+        self.peers = peers
+        self.metrics = metrics
+
+    @property
+    def _timeout_s(self) -> float:
+        return self.node.config.timing.request_timeout_ms / 1000
+
+    async def handle(self, request: p.Request) -> p.Response:
+        op = type(request).__name__
+        started = time.perf_counter()
+        error = "NONE"
+        try:
+            return await self._dispatch(request)
+        except HandlerError as exc:
+            error = exc.error.name
+            raise
+        finally:
+            self.metrics.requests.labels(op, error).inc()
+            self.metrics.latency.labels(op).observe(time.perf_counter() - started)
+
+    async def _dispatch(self, request: p.Request) -> p.Response:
+        match request:
+            case p.Produce():
+                return await self.produce(request)
+            case p.Fetch():
+                return await self.fetch(request)
+            case p.Metadata():
+                return await self.metadata(request)
+            case p.InitProducerId():
+                return await self.init_producer_id(request)
+            case p.ListOffsets():
+                return await self.list_offsets(request)
+            case p.DescribeProducers():
+                return await self.describe_producers(request)
+            case p.CreateTopic():
+                return await self.create_topic(request)
+            case p.DeleteTopic():
+                return await self.delete_topic(request)
+            case p.ClusterStatus():
+                return self.cluster_status()
+        raise HandlerError(ErrorCode.INVALID_REQUEST, f"unsupported {type(request).__name__}")
+
+    # -- partitions: where they are ----------------------------------------------------------
+
+    def _leader_hint(self, topic: str, partition: int) -> str:
+        handle = self.node.partitions.get((topic, partition))
+        peer = handle.leader_peer() if handle else None
+        if peer is None:
+            node_id = self.peers.leader_of(topic, partition)
+            peer = self.node.peer(node_id) if node_id is not None else None
+        return "" if peer is None else peer.client_address
+
+    def _leading(self, topic: str, partition: int) -> PartitionHandle | ErrorCode:
+        handle = self.node.partitions.get((topic, partition))
+        if handle is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if not handle.group.serving:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return handle
+
+    # -- produce -----------------------------------------------------------------------------
+
+    async def produce(self, request: p.Produce) -> p.ProduceResponse:
+        timeout_s = min(request.timeout_ms / 1000, self._timeout_s) or self._timeout_s
+        async with asyncio.TaskGroup() as tasks:
+            pending = [tasks.create_task(self._produce_one(e, timeout_s)) for e in request.entries]
+        return p.ProduceResponse(tuple(t.result() for t in pending))
+
+    async def _produce_one(self, entry: p.ProduceEntry, timeout_s: float) -> p.ProduceResult:
+        def failed(error: ErrorCode) -> p.ProduceResult:
+            hint = self._leader_hint(entry.topic, entry.partition)
+            return p.ProduceResult(entry.topic, entry.partition, error, -1, -1, -1, False, hint)
+
+        handle = self._leading(entry.topic, entry.partition)
+        if isinstance(handle, ErrorCode):
+            return failed(handle)
+        try:
+            verify_batch(entry.batch, self.node.limits)
+        except BatchFormatError:
+            return failed(ErrorCode.CORRUPT_MESSAGE)
+        command = AppendBatch(now_ms(), entry.batch).encode()
+        try:
+            result = await handle.group.propose(command, timeout_s)
+        except ProposalError as exc:
+            return failed(exc.error)
+        self._count(result)
+        match result:
+            case Appended() | Duplicate():
+                duplicate = isinstance(result, Duplicate)
+                return p.ProduceResult(
+                    entry.topic,
+                    entry.partition,
+                    ErrorCode.NONE,
+                    result.base_offset,
+                    result.last_offset,
+                    result.append_time_ms,
+                    duplicate,
+                    "",
+                )
+            case Rejected(error=error):
+                return failed(error)
+        raise AssertionError(f"unexpected apply result {result!r}")
+
+    def _count(self, result: object) -> None:
+        m = self.metrics
+        match result:
+            case Appended(base_offset=base, last_offset=last):
+                m.produced_records.inc(last - base + 1)
+            case Duplicate():
+                m.dedup_hits.inc()
+            case Rejected(error=ErrorCode.INVALID_PRODUCER_EPOCH):
+                m.fenced.inc()
+            case Rejected(error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+                m.out_of_order.inc()
+
+    # -- fetch -------------------------------------------------------------------------------
+
+    async def fetch(self, request: p.Fetch) -> p.FetchResponse:
+        max_wait_s = min(request.max_wait_ms, self.node.config.timing.request_timeout_ms) / 1000
+        deadline = time.monotonic() + max_wait_s
+        budget = min(request.max_bytes, self.node.config.limits.fetch_bytes_max)
+        results = [self._fetch_one(fp, budget) for fp in request.partitions]
+        if max_wait_s > 0 and not any(r.batches or r.error for r in results):
+            await self._wait_for_any(request.partitions, deadline)
+            results = [self._fetch_one(fp, budget) for fp in request.partitions]
+        return p.FetchResponse(tuple(results))
+
+    async def _wait_for_any(
+        self, partitions: tuple[p.FetchPartition, ...], deadline: float
+    ) -> None:
+        handles = [
+            h
+            for fp in partitions
+            if isinstance(h := self._leading(fp.topic, fp.partition), PartitionHandle)
+        ]
+        remaining = deadline - time.monotonic()
+        if not handles or remaining <= 0:
+            return
+        waits = [asyncio.ensure_future(h.wait_for_data(remaining)) for h in handles]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    def _fetch_one(self, fp: p.FetchPartition, budget: int) -> p.FetchResult:
+        handle = self._leading(fp.topic, fp.partition)
+        if isinstance(handle, ErrorCode):
+            hint = self._leader_hint(fp.topic, fp.partition)
+            return p.FetchResult(fp.topic, fp.partition, handle, -1, -1, hint, ())
+        replica = handle.replica
+        high, start = replica.high_watermark, replica.log_start_offset
+        if not start <= fp.offset <= high:
+            return p.FetchResult(
+                fp.topic, fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, high, start, "", ()
+            )
+        stored = (
+            replica.store.read(fp.offset, min(fp.max_bytes, budget)) if fp.offset < high else []
+        )
+        batches = tuple(
+            p.FetchedBatch(b.base_offset, b.append_time_ms, b.batch)
+            for b in stored
+            if b.base_offset < high
+        )
+        return p.FetchResult(fp.topic, fp.partition, ErrorCode.NONE, high, start, "", batches)
+
+    # -- offsets and producers ---------------------------------------------------------------
+
+    async def list_offsets(self, request: p.ListOffsets) -> p.ListOffsetsResponse:
+        results = []
+        for q in request.partitions:
+            handle = self._leading(q.topic, q.partition)
+            if isinstance(handle, ErrorCode):
+                hint = self._leader_hint(q.topic, q.partition)
+                results.append(p.OffsetResult(q.topic, q.partition, handle, -1, hint))
+                continue
+            offset = (
+                handle.replica.log_start_offset
+                if q.spec == EARLIEST
+                else handle.replica.high_watermark
+            )
+            results.append(p.OffsetResult(q.topic, q.partition, ErrorCode.NONE, offset, ""))
+        return p.ListOffsetsResponse(tuple(results))
+
+    async def describe_producers(self, request: p.DescribeProducers) -> p.DescribeProducersResponse:
+        results = []
+        for partition in request.partitions:
+            handle = self._leading(request.topic, partition)
+            if isinstance(handle, ErrorCode):
+                hint = self._leader_hint(request.topic, partition)
+                results.append(p.PartitionProducers(partition, handle, hint, ()))
+                continue
+            producers = await handle.group.read(partial(_describe, handle))
+            results.append(p.PartitionProducers(partition, ErrorCode.NONE, "", producers))
+        return p.DescribeProducersResponse(tuple(results))
+
+    # -- metadata group ----------------------------------------------------------------------
+
+    async def _propose_metadata(self, command: bytes) -> object:
+        try:
+            return await self.node.metadata.propose(command, self._timeout_s, forward=True)
+        except ProposalError as exc:
+            raise HandlerError(exc.error) from exc
+
+    async def create_topic(self, request: p.CreateTopic) -> p.CreateTopicResponse:
+        problem = topic_name_error(request.name, self.node.limits)
+        if problem:
+            raise HandlerError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+        command = CreateTopic(
+            request.name,
+            request.partitions,
+            request.replication_factor,
+            request.retention_ms,
+            request.retention_bytes,
+        )
+        result = await self._propose_metadata(command.encode())
+        if isinstance(result, Rejected):
+            raise HandlerError(result.error)
+        assert isinstance(result, TopicCreated), result
+        return p.CreateTopicResponse(result.topic.topic_id)
+
+    async def delete_topic(self, request: p.DeleteTopic) -> p.DeleteTopicResponse:
+        result = await self._propose_metadata(DeleteTopic(request.name).encode())
+        if isinstance(result, Rejected):
+            raise HandlerError(result.error)
+        assert isinstance(result, TopicDeleted), result
+        return p.DeleteTopicResponse()
+
+    async def init_producer_id(self, request: p.InitProducerId) -> p.InitProducerIdResponse:
+        if not request.transactional_id:
+            producer_id = self.node.lease.take()
+            self.node.pid_block_wanted.set()  # prefetch, or refill an empty lease
+            if isinstance(producer_id, ErrorCode):
+                raise HandlerError(producer_id, "no producer-id block yet; retry")
+            return p.InitProducerIdResponse(producer_id, 0)
+        command = InitTransactionalProducer(
+            request.transactional_id,
+            request.transaction_timeout_ms,
+            request.expected_producer_id,
+            request.expected_epoch,
+            now_ms(),
+        )
+        result = await self._propose_metadata(command.encode())
+        if isinstance(result, Rejected):
+            raise HandlerError(result.error)
+        assert isinstance(result, ProducerIdAndEpoch), result
+        return p.InitProducerIdResponse(result.producer_id, result.epoch)
+
+    async def metadata(self, request: p.Metadata) -> p.MetadataResponse:
+        machine = self.node.metadata_replica
+        topics, brokers = await self.node.metadata.read(
+            lambda: (dict(machine.machine.topics), dict(machine.machine.brokers))
+        )
+        names = request.topics or tuple(sorted(topics))
+        leader = self.node.metadata_leader()
+        return p.MetadataResponse(
+            self.node.config.cluster_id,
+            -1 if leader is None else leader.node_id,
+            tuple(
+                p.BrokerAddress(b.broker_id, b.client_address) for _, b in sorted(brokers.items())
+            ),
+            tuple(self._topic_metadata(name, topics.get(name)) for name in names),
+        )
+
+    def _topic_metadata(self, name: str, topic: TopicInfo | None) -> p.TopicMetadata:
+        if topic is None:
+            return p.TopicMetadata(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, ())
+        partitions = []
+        for partition in range(topic.partitions):
+            leader_id, term = self._leader_and_term(topic, partition)
+            partitions.append(
+                p.PartitionMetadata(partition, leader_id, topic.replicas[partition], term)
+            )
+        return p.TopicMetadata(name, ErrorCode.NONE, topic.topic_id, tuple(partitions))
+
+    def _leader_and_term(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
+        handle = self.node.partitions.get((topic.name, partition))
+        if handle is not None and handle.topic == topic:
+            status = handle.group.status()
+            peer = handle.leader_peer()
+            if peer is not None:
+                return peer.node_id, status.term
+        leader = self.peers.leader_of(topic.name, partition)
+        return (-1 if leader is None else leader), self.peers.term_of(topic.name, partition)
+
+    def cluster_status(self) -> p.ClusterStatusResponse:
+        nodes = tuple(
+            p.NodeStatus(peer.node_id, peer.client_address, self.peers.reachable(peer.node_id))
+            for peer in self.node.config.peers
+        )
+        groups = []
+        for s in self.node.group_statuses():
+            leader = self.peers.node_of_raft_address(s.leader_address)
+            groups.append(
+                p.GroupStatus(
+                    s.name,
+                    -1 if leader is None else leader,
+                    s.term,
+                    s.commit_index,
+                    s.last_applied,
+                    s.is_leader,
+                    s.healthy,
+                    s.detail,
+                )
+            )
+        return p.ClusterStatusResponse(self.node.config.node_id, nodes, tuple(groups))
+
+
+def _describe(handle: PartitionHandle) -> tuple[p.ProducerDescription, ...]:
+    """On the driver thread: the producer table as DescribeProducers shows it."""
+    return tuple(
+        p.ProducerDescription(
+            pid,
+            entry.epoch,
+            entry.last_sequence,
+            entry.last_timestamp_ms,
+            tuple(p.WindowEntry(*m) for m in entry.window),
+        )
+        for pid, entry in handle.replica.machine.producers
+    )

@@ -1,0 +1,224 @@
+"""A broker process: the metadata group, this node's partition groups, and their lifecycle.
+
+`Node` owns the Raft driver, the metadata replica (every configured node is a voter), and one
+`PartitionHandle` per partition whose replica set includes this node. The set of running
+partition groups follows the metadata state: `reconcile()` starts the groups of new topics and
+stops those of deleted ones, at runtime, without a restart. Request handling lives in
+`server.py`, periodic duties in `controller.py`; both reach the node through this class.
+
+Partition group g of a node listens on `raft_port + 1 + slot(g)` at the node's host: the stock
+pysyncobj transport needs one port per group (a multiplexing transport would remove that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster.config import NodeConfig, Peer
+from cluster.raft import GroupSpec, GroupStatus, RaftDriver, RaftGroup
+from cluster.replica import Fatal, MetadataReplica, PartitionReplica
+from cluster.storage import PartitionStore
+from statemachine.limits import DEFAULT_LIMITS
+from statemachine.metadata import MetadataResult, TopicCreated, TopicDeleted, TopicInfo
+from statemachine.partition import Appended, PartitionResult
+from statemachine.pid_allocator import PidBlockLease
+
+log = logging.getLogger(__name__)
+METADATA_GROUP = "__metadata"
+RECONCILE_INTERVAL_S = 1.0
+
+PartitionKey = tuple[str, int]
+
+
+def now_ms() -> int:
+    """The leader's wall clock, stamped into entries: the only way time enters apply."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class PartitionHandle:
+    """One partition replica hosted here: its group, its replica, and its long-poll waiters."""
+
+    topic: TopicInfo
+    partition: int
+    group: RaftGroup
+    replica: PartitionReplica
+    peers_by_raft_address: dict[str, Peer]
+    new_data: asyncio.Event = field(default_factory=asyncio.Event)
+    waiters: int = 0
+
+    @property
+    def key(self) -> PartitionKey:
+        return (self.topic.name, self.partition)
+
+    def leader_peer(self) -> Peer | None:
+        address = self.group.leader_address
+        return None if address is None else self.peers_by_raft_address.get(address)
+
+    async def wait_for_data(self, timeout_s: float) -> None:
+        """Until a batch is appended here, or `timeout_s` passes."""
+        event = self.new_data
+        self.waiters += 1
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            self.waiters -= 1
+
+    def data_arrived(self) -> None:
+        """On the event loop: wake every long-poll of this partition."""
+        self.new_data.set()
+        self.new_data = asyncio.Event()
+
+
+class Node:
+    """Everything one broker process runs, except its sockets."""
+
+    def __init__(self, config: NodeConfig, fatal: Fatal) -> None:
+        self.config = config
+        self.fatal = fatal
+        self.limits = DEFAULT_LIMITS
+        self.driver = RaftDriver(config.timing, config.cluster_secret)
+        self.metadata_replica = MetadataReplica(self.limits, self._on_metadata_applied)
+        self.partitions: dict[PartitionKey, PartitionHandle] = {}
+        self.lease = PidBlockLease()
+        self.pid_block_wanted = asyncio.Event()
+        self._metadata: RaftGroup | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reconcile_now = asyncio.Event()
+        self._peers = {p.node_id: p for p in config.peers}
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def metadata(self) -> RaftGroup:
+        assert self._metadata is not None, "node not started"
+        return self._metadata
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.driver.start()
+        me = self.config.self_peer
+        spec = GroupSpec(
+            METADATA_GROUP,
+            me.raft_address,
+            tuple(p.raft_address for p in self.config.peers if p.node_id != me.node_id),
+            self.config.data_dir / "metadata",
+        )
+        self._metadata = await self.driver.add_group(
+            spec, self.metadata_replica, self.config.limits.pending_proposals_max
+        )
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.driver.stop)
+        for handle in self.partitions.values():
+            handle.replica.store.close()
+        self.partitions.clear()
+
+    async def reconcile_forever(self) -> None:
+        while True:
+            await self.reconcile()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reconcile_now.wait(), RECONCILE_INTERVAL_S)
+            self._reconcile_now.clear()
+
+    async def reconcile(self) -> None:
+        """Start groups this node should host and stop those it should not."""
+        topics = await self.metadata.read(lambda: dict(self.metadata_replica.machine.topics))
+        wanted = {
+            (t.name, p): t
+            for t in topics.values()
+            for p in range(t.partitions)
+            if self.config.node_id in t.replicas[p]
+        }
+        for key in [k for k, h in self.partitions.items() if wanted.get(k) != h.topic]:
+            await self._stop_partition(key, delete=True)
+        for key, topic in wanted.items():
+            if key not in self.partitions:
+                await self._start_partition(topic, key[1])
+
+    # -- partitions ------------------------------------------------------------------------------
+
+    def group_port(self, topic: TopicInfo, partition: int) -> int:
+        return self.config.raft_port + 1 + topic.group_slot(partition)
+
+    def partition_dir(self, topic: TopicInfo, partition: int) -> Path:
+        return self.config.data_dir / "partitions" / f"{topic.name}-{partition}.{topic.topic_id}"
+
+    async def _start_partition(self, topic: TopicInfo, partition: int) -> None:
+        port = self.group_port(topic, partition)
+        if port > 65_535:
+            log.error("no port for %s-%d: slot %d is past 65535", topic.name, partition, port)
+            return
+        directory = self.partition_dir(topic, partition)
+        replicas = [self._peers[n] for n in topic.replicas[partition] if n in self._peers]
+        by_address = {f"{p.host}:{port}": p for p in replicas}
+        me = self.config.self_peer
+        spec = GroupSpec(
+            f"{topic.name}-{partition}",
+            f"{me.host}:{port}",
+            tuple(a for a, p in by_address.items() if p.node_id != me.node_id),
+            directory / "raft",
+        )
+        store = PartitionStore(
+            directory / "log",
+            segment_bytes_max=self.config.limits.segment_bytes_max,
+            index_interval_bytes=self.config.limits.index_interval_bytes,
+            fsync=self.config.fsync,
+        )
+        if store.recovered_truncated_bytes:
+            log.warning(
+                "%s: truncated a torn tail of %d bytes", spec.name, store.recovered_truncated_bytes
+            )
+        replica = PartitionReplica(store, self.fatal, self.limits)
+        group = await self.driver.add_group(spec, replica, self.config.limits.pending_proposals_max)
+        handle = PartitionHandle(topic, partition, group, replica, by_address)
+        replica.on_applied = self._partition_listener(handle)
+        self.partitions[handle.key] = handle
+        log.info("started partition %s on port %d", spec.name, port)
+
+    async def _stop_partition(self, key: PartitionKey, *, delete: bool) -> None:
+        handle = self.partitions.pop(key)
+        await self.driver.remove_group(handle.group.name)
+        handle.replica.store.close()
+        if delete:
+            await asyncio.to_thread(
+                shutil.rmtree, self.partition_dir(handle.topic, handle.partition), True
+            )
+        log.info("stopped partition %s-%d", *key)
+
+    def _partition_listener(self, handle: PartitionHandle) -> Callable[[PartitionResult], None]:
+        loop = self._loop
+        assert loop is not None
+
+        def on_applied(result: PartitionResult) -> None:  # on the driver thread
+            if isinstance(result, Appended) and handle.waiters:
+                loop.call_soon_threadsafe(handle.data_arrived)
+
+        return on_applied
+
+    def _on_metadata_applied(self, result: MetadataResult) -> None:  # on the driver thread
+        if isinstance(result, TopicCreated | TopicDeleted) and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._reconcile_now.set)
+
+    # -- views for the server --------------------------------------------------------------------
+
+    def peer(self, node_id: int) -> Peer | None:
+        return self._peers.get(node_id)
+
+    def group_statuses(self) -> list[GroupStatus]:
+        statuses = [self.metadata.status()]
+        statuses += [h.group.status() for h in self.partitions.values()]
+        return statuses
+
+    def metadata_leader(self) -> Peer | None:
+        address = self.metadata.leader_address
+        return next((p for p in self.config.peers if p.raft_address == address), None)

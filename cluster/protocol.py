@@ -1,0 +1,810 @@
+"""The client wire: length-prefixed msgpack frames and the schema of every request and response.
+
+Role: the one place that turns bytes from a socket into typed requests and responses and back;
+the server, the client and the peer watcher speak only through it. It is the only module in
+`cluster/` that uses msgpack (through `statemachine.codec`, and `msgpack.Unpacker` to peek at a
+correlation id without decoding a whole body).
+
+Rules:
+- A frame is a 4-byte big-endian unsigned length, then that many bytes of msgpack. A length
+  above `Limits.frame_bytes_max` is refused before a byte of the body is read.
+- A request body is `[PROTOCOL_VERSION, correlation_id, op, payload]`; a response body is
+  `[PROTOCOL_VERSION, correlation_id, error_code, payload]`, whose payload is the response's
+  fields when `error_code` is NONE and an `ErrorInfo` otherwise. `[version, correlation_id]`
+  is the fixed prefix of every version, so an error can be answered to the right request.
+- A payload is the array of a frozen dataclass's fields in order; a nested record is a nested
+  array and a tuple an array. Each field carries a rule in its metadata (type and range of an
+  integer, length of a string, count of a tuple, the record type of a nested array), and both
+  directions are driven by those rules alone: no per-class code, no eval, no pickle.
+- Decoding is strict and total: anything malformed raises `ProtocolError` and nothing else,
+  carrying the correlation id whenever it could be read. Malformed content is INVALID_REQUEST,
+  an unknown version or op UNSUPPORTED_VERSION, an oversize frame MESSAGE_TOO_LARGE.
+- Bounds here are shape, not meaning: a topic name is a string of at most `NAME_CHARS_MAX`
+  characters (looser than the name rules, which the server checks with `topic_name_error`, so
+  a bad name gets INVALID_TOPIC_EXCEPTION); ranges match the commands the server proposes, so
+  a request that decodes never makes a command that does not. Counts of partitions in a
+  request (and in its response) are bounded by `Limits.partitions_per_request_max`.
+- Encoding does not validate: what it writes, a decoder checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from enum import IntEnum
+from typing import Any, ClassVar, TypeVar
+
+import msgpack
+
+from cluster.config import Limits
+from statemachine.codec import CodecError, pack, unpack
+from statemachine.commands import INT32_MAX
+from statemachine.errors import ErrorCode
+from statemachine.limits import DEFAULT_LIMITS
+from statemachine.producer_state import WINDOW_BATCHES
+from statemachine.records import INT64_MAX, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PRODUCER_EPOCH_MAX
+
+PROTOCOL_VERSION = 1
+LENGTH_PREFIX = struct.Struct(">I")
+NAME_CHARS_MAX = 1_024  # topic names, transactional ids, cluster ids, group names
+TEXT_CHARS_MAX = 4_096  # error messages and health details
+ADDRESS_CHARS_MAX = DEFAULT_LIMITS.address_length_max
+TIMEOUT_MS_MAX = 3_600_000
+EARLIEST = -2
+LATEST = -1
+
+_DEFAULT_LIMITS = Limits()
+
+
+class ProtocolError(ValueError):
+    """Bytes that are not a frame, request or response of this protocol version."""
+
+    def __init__(self, code: ErrorCode, message: str, correlation_id: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.correlation_id = correlation_id
+
+
+class _FieldError(Exception):
+    """A field that breaks its rule; `path` locates it below the record being decoded."""
+
+    def __init__(self, reason: str, path: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.path = path
+
+    def at(self, prefix: str) -> _FieldError:
+        return _FieldError(self.reason, prefix + self.path)
+
+
+# -- Field rules ---------------------------------------------------------------------------------
+
+Bound = Callable[[Limits], int]
+
+
+def _per_request(limits: Limits) -> int:
+    return limits.partitions_per_request_max
+
+
+def _per_frame(limits: Limits) -> int:
+    return limits.frame_bytes_max
+
+
+def _at_most(count: int) -> Bound:
+    return lambda _limits: count
+
+
+@dataclass(frozen=True, slots=True)
+class IntRule:
+    """An integer (never a bool) within [lo, hi]."""
+
+    lo: int
+    hi: int
+
+    def load(self, value: object, _limits: Limits) -> object:
+        if type(value) is not int or not self.lo <= value <= self.hi:
+            raise _FieldError(f"expected an integer in [{self.lo}, {self.hi}]")
+        return value
+
+    def dump(self, value: object) -> object:
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class BoolRule:
+    def load(self, value: object, _limits: Limits) -> object:
+        if type(value) is not bool:
+            raise _FieldError("expected a bool")
+        return value
+
+    def dump(self, value: object) -> object:
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class StrRule:
+    """A string of at most `chars_max` characters (valid UTF-8 on the wire)."""
+
+    chars_max: int
+
+    def load(self, value: object, _limits: Limits) -> object:
+        if type(value) is not str or len(value) > self.chars_max:
+            raise _FieldError(f"expected a string of at most {self.chars_max} characters")
+        return value
+
+    def dump(self, value: object) -> object:
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class BytesRule:
+    """Opaque bytes (msgpack bin), bounded by the frame."""
+
+    def load(self, value: object, _limits: Limits) -> object:
+        if type(value) is not bytes:
+            raise _FieldError("expected bytes")
+        return value
+
+    def dump(self, value: object) -> object:
+        return value
+
+
+_ERROR_CODES = {int(code): code for code in ErrorCode}
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorCodeRule:
+    """An ErrorCode value; it decodes to the enum member."""
+
+    def load(self, value: object, _limits: Limits) -> object:
+        code = _ERROR_CODES.get(value) if type(value) is int else None
+        if code is None:
+            raise _FieldError("expected a known error code")
+        return code
+
+    def dump(self, value: object) -> object:
+        return int(value)  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True, slots=True)
+class StructRule:
+    """A nested record, encoded as the array of its fields."""
+
+    cls: type[Struct]
+
+    def load(self, value: object, limits: Limits) -> object:
+        return _load_struct(self.cls, value, limits)
+
+    def dump(self, value: object) -> object:
+        return _dump_struct(value)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class TupleRule:
+    """A tuple of items of one rule; `bound(limits)` is the largest count accepted."""
+
+    item: Rule
+    bound: Bound
+
+    def load(self, value: object, limits: Limits) -> object:
+        if type(value) is not tuple:
+            raise _FieldError("expected an array")
+        count_max = self.bound(limits)
+        if len(value) > count_max:
+            raise _FieldError(f"expected at most {count_max} items")
+        return tuple(self._load_item(i, item, limits) for i, item in enumerate(value))
+
+    def _load_item(self, index: int, value: object, limits: Limits) -> object:
+        try:
+            return self.item.load(value, limits)
+        except _FieldError as exc:
+            raise exc.at(f"[{index}]") from None
+
+    def dump(self, value: object) -> object:
+        return [self.item.dump(item) for item in value]  # type: ignore[attr-defined]
+
+
+Rule = IntRule | BoolRule | StrRule | BytesRule | ErrorCodeRule | StructRule | TupleRule
+
+
+def _rule(rule: Rule) -> Any:
+    return field(metadata={"rule": rule})
+
+
+def _int(lo: int, hi: int) -> Any:
+    return _rule(IntRule(lo, hi))
+
+
+def _str(chars_max: int) -> Any:
+    return _rule(StrRule(chars_max))
+
+
+def _many(item: Rule | type[Struct], bound: Bound) -> Any:
+    item_rule = item if not isinstance(item, type) else StructRule(item)
+    return _rule(TupleRule(item_rule, bound))
+
+
+_NAME = StrRule(NAME_CHARS_MAX)
+_TEXT = StrRule(TEXT_CHARS_MAX)
+_PARTITION = IntRule(0, INT32_MAX)
+_NODE_ID = IntRule(0, INT32_MAX)
+_LEADER_ID = IntRule(-1, INT32_MAX)  # -1: unknown
+_COUNT = IntRule(1, INT32_MAX)
+_OFFSET = IntRule(0, INT64_MAX)
+_OFFSET_OR_NONE = IntRule(-1, INT64_MAX)  # -1 where an error leaves no offset
+_BYTES = IntRule(0, INT32_MAX)
+_TIMEOUT = IntRule(0, TIMEOUT_MS_MAX)
+_TIME_MS = IntRule(0, INT64_MAX)
+_SEQUENCE = IntRule(0, INT32_MAX)
+
+
+# A dataclass takes ownership of each Field it is given, so every field gets a fresh one.
+def _name() -> Any:
+    return _rule(_NAME)
+
+
+def _partition() -> Any:
+    return _rule(_PARTITION)
+
+
+def _address() -> Any:
+    """An address field: "host:port", or "" when unknown."""
+    return _str(ADDRESS_CHARS_MAX)
+
+
+def _error() -> Any:
+    return _rule(ErrorCodeRule())
+
+
+def _flag() -> Any:
+    return _rule(BoolRule())
+
+
+def _blob() -> Any:
+    return _rule(BytesRule())
+
+
+# -- Records -------------------------------------------------------------------------------------
+
+
+class Struct:
+    """A record on the wire: a frozen dataclass whose fields each carry a rule."""
+
+    __slots__ = ()
+
+
+class Response(Struct):
+    """The successful answer to one Request type."""
+
+    __slots__ = ()
+
+
+class Op(IntEnum):
+    """Request kinds, numbered as Kafka's API keys where Kafka has the request."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    CREATE_TOPIC = 19
+    DELETE_TOPIC = 20
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_PRODUCERS = 61
+    CLUSTER_STATUS = 1_000  # raftbroker's own: Raft group health
+
+
+class Request(Struct):
+    """Base of every request; subclasses set OP (unique) and RESPONSE."""
+
+    __slots__ = ()
+    OP: ClassVar[Op]
+    RESPONSE: ClassVar[type[Response]]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo(Struct):
+    """The payload of an error answer; `leader` is "host:port" for NOT_LEADER_OR_FOLLOWER."""
+
+    message: str = _rule(_TEXT)
+    leader: str = _address()
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorResponse:
+    """A whole request refused: the error code of the response header and its ErrorInfo."""
+
+    error: ErrorCode
+    info: ErrorInfo
+
+    def __post_init__(self) -> None:
+        if self.error == ErrorCode.NONE:
+            raise ValueError("an ErrorResponse needs an error code other than NONE")
+
+
+# Metadata
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress(Struct):
+    node_id: int = _rule(_NODE_ID)
+    address: str = _address()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata(Struct):
+    partition: int = _partition()
+    leader_id: int = _rule(_LEADER_ID)
+    replicas: tuple[int, ...] = _many(_NODE_ID, _at_most(DEFAULT_LIMITS.replication_factor_max))
+    term: int = _int(-1, INT64_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata(Struct):
+    name: str = _name()
+    error: int = _error()
+    topic_id: int = _int(-1, INT64_MAX)
+    partitions: tuple[PartitionMetadata, ...] = _many(
+        PartitionMetadata, _at_most(DEFAULT_LIMITS.partitions_per_topic_max)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResponse(Response):
+    cluster_id: str = _name()
+    controller_id: int = _rule(_LEADER_ID)
+    brokers: tuple[BrokerAddress, ...] = _many(BrokerAddress, _at_most(DEFAULT_LIMITS.brokers_max))
+    topics: tuple[TopicMetadata, ...] = _many(TopicMetadata, _at_most(DEFAULT_LIMITS.topics_max))
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata(Request):
+    """Brokers, the controller and the named topics (every topic when `topics` is empty)."""
+
+    OP: ClassVar[Op] = Op.METADATA
+    RESPONSE: ClassVar[type[Response]] = MetadataResponse
+    topics: tuple[str, ...] = _many(_NAME, _per_request)
+
+
+# Topics
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicResponse(Response):
+    topic_id: int = _rule(_OFFSET)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic(Request):
+    """Retention of -1 keeps records forever (by time) or without a size bound."""
+
+    OP: ClassVar[Op] = Op.CREATE_TOPIC
+    RESPONSE: ClassVar[type[Response]] = CreateTopicResponse
+    name: str = _name()
+    partitions: int = _rule(_COUNT)
+    replication_factor: int = _rule(_COUNT)
+    retention_ms: int = _int(-1, INT64_MAX)
+    retention_bytes: int = _int(-1, INT64_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicResponse(Response):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic(Request):
+    OP: ClassVar[Op] = Op.DELETE_TOPIC
+    RESPONSE: ClassVar[type[Response]] = DeleteTopicResponse
+    name: str = _name()
+
+
+# Producer ids
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdResponse(Response):
+    producer_id: int = _int(0, INT64_MAX)
+    epoch: int = _int(0, PRODUCER_EPOCH_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerId(Request):
+    """An empty `transactional_id` asks for a fresh idempotent producer; `expected_*` is -1
+    when the caller holds no producer id yet."""
+
+    OP: ClassVar[Op] = Op.INIT_PRODUCER_ID
+    RESPONSE: ClassVar[type[Response]] = InitProducerIdResponse
+    transactional_id: str = _name()
+    transaction_timeout_ms: int = _int(0, INT32_MAX)
+    expected_producer_id: int = _int(NO_PRODUCER_ID, INT64_MAX)
+    expected_epoch: int = _int(NO_PRODUCER_EPOCH, PRODUCER_EPOCH_MAX)
+
+
+# Produce
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceEntry(Struct):
+    topic: str = _name()
+    partition: int = _partition()
+    batch: bytes = _blob()
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult(Struct):
+    """Offsets and append time are -1 when `error` is not NONE."""
+
+    topic: str = _name()
+    partition: int = _partition()
+    error: int = _error()
+    base_offset: int = _rule(_OFFSET_OR_NONE)
+    last_offset: int = _rule(_OFFSET_OR_NONE)
+    append_time_ms: int = _int(-1, INT64_MAX)
+    duplicate: bool = _flag()
+    leader: str = _address()
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResponse(Response):
+    results: tuple[ProduceResult, ...] = _many(ProduceResult, _per_request)
+
+
+@dataclass(frozen=True, slots=True)
+class Produce(Request):
+    OP: ClassVar[Op] = Op.PRODUCE
+    RESPONSE: ClassVar[type[Response]] = ProduceResponse
+    timeout_ms: int = _rule(_TIMEOUT)
+    entries: tuple[ProduceEntry, ...] = _many(ProduceEntry, _per_request)
+
+
+# Fetch
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition(Struct):
+    topic: str = _name()
+    partition: int = _partition()
+    offset: int = _rule(_OFFSET)
+    max_bytes: int = _rule(_BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedBatch(Struct):
+    base_offset: int = _rule(_OFFSET)
+    append_time_ms: int = _rule(_TIME_MS)
+    batch: bytes = _blob()
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult(Struct):
+    topic: str = _name()
+    partition: int = _partition()
+    error: int = _error()
+    high_watermark: int = _rule(_OFFSET_OR_NONE)
+    log_start_offset: int = _rule(_OFFSET_OR_NONE)
+    leader: str = _address()
+    batches: tuple[FetchedBatch, ...] = _many(FetchedBatch, _per_frame)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse(Response):
+    results: tuple[FetchResult, ...] = _many(FetchResult, _per_request)
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch(Request):
+    OP: ClassVar[Op] = Op.FETCH
+    RESPONSE: ClassVar[type[Response]] = FetchResponse
+    max_wait_ms: int = _rule(_TIMEOUT)
+    max_bytes: int = _rule(_BYTES)
+    partitions: tuple[FetchPartition, ...] = _many(FetchPartition, _per_request)
+
+
+# ListOffsets
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetQuery(Struct):
+    """`spec` is EARLIEST (-2, the log start offset) or LATEST (-1, the high watermark)."""
+
+    topic: str = _name()
+    partition: int = _partition()
+    spec: int = _int(EARLIEST, LATEST)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetResult(Struct):
+    topic: str = _name()
+    partition: int = _partition()
+    error: int = _error()
+    offset: int = _rule(_OFFSET_OR_NONE)
+    leader: str = _address()
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResponse(Response):
+    results: tuple[OffsetResult, ...] = _many(OffsetResult, _per_request)
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsets(Request):
+    OP: ClassVar[Op] = Op.LIST_OFFSETS
+    RESPONSE: ClassVar[type[Response]] = ListOffsetsResponse
+    partitions: tuple[OffsetQuery, ...] = _many(OffsetQuery, _per_request)
+
+
+# DescribeProducers
+
+
+@dataclass(frozen=True, slots=True)
+class WindowEntry(Struct):
+    """One batch of a producer's window of its last five (producer_state.BatchMetadata)."""
+
+    first_seq: int = _rule(_SEQUENCE)
+    last_seq: int = _rule(_SEQUENCE)
+    base_offset: int = _rule(_OFFSET)
+    last_offset: int = _rule(_OFFSET)
+    timestamp_ms: int = _rule(_TIME_MS)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerDescription(Struct):
+    producer_id: int = _int(0, INT64_MAX)
+    epoch: int = _int(0, PRODUCER_EPOCH_MAX)
+    last_sequence: int = _int(-1, INT32_MAX)
+    last_timestamp_ms: int = _rule(_TIME_MS)
+    window: tuple[WindowEntry, ...] = _many(WindowEntry, _at_most(WINDOW_BATCHES))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProducers(Struct):
+    partition: int = _partition()
+    error: int = _error()
+    leader: str = _address()
+    producers: tuple[ProducerDescription, ...] = _many(
+        ProducerDescription, _at_most(DEFAULT_LIMITS.producers_per_partition_max)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeProducersResponse(Response):
+    results: tuple[PartitionProducers, ...] = _many(PartitionProducers, _per_request)
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeProducers(Request):
+    OP: ClassVar[Op] = Op.DESCRIBE_PRODUCERS
+    RESPONSE: ClassVar[type[Response]] = DescribeProducersResponse
+    topic: str = _name()
+    partitions: tuple[int, ...] = _many(_PARTITION, _per_request)
+
+
+# ClusterStatus
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus(Struct):
+    node_id: int = _rule(_NODE_ID)
+    address: str = _address()
+    reachable: bool = _flag()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus(Struct):
+    """One Raft group as this node sees it (`leader_id` -1 when unknown)."""
+
+    group: str = _name()
+    leader_id: int = _rule(_LEADER_ID)
+    term: int = _int(0, INT64_MAX)
+    commit_index: int = _int(0, INT64_MAX)
+    last_applied: int = _int(0, INT64_MAX)
+    is_leader: bool = _flag()
+    healthy: bool = _flag()
+    detail: str = _rule(_TEXT)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatusResponse(Response):
+    node_id: int = _rule(_NODE_ID)
+    nodes: tuple[NodeStatus, ...] = _many(NodeStatus, _at_most(DEFAULT_LIMITS.brokers_max))
+    groups: tuple[GroupStatus, ...] = _many(GroupStatus, _per_frame)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus(Request):
+    OP: ClassVar[Op] = Op.CLUSTER_STATUS
+    RESPONSE: ClassVar[type[Response]] = ClusterStatusResponse
+
+
+REQUEST_TYPES: tuple[type[Request], ...] = (
+    Metadata,
+    CreateTopic,
+    DeleteTopic,
+    InitProducerId,
+    Produce,
+    Fetch,
+    ListOffsets,
+    DescribeProducers,
+    ClusterStatus,
+)
+
+
+def _request_types_by_op() -> dict[int, type[Request]]:
+    by_op: dict[int, type[Request]] = {int(cls.OP): cls for cls in REQUEST_TYPES}
+    assert sorted(by_op) == sorted(int(op) for op in Op), "one request type per Op"
+    return by_op
+
+
+_BY_OP = _request_types_by_op()
+
+
+# -- Records <-> arrays --------------------------------------------------------------------------
+
+S = TypeVar("S", bound=Struct)
+
+
+_RULES: dict[type[Struct], tuple[tuple[str, Rule], ...]] = {}
+
+
+def field_rules(cls: type[Struct]) -> tuple[tuple[str, Rule], ...]:
+    """The (name, rule) of each field of a record class, in encoding order."""
+    rules = _RULES.get(cls)
+    if rules is None:
+        rules = tuple((f.name, f.metadata["rule"]) for f in fields(cls))  # type: ignore[arg-type]
+        _RULES[cls] = rules
+    return rules
+
+
+def _dump_struct(value: Struct) -> list[object]:
+    return [rule.dump(getattr(value, name)) for name, rule in field_rules(type(value))]
+
+
+def _load_struct(cls: type[S], raw: object, limits: Limits) -> S:
+    rules = field_rules(cls)
+    if type(raw) is not tuple or len(raw) != len(rules):
+        raise _FieldError(f"expected an array of {len(rules)} fields")
+    values = []
+    for (name, rule), value in zip(rules, raw, strict=True):
+        try:
+            values.append(rule.load(value, limits))
+        except _FieldError as exc:
+            raise exc.at(f".{name}") from None
+    return cls(*values)
+
+
+def _load_payload(cls: type[S], raw: object, limits: Limits, correlation_id: int) -> S:
+    try:
+        return _load_struct(cls, raw, limits)
+    except _FieldError as exc:
+        message = f"{cls.__name__}{exc.path}: {exc.reason}"
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, message, correlation_id) from None
+
+
+# -- Frames and bodies ---------------------------------------------------------------------------
+
+
+def _is_correlation_id(value: object) -> bool:
+    return type(value) is int and 0 <= value <= INT32_MAX
+
+
+def _frame(correlation_id: int, second: int, payload: Struct) -> bytes:
+    if not _is_correlation_id(correlation_id):
+        raise ValueError(f"a correlation id is an integer in [0, {INT32_MAX}]")
+    body = pack([PROTOCOL_VERSION, correlation_id, second, _dump_struct(payload)])
+    return LENGTH_PREFIX.pack(len(body)) + body
+
+
+def encode_request(correlation_id: int, request: Request) -> bytes:
+    """The whole frame (length prefix included) of one request."""
+    return _frame(correlation_id, int(request.OP), request)
+
+
+def encode_response(
+    correlation_id: int,
+    answer: Response | ErrorResponse | ErrorInfo,
+    error: ErrorCode = ErrorCode.NONE,
+) -> bytes:
+    """The whole frame of an answer: a Response, an ErrorResponse, or an ErrorInfo with `error`."""
+    code, payload = _error_and_payload(answer, error)
+    return _frame(correlation_id, int(code), payload)
+
+
+def _error_and_payload(
+    answer: Response | ErrorResponse | ErrorInfo, error: ErrorCode
+) -> tuple[ErrorCode, Struct]:
+    if isinstance(answer, ErrorResponse):
+        if error not in (ErrorCode.NONE, answer.error):
+            raise ValueError("an ErrorResponse carries its own error code")
+        return answer.error, answer.info
+    if isinstance(answer, ErrorInfo):
+        if error == ErrorCode.NONE:
+            raise ValueError("an ErrorInfo needs an error code other than NONE")
+        return error, answer
+    if error != ErrorCode.NONE:
+        raise ValueError("an error answer carries an ErrorInfo, not a response")
+    return ErrorCode.NONE, answer
+
+
+def peek_correlation_id(body: bytes) -> int:
+    """The correlation id of a request or response body, reading only its first items."""
+    correlation_id = _peek(body)
+    if correlation_id is None:
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, "no readable correlation id")
+    return correlation_id
+
+
+def _peek(body: bytes) -> int | None:
+    unpacker = msgpack.Unpacker(raw=False, use_list=False, max_buffer_size=max(len(body), 1))
+    try:
+        unpacker.feed(body)
+        if unpacker.read_array_header() < 2:
+            return None
+        unpacker.skip()
+        value = unpacker.unpack()
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+    return value if _is_correlation_id(value) else None
+
+
+def _unpack(body: bytes, limits: Limits) -> object:
+    if len(body) > limits.frame_bytes_max:
+        message = f"a body of {len(body)} bytes exceeds the limit of {limits.frame_bytes_max}"
+        raise ProtocolError(ErrorCode.MESSAGE_TOO_LARGE, message, _peek(body))
+    try:
+        return unpack(body, size_max=limits.frame_bytes_max)
+    except CodecError as exc:
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, str(exc), _peek(body)) from None
+
+
+def _header(raw: object) -> tuple[int, object, object]:
+    """The correlation id, op-or-error and payload of a body, or ProtocolError."""
+    if type(raw) is not tuple or len(raw) < 2 or not _is_correlation_id(raw[1]):
+        message = "a body is [version, correlation_id, ...]"
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, message, None)
+    version, correlation_id = raw[0], raw[1]
+    if type(version) is not int or version != PROTOCOL_VERSION:
+        message = f"unsupported protocol version {version!r}"
+        raise ProtocolError(ErrorCode.UNSUPPORTED_VERSION, message, correlation_id)
+    if len(raw) != 4:
+        message = f"a body of version {PROTOCOL_VERSION} has 4 items, not {len(raw)}"
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, message, correlation_id)
+    return correlation_id, raw[2], raw[3]
+
+
+def decode_request(body: bytes, limits: Limits) -> tuple[int, Request]:
+    """The correlation id and request of a frame body; ProtocolError for anything else."""
+    correlation_id, op, payload = _header(_unpack(body, limits))
+    cls = _BY_OP.get(op) if type(op) is int else None
+    if cls is None:
+        raise ProtocolError(ErrorCode.UNSUPPORTED_VERSION, f"unknown op {op!r}", correlation_id)
+    return correlation_id, _load_payload(cls, payload, limits, correlation_id)
+
+
+def decode_response(
+    body: bytes, request_type: type[Request], limits: Limits = _DEFAULT_LIMITS
+) -> tuple[int, Response | ErrorResponse]:
+    """The correlation id and answer of a frame body sent for a `request_type` request."""
+    correlation_id, error, payload = _header(_unpack(body, limits))
+    code = _ERROR_CODES.get(error) if type(error) is int else None
+    if code is None:
+        message = f"unknown error code {error!r}"
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, message, correlation_id)
+    if code != ErrorCode.NONE:
+        info = _load_payload(ErrorInfo, payload, limits, correlation_id)
+        return correlation_id, ErrorResponse(code, info)
+    return correlation_id, _load_payload(request_type.RESPONSE, payload, limits, correlation_id)
+
+
+async def read_frame(reader: asyncio.StreamReader, frame_bytes_max: int) -> bytes:
+    """The body of the next frame; ProtocolError (body unread) if its length exceeds the limit.
+
+    Raises asyncio.IncompleteReadError at end of stream; the caller applies timeouts.
+    """
+    (length,) = LENGTH_PREFIX.unpack(await reader.readexactly(LENGTH_PREFIX.size))
+    if length > frame_bytes_max:
+        message = f"a frame of {length} bytes exceeds the limit of {frame_bytes_max}"
+        raise ProtocolError(ErrorCode.MESSAGE_TOO_LARGE, message)
+    return await reader.readexactly(length)

@@ -1,0 +1,66 @@
+"""A whole broker process, composed: node, controller duties, peers, server, HTTP endpoint.
+
+`run_node` runs until cancelled, in one TaskGroup (structured concurrency: no task outlives
+the node), and stops the Raft driver and closes every store on the way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from cluster.config import NodeConfig
+from cluster.controller import Controller
+from cluster.handlers import Broker
+from cluster.metrics import HttpEndpoint, Metrics
+from cluster.node import Node
+from cluster.peers import PeerWatcher
+from cluster.replica import Fatal
+from cluster.server import Server
+
+log = logging.getLogger(__name__)
+LEADER_WATCH_INTERVAL_S = 0.5
+
+
+async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None = None) -> None:
+    node = Node(config, fatal)
+    metrics = Metrics()
+    peers = PeerWatcher(config)
+    controller = Controller(node)
+    server = Server(
+        Broker(node, peers, metrics), config.host, config.client_port, config.limits, config.timing
+    )
+    http = HttpEndpoint(metrics, lambda: health_problems(node), config.host, config.http_port)
+    await node.start()
+    metrics.watch_groups(node.group_statuses)
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(server.serve())
+            tasks.create_task(http.serve())
+            tasks.create_task(node.reconcile_forever())
+            tasks.create_task(controller.run())
+            tasks.create_task(peers.run())
+            tasks.create_task(_watch_leaders(node, metrics))
+            await server.listening.wait()
+            log.info("node %d serving clients on %s", config.node_id, config.client_address)
+            if ready is not None:
+                ready.set()
+    finally:
+        await node.stop()
+
+
+def health_problems(node: Node) -> list[str]:
+    problems = [f"{s.name}: {s.detail}" for s in node.group_statuses() if not s.healthy]
+    if node.metadata_leader() is None:
+        problems.append("no metadata leader known")
+    return problems
+
+
+async def _watch_leaders(node: Node, metrics: Metrics) -> None:
+    leaders: dict[str, str | None] = {}
+    while True:
+        for status in node.group_statuses():
+            if leaders.get(status.name, status.leader_address) != status.leader_address:
+                metrics.leader_changes.labels(status.name).inc()
+            leaders[status.name] = status.leader_address
+        await asyncio.sleep(LEADER_WATCH_INTERVAL_S)

@@ -1,0 +1,249 @@
+"""Issue 3's cluster tests: a real 3-node cluster, real processes, SIGKILL, restarts.
+
+Each test creates its own topic on the shared module cluster, so they do not interfere; tests
+that kill nodes restart them and wait until the cluster is whole again before they end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import struct
+
+import pytest
+
+from cli import local_cluster
+from cluster import protocol as p
+from cluster.client import (
+    Admin,
+    ClientError,
+    Cluster,
+    ConsumedRecord,
+    Consumer,
+    Producer,
+    ProducerConfig,
+    RecordMetadata,
+    retrying,
+)
+from statemachine.errors import ErrorCode
+from statemachine.records import Record, RecordBatch
+from tests.cluster.conftest import wait_ready
+
+pytestmark = pytest.mark.asyncio(loop_scope="function")
+
+
+async def consume_all(
+    cluster: Cluster, topic: str, expected: int, timeout_s: float = 60
+) -> list[ConsumedRecord]:
+    consumer = Consumer(cluster)
+    await consumer.assign(topic)
+    records: list[ConsumedRecord] = []
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while len(records) < expected:
+        records.extend(await consumer.poll(200))
+        assert asyncio.get_running_loop().time() < deadline, f"consumed {len(records)}/{expected}"
+    records.extend(await consumer.poll(0))  # anything beyond `expected` is a duplicate
+    return records
+
+
+async def leader_of(cluster: Cluster, topic: str, partition: int) -> int:
+    for _ in range(200):
+        meta = await cluster.refresh([topic])
+        leader = meta.topics[0].partitions[partition].leader_id
+        if leader >= 0:
+            return leader
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no leader for {topic}-{partition}")
+
+
+async def kill_and_restart(
+    three: local_cluster.LocalCluster, node_id: int, pause_s: float = 0.0
+) -> local_cluster.LocalCluster:
+    node = next(n for n in three.nodes if n.node_id == node_id)
+    local_cluster.kill(node.pid, signal.SIGKILL)
+    await asyncio.sleep(pause_s)
+    current = local_cluster.LocalCluster.load(three.data_dir) or three
+    return local_cluster.restart_node(current, node_id)
+
+
+async def test_10000_records_round_trip_complete_and_in_order(client: Cluster) -> None:
+    await Admin(client).create_topic("orders", 3, 3)
+    sent: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+    async with Producer(client) as producer:
+        futures = [
+            await producer.send("orders", f"v{i}".encode(), key=f"k{i % 97}".encode())
+            for i in range(10_000)
+        ]
+        metas: list[RecordMetadata] = list(await asyncio.gather(*futures))
+    for i, meta in enumerate(metas):
+        sent[meta.partition].append(f"v{i}".encode())
+    records = await consume_all(client, "orders", 10_000)
+    assert len(records) == 10_000
+    for partition in range(3):
+        mine = sorted((r for r in records if r.partition == partition), key=lambda r: r.offset)
+        assert [r.offset for r in mine] == list(range(len(mine)))
+        assert [r.value for r in mine] == sent[partition]
+
+
+async def raw_produce(cluster: Cluster, address: str, topic: str, batch: bytes) -> p.ProduceResult:
+    response = await cluster.send(address, p.Produce(5_000, (p.ProduceEntry(topic, 0, batch),)))
+    assert isinstance(response, p.ProduceResponse)
+    return response.results[0]
+
+
+async def produce_until_acked(cluster: Cluster, topic: str, batch: bytes) -> p.ProduceResult:
+    for _ in range(300):
+        leader = await leader_of(cluster, topic, 0)
+        address = next(a for n, a in cluster._brokers.items() if n == leader)
+        try:
+            result = await raw_produce(cluster, address, topic, batch)
+        except ClientError:
+            result = None
+        if result is not None and result.error == ErrorCode.NONE:
+            return result
+        await asyncio.sleep(0.1)
+    raise AssertionError("batch never acknowledged")
+
+
+async def test_leader_kill_during_produce_loses_and_duplicates_nothing(
+    client: Cluster, three_nodes: local_cluster.LocalCluster
+) -> None:
+    await Admin(client).create_topic("failover", 1, 3)
+    init = await client.send_any(p.InitProducerId("", 60_000, -1, -1))
+    assert isinstance(init, p.InitProducerIdResponse)
+    raw = RecordBatch(
+        init.producer_id, 0, 0, tuple(Record(None, f"raw{i}".encode(), 1) for i in range(10))
+    ).encode()
+    original = await produce_until_acked(client, "failover", raw)
+    assert not original.duplicate
+
+    config = ProducerConfig(linger_ms=1, batch_size_bytes=2_000)
+    async with Producer(client, config) as producer:
+        futures = []
+        for i in range(3_000):
+            futures.append(await producer.send("failover", f"p{i}".encode()))
+            if i == 1_000:
+                victim = await leader_of(client, "failover", 0)
+                cluster = await kill_and_restart(three_nodes, victim, pause_s=0.5)
+            if i % 100 == 0:
+                await asyncio.sleep(0.01)
+        acked = await asyncio.gather(*futures)
+    assert len(acked) == 3_000
+
+    retry = await produce_until_acked(client, "failover", raw)  # across the leader change
+    assert retry.duplicate
+    assert (retry.base_offset, retry.last_offset) == (original.base_offset, original.last_offset)
+
+    records = await consume_all(client, "failover", 3_010)
+    values = [r.value for r in records]
+    assert len(values) == len(set(values)) == 3_010
+    assert {f"p{i}".encode() for i in range(3_000)} <= set(values)
+    await wait_ready(cluster)
+
+
+async def test_pids_are_unique_across_brokers_and_a_metadata_leader_kill(
+    client: Cluster, three_nodes: local_cluster.LocalCluster
+) -> None:
+    async def pids_from_every_node(count: int) -> list[int]:
+        found = []
+        for address in three_nodes.bootstrap:
+            for _ in range(count):
+                r = await retrying(
+                    lambda a=address: client.send(a, p.InitProducerId("", 60_000, -1, -1)), 10
+                )
+                assert isinstance(r, p.InitProducerIdResponse)
+                assert r.epoch == 0
+                found.append(r.producer_id)
+        return found
+
+    before = await pids_from_every_node(150)
+    status = await Admin(client).cluster_status()
+    meta_leader = next(g.leader_id for g in status.groups if g.group == "__metadata")
+    cluster = await kill_and_restart(three_nodes, meta_leader, pause_s=1.0)
+    await wait_ready(cluster)
+    after = await pids_from_every_node(150)
+    every = before + after
+    assert len(every) == len(set(every)) == 900
+
+
+async def test_second_transactional_producer_fences_the_first(client: Cluster) -> None:
+    await Admin(client).create_topic("fencing", 1, 3)
+    config = ProducerConfig(transactional_id="settlements", linger_ms=0)
+    async with Producer(client, config) as first:
+        await (await first.send("fencing", b"from-first-0"))
+        async with Producer(client, ProducerConfig(transactional_id="settlements")) as second:
+            assert second.producer_id == first.producer_id
+            assert second.epoch == first.epoch + 1
+            await (await second.send("fencing", b"from-second"))
+            zombie = await first.send("fencing", b"from-first-1")
+            with pytest.raises(ClientError) as fenced:
+                await zombie
+            assert fenced.value.error in (
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                ErrorCode.PRODUCER_FENCED,
+            )
+            with pytest.raises(ClientError):
+                await first.send("fencing", b"from-first-2")
+    values = [r.value for r in await consume_all(client, "fencing", 2)]
+    assert values == [b"from-first-0", b"from-second"]
+
+
+async def test_all_nodes_killed_and_restarted_keep_records_and_producer_state(
+    client: Cluster, three_nodes: local_cluster.LocalCluster
+) -> None:
+    await Admin(client).create_topic("durable", 2, 3)
+    async with Producer(client, ProducerConfig(linger_ms=1)) as producer:
+        futures = [
+            await producer.send("durable", f"d{i}".encode(), partition=i % 2) for i in range(2_000)
+        ]
+        await asyncio.gather(*futures)
+        pid = producer.producer_id
+    describe = await Admin(client).describe_producers("durable")
+    before = {d.partition: d.producers for d in describe}
+    await client.close()
+
+    current = local_cluster.LocalCluster.load(three_nodes.data_dir) or three_nodes
+    for node in current.nodes:
+        local_cluster.kill(node.pid, signal.SIGKILL)
+    for node in current.nodes:
+        current = local_cluster.restart_node(current, node.node_id)
+    await wait_ready(current)
+
+    records = await consume_all(client, "durable", 2_000)
+    assert sorted(r.value or b"" for r in records) == sorted(f"d{i}".encode() for i in range(2_000))
+    after = {d.partition: d.producers for d in await Admin(client).describe_producers("durable")}
+    assert after == before
+    assert all(any(pd.producer_id == pid for pd in after[n]) for n in (0, 1))
+
+
+def raw_frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+async def test_garbage_frames_get_errors_and_never_reach_a_log(
+    client: Cluster, three_nodes: local_cluster.LocalCluster
+) -> None:
+    await Admin(client).create_topic("garbage", 1, 3)
+    node = three_nodes.nodes[0]
+    end_before = await Admin(client).list_offsets("garbage", 0, -1)
+    payloads = [
+        b"\x00\x00\x00\x05hello",  # a frame of non-msgpack bytes
+        raw_frame(b"\x94\x01\x07\x63\x90"),  # unknown op 99 with a correlation id
+        raw_frame(b"\x94\x01\x08\x05\x91\xc4\x03abc"),  # Produce with a wrong payload
+        b"\x7f\xff\xff\xff" + b"x" * 100,  # a length prefix far over the frame limit
+        b"\x00\x00",  # a truncated length prefix, then the connection closes
+    ]
+    for payload in payloads:
+        with socket.create_connection((node.host, node.client_port), timeout=5) as s:
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+            s.settimeout(5)
+            try:
+                while s.recv(65_536):
+                    pass
+            except OSError:
+                pass
+    status = await Admin(client).cluster_status(node.client_address)
+    assert status.node_id == node.node_id
+    assert await Admin(client).list_offsets("garbage", 0, -1) == end_before
