@@ -221,21 +221,40 @@ def _schemas() -> dict[int, tuple[type[Command], tuple[tuple[str, Rule], ...]]]:
 _SCHEMAS = _schemas()
 
 
-def decode_command(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> Command:
-    """Decode one entry; anything but a valid, known command raises CommandDecodeError."""
+def decode_fields(
+    data: bytes, limits: StateLimits = DEFAULT_LIMITS
+) -> tuple[type[Command], tuple[Any, ...]]:
+    """Decode and check one entry without building the command: its class and field values.
+
+    Apply's hot path: it dispatches on the class and skips the frozen dataclass's __init__.
+    """
     try:
         raw = unpack(data, size_max=limits.entry_bytes_max)
     except CodecError as exc:
         raise CommandDecodeError(str(exc)) from exc
     if not isinstance(raw, tuple) or len(raw) < 2:
         raise CommandDecodeError("an entry is [tag, version, *fields]")
-    tag, version, *values = raw
+    tag = raw[0]
     schema = _SCHEMAS.get(tag) if type(tag) is int else None
     if schema is None:
         raise CommandDecodeError(f"unknown command tag {tag!r}")
     cls, rules = schema
+    version = raw[1]
     if version != cls.VERSION:
         raise CommandDecodeError(f"{cls.__name__}: unsupported version {version!r}")
+    values = raw[2:]
     if len(values) != len(rules):
         raise CommandDecodeError(f"{cls.__name__}: expected {len(rules)} fields")
-    return cls(*(rule.check(name, v) for (name, rule), v in zip(rules, values, strict=True)))
+    for (name, rule), value in zip(rules, values, strict=True):
+        if type(rule) is IntRule:  # IntRule.check, inline: no method frame per field
+            if type(value) is not int or not rule.lo <= value <= rule.hi:
+                rule.check(name, value)
+        elif type(value) is not rule.kind:  # type: ignore[union-attr]
+            rule.check(name, value)
+    return cls, values
+
+
+def decode_command(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> Command:
+    """Decode one entry; anything but a valid, known command raises CommandDecodeError."""
+    cls, values = decode_fields(data, limits)
+    return cls(*values)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, fields
 
 KIB = 1024
 MIB = 1024 * KIB
+WINDOW_BATCHES = 5  # batches per producer whose metadata a partition retains for dedup
+SEQUENCE_SPACE = 2**31
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,9 @@ class StateLimits:
             value = getattr(self, f.name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"StateLimits.{f.name} must be a positive integer, not {value!r}")
+        if WINDOW_BATCHES * self.batch_records_max >= SEQUENCE_SPACE:
+            # The producer table's fast path relies on a window never wrapping the sequences.
+            raise ValueError("StateLimits.batch_records_max: 5 batches must not wrap 2^31")
         if self.batch_bytes_max > self.entry_bytes_max - KIB:
             raise ValueError("StateLimits.batch_bytes_max must leave 1 KiB of entry_bytes_max free")
 

@@ -22,14 +22,15 @@ from statemachine.commands import (
     CommandDecodeError,
     ExpireProducers,
     Noop,
-    decode_command,
+    decode_fields,
 )
 from statemachine.errors import ErrorCode, Rejected
 from statemachine.limits import DEFAULT_LIMITS, StateLimits
 from statemachine.producer_state import ProducerTable
-from statemachine.records import BatchFormatError, BatchHeader, read_header
+from statemachine.records import NO_PRODUCER_ID, BatchFormatError, BatchHeader, read_header
 
 SNAPSHOT_VERSION = 1
+_new_result = tuple.__new__  # a NamedTuple's own __new__ is a Python function: skip its frame
 
 
 class Appended(NamedTuple):
@@ -99,10 +100,13 @@ class PartitionStateMachine:
 
     def apply(self, entry: bytes) -> PartitionResult:
         try:
-            command = decode_command(entry, self._limits)
+            cls, values = decode_fields(entry, self._limits)
         except CommandDecodeError:
             return Rejected(ErrorCode.INVALID_REQUEST)
-        match command:
+        if cls is AppendBatch:  # the hot path: no command object
+            now_ms, batch = values
+            return self._append(now_ms, batch)
+        match cls(*values):
             case AppendBatch(now_ms=now_ms, batch=batch):
                 return self._append(now_ms, batch)
             case ExpireProducers(now_ms=now_ms, producer_id_expiration_ms=expiration_ms):
@@ -124,13 +128,16 @@ class PartitionStateMachine:
             header = read_header(batch, self._limits)
         except BatchFormatError:
             return Rejected(ErrorCode.CORRUPT_MESSAGE)
-        self._advance_clock(now_ms)
-        if header.idempotent:
-            verdict = self.producers.check(header)
+        clock_ms = self._clock_ms = max(self._clock_ms, now_ms)
+        if header.producer_id != NO_PRODUCER_ID:
+            base_offset = self._log_end_offset
+            verdict = self.producers.admit(header, base_offset, clock_ms)
+            if verdict is None:
+                self._log_end_offset = end = base_offset + header.record_count
+                return _new_result(Appended, (base_offset, end - 1, clock_ms, batch))
             if isinstance(verdict, ErrorCode):
                 return Rejected(verdict)
-            if verdict is not None:
-                return Duplicate(verdict.base_offset, verdict.last_offset, verdict.timestamp_ms)
+            return Duplicate(verdict.base_offset, verdict.last_offset, verdict.timestamp_ms)
         return self._assign_offsets(header, batch)
 
     def _assign_offsets(self, header: BatchHeader, batch: bytes) -> Appended:

@@ -20,9 +20,8 @@ from typing import NamedTuple
 
 from statemachine.codec import SnapshotError
 from statemachine.errors import ErrorCode
-from statemachine.records import BatchHeader, next_sequence
-
-WINDOW_BATCHES = 5
+from statemachine.limits import WINDOW_BATCHES
+from statemachine.records import SEQUENCE_MODULUS, BatchHeader, next_sequence
 
 
 class BatchMetadata(NamedTuple):
@@ -47,6 +46,8 @@ class ProducerEntry:
     def last_sequence(self) -> int:
         return self.window[-1].last_seq
 
+
+_new_meta = tuple.__new__  # BatchMetadata's own __new__ is a Python function: skip its frame
 
 # What `check` decides: None to accept, the retained batch for a duplicate, or a rejection.
 Verdict = BatchMetadata | ErrorCode | None
@@ -105,6 +106,32 @@ class ProducerTable:
         )
         entry.window.append(meta)
         entry.last_timestamp_ms = timestamp_ms
+
+    def admit(self, batch: BatchHeader, base_offset: int, timestamp_ms: int) -> Verdict:
+        """`check`, then `record` if it accepts: one lookup, one pass over the header.
+
+        The common case first: the next batch of a known producer in its epoch. It cannot also
+        be a retained batch, as a window is a contiguous run of at most WINDOW_BATCHES batches of
+        at most `batch_records_max` records, far short of wrapping the 2^31 sequence space.
+        """
+        producer_id, epoch, first, count = batch[1], batch[2], batch[3], batch[4]
+        last = (first + count - 1) % SEQUENCE_MODULUS
+        entry = self._entries.get(producer_id)
+        if entry is not None and epoch == entry.epoch:
+            window = entry.window
+            if first == (window[-1].last_seq + 1) % SEQUENCE_MODULUS:
+                window.append(
+                    _new_meta(
+                        BatchMetadata,
+                        (first, last, base_offset, base_offset + count - 1, timestamp_ms),
+                    )
+                )
+                entry.last_timestamp_ms = timestamp_ms
+                return None
+        verdict = self.check(batch)
+        if verdict is None:
+            self.record(batch, base_offset, timestamp_ms)
+        return verdict
 
     def _idle(self, now_ms: int, expiration_ms: int) -> Iterator[int]:
         for pid, entry in self._entries.items():
