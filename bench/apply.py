@@ -42,8 +42,8 @@ from typing import Any
 import msgpack
 
 from statemachine.commands import AppendBatch
+from statemachine.limits import WINDOW_BATCHES
 from statemachine.partition import Appended, Duplicate, PartitionStateMachine
-from statemachine.producer_state import WINDOW_BATCHES
 from statemachine.records import Record, RecordBatch
 
 PRODUCERS = 100

@@ -140,8 +140,9 @@ class Connection:
             return
         self.closed = True
         self._reading.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._reading
+        # asyncio.wait, not `await task`: the reader's CancelledError must not be mistaken for
+        # (or swallow) a cancellation of whoever is closing the connection.
+        await asyncio.wait({self._reading}, timeout=1.0)
         self._writer.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._writer.wait_closed(), 1.0)
@@ -446,13 +447,23 @@ class Producer:
             await self.new_session()
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        with contextlib.suppress(ClientError):
-            await self.flush()
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        """Flush and stop; after an error in the block, stop without waiting for deliveries."""
+        assert self._tasks is not None
+        if exc is None:
+            with contextlib.suppress(ClientError):
+                await self.flush()
+        else:
+            self._abandon(ClientError(ErrorCode.UNKNOWN_SERVER_ERROR, "producer closed"))
         for sender in self._senders.values():
             sender.stop()
-        assert self._tasks is not None
-        await self._tasks.__aexit__(None, None, None)
+        await self._tasks.__aexit__(exc_type, exc, tb)  # type: ignore[arg-type]
+
+    def _abandon(self, error: ClientError) -> None:
+        for sender in self._senders.values():
+            sender.fail_all(error)
 
     async def new_session(self, expected: tuple[int, int] | None = None) -> None:
         """InitProducerId: a fresh producer id, or an epoch bump for a transactional id."""
@@ -540,12 +551,14 @@ class _PartitionSender:
         self.first_added_at = 0.0
 
     def add(self, pending: _Pending) -> None:
-        if not self.accumulating:
+        first = not self.accumulating
+        if first:
             self.first_added_at = time.monotonic()
         self.accumulating.append(pending)
         self.accumulated_bytes += len(pending.record.value or b"") + len(pending.record.key or b"")
         self.idle.clear()
-        if self.accumulated_bytes >= self.producer.config.batch_size_bytes:
+        # Wake the sender when a linger starts (it may be idle) and when a batch is full.
+        if first or self.accumulated_bytes >= self.producer.config.batch_size_bytes:
             self.wakeup.set()
 
     def stop(self) -> None:
@@ -566,9 +579,9 @@ class _PartitionSender:
     async def run(self) -> None:
         while True:
             if not self.accumulating and not self.unacked:
+                self.idle.set()
                 if self.stopping:
                     return
-                self.idle.set()
                 self.wakeup.clear()
                 await self.wakeup.wait()
                 continue
@@ -715,17 +728,19 @@ class _PartitionSender:
 
     def _fail_producer(self, error: ClientError) -> None:
         self.producer.fatal = error
-        for sender in self.producer._senders.values():
-            while sender.unacked:
-                batch = sender.unacked.popleft()
-                for pending in batch.pending:
-                    if not pending.future.done():
-                        pending.future.set_exception(error)
-            for pending in sender.accumulating:
-                if not pending.future.done():
-                    pending.future.set_exception(error)
-            sender.accumulating = []
-            sender.stop()
+        self.producer._abandon(error)
+
+    def fail_all(self, error: ClientError) -> None:
+        """Fail every record not yet acknowledged, and stop."""
+        pending = [p for b in self.unacked for p in b.pending] + self.accumulating
+        for item in pending:
+            if not item.future.done():
+                item.future.set_exception(error)
+        self.producer._released(len(pending))
+        self.unacked.clear()
+        self.accumulating = []
+        self.idle.set()
+        self.stop()
 
 
 # -- Consumer --------------------------------------------------------------------------------------

@@ -42,8 +42,7 @@ from cluster.config import Limits
 from statemachine.codec import CodecError, pack, unpack
 from statemachine.commands import INT32_MAX
 from statemachine.errors import ErrorCode
-from statemachine.limits import DEFAULT_LIMITS
-from statemachine.producer_state import WINDOW_BATCHES
+from statemachine.limits import DEFAULT_LIMITS, WINDOW_BATCHES
 from statemachine.records import INT64_MAX, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PRODUCER_EPOCH_MAX
 
 PROTOCOL_VERSION = 1

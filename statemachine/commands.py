@@ -240,7 +240,7 @@ def decode_fields(
         raise CommandDecodeError(f"unknown command tag {tag!r}")
     cls, rules = schema
     version = raw[1]
-    if version != cls.VERSION:
+    if type(version) is not int or version != cls.VERSION:
         raise CommandDecodeError(f"{cls.__name__}: unsupported version {version!r}")
     values = raw[2:]
     if len(values) != len(rules):

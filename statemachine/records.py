@@ -104,9 +104,19 @@ class RecordBatch:
         """The batch's bytes, CRC included; raises BatchFormatError for an invalid batch."""
         if not self.records:
             raise BatchFormatError("a batch holds at least one record")
-        body = pack(
-            [[r.timestamp_ms, r.key, r.value, [list(h) for h in r.headers]] for r in self.records]
-        )
+        for r in self.records:  # refuse here what verify_batch would refuse at the leader
+            _record((r.timestamp_ms, r.key, r.value, r.headers), DEFAULT_LIMITS)
+        try:
+            body = pack(
+                [
+                    [r.timestamp_ms, r.key, r.value, [list(h) for h in r.headers]]
+                    for r in self.records
+                ]
+            )
+        except CodecError as exc:  # e.g. a header name that is not valid UTF-8
+            raise BatchFormatError(str(exc)) from exc
+        if len(body) + HEADER_BYTES > DEFAULT_LIMITS.batch_bytes_max:
+            raise BatchFormatError(f"batch exceeds {DEFAULT_LIMITS.batch_bytes_max} bytes")
         head = _HEADER.pack(
             BATCH_MAGIC,
             0,
