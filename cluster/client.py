@@ -166,18 +166,24 @@ class Cluster:
         self.bootstrap = list(bootstrap)
         self.request_timeout_s = request_timeout_s
         self._connections: dict[str, Connection] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
         self._brokers: dict[int, str] = {}
         self._partitions: dict[str, tuple[PartitionInfo, ...]] = {}
 
     async def connection(self, address: str) -> Connection:
+        """The one connection to `address`: requests on it keep their order at the broker."""
         conn = self._connections.get(address)
-        if conn is None or conn.closed:
-            try:
-                conn = await Connection.open(address, self.request_timeout_s)
-            except (OSError, TimeoutError) as exc:
-                raise ClientError(ErrorCode.NETWORK_EXCEPTION, f"{address}: {exc!r}") from exc
-            self._connections[address] = conn
-        return conn
+        if conn is not None and not conn.closed:
+            return conn
+        async with self._opening.setdefault(address, asyncio.Lock()):
+            conn = self._connections.get(address)
+            if conn is None or conn.closed:
+                try:
+                    conn = await Connection.open(address, self.request_timeout_s)
+                except (OSError, TimeoutError) as exc:
+                    raise ClientError(ErrorCode.NETWORK_EXCEPTION, f"{address}: {exc!r}") from exc
+                self._connections[address] = conn
+            return conn
 
     async def send(
         self, address: str, request: p.Request, timeout_s: float | None = None
@@ -633,7 +639,9 @@ class _PartitionSender:
             batch.retry = batch.out_of_order = False
             batch.failed = None
         await asyncio.gather(*(self._send(batch) for batch in window))
-        await self._settle()
+        # OUT_OF_ORDER is only final for the batch that was the first unacknowledged one when
+        # the window went out; for a later one its predecessor was still in flight: retry it.
+        await self._settle(session_lost=window[0].out_of_order)
 
     async def _send(self, batch: _Batch) -> None:
         config = self.producer.config
@@ -681,7 +689,7 @@ class _PartitionSender:
                     )
                 )
 
-    async def _settle(self) -> None:
+    async def _settle(self, *, session_lost: bool) -> None:
         """After a window: release acked batches; decide retries, renumbering, new sessions."""
         producer = self.producer
         while self.unacked and self.unacked[0].done:
@@ -694,7 +702,7 @@ class _PartitionSender:
         elif first.failed is not None:
             self._fail_batch(self.unacked.popleft(), first.failed)
             self._renumber(first.base_sequence)
-        elif first.out_of_order:
+        elif session_lost:
             await self._restart_session()
         else:
             producer.stats["retries"] += 1

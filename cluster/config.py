@@ -60,6 +60,7 @@ class Timing:
     connection_timeout_ms: int = 2_500
     connection_retry_ms: int = 300
     expiry_tick_interval_ms: int = 1_000
+    retention_check_interval_ms: int = 30_000
     request_timeout_ms: int = 10_000
     client_idle_timeout_ms: int = 300_000
     producer_id_expiration_ms: int = 86_400_000

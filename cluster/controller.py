@@ -4,6 +4,9 @@
   `RegisterBroker` (forwarded to the metadata leader by any node).
 - PID blocks: keep the `PidBlockLease` stocked; ask for the next block at 90% use, or at once
   when InitProducerId found the lease empty.
+- Retention: the leader of each group whose topic sets `retention_ms` or `retention_bytes`
+  proposes `AdvanceLogStart` once whole sealed segments are out of retention; every replica
+  then deletes its segments below that offset in apply.
 - Expiry: time enters the log only through leaders. The leader of each group this node leads
   proposes an expiry entry stamped with its clock, and only when something would expire, so an
   idle cluster writes nothing. Every replica then expires the same producers at the same index.
@@ -18,6 +21,7 @@ import logging
 from cluster.node import Node, PartitionHandle, now_ms
 from cluster.raft import ProposalError
 from statemachine.commands import (
+    AdvanceLogStart,
     AllocatePidBlock,
     ExpireProducers,
     ExpireTransactionalIds,
@@ -39,6 +43,7 @@ class Controller:
             tasks.create_task(self._register())
             tasks.create_task(self._keep_pid_blocks())
             tasks.create_task(self._expire())
+            tasks.create_task(self._retain())
 
     @property
     def _timeout_s(self) -> float:
@@ -93,6 +98,26 @@ class Controller:
             await self._expire_transactional_ids()
             for handle in list(self.node.partitions.values()):
                 await self._expire_producers(handle)
+
+    async def _retain(self) -> None:
+        interval_s = self.node.config.timing.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            for handle in list(self.node.partitions.values()):
+                await self._retain_partition(handle)
+
+    async def _retain_partition(self, handle: PartitionHandle) -> None:
+        topic = handle.topic
+        if not handle.group.serving or (topic.retention_ms < 0 and topic.retention_bytes < 0):
+            return
+        replica = handle.replica
+        cutoff = replica.store.segments_for_retention(
+            now_ms(), topic.retention_ms, topic.retention_bytes
+        )
+        if cutoff is not None and cutoff > replica.log_start_offset:
+            command = AdvanceLogStart(min(cutoff, replica.high_watermark)).encode()
+            with contextlib.suppress(ProposalError):
+                await handle.group.propose(command, self._timeout_s)
 
     async def _expire_producers(self, handle: PartitionHandle) -> None:
         if not handle.group.serving:

@@ -181,6 +181,13 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         if before is not None and next_index.get(node, before) < before:
             next_index[node] = before
 
+    def follower_match_indexes(self) -> dict[str, int]:
+        """On a leader: each follower's replicated index, by Raft address (a copy)."""
+        if not self._isLeader():
+            return {}
+        match: dict[Any, int] = self._SyncObj__raftMatchIndex
+        return {str(node.address): index for node, index in list(match.items())}
+
     @property
     def noop_index(self) -> int | None:
         index: int | None = self._SyncObj__noopIDx
@@ -347,6 +354,7 @@ class RaftGroup:
         self._pending = 0
         self._stall_since: float | None = None
         self._last_applied_seen = 0
+        self._follower_seen: dict[str, tuple[int, float]] = {}
 
     @property
     def name(self) -> str:
@@ -425,7 +433,26 @@ class RaftGroup:
             return False, f"{self._sync.raftbroker_tick_errors} failed ticks"
         if self._stall_since is not None and now - self._stall_since > STALL_REPORT_S:
             return False, f"applied index stuck at {applied} below commit {commit}"
+        lagging = self._lagging_followers(commit, now)
+        if lagging:
+            return False, f"followers not replicating: {', '.join(lagging)}"
         return True, ""
+
+    def _lagging_followers(self, commit: int, now: float) -> list[str]:
+        """Followers whose replicated index has trailed the commit index, unmoving, too long.
+
+        A follower that stopped applying (or fails every tick) keeps acknowledging nothing; only
+        the leader can see that, so the leader reports its group unhealthy.
+        """
+        lagging = []
+        for address, match in self._sync.follower_match_indexes().items():
+            seen_match, since = self._follower_seen.get(address, (match, now))
+            if match >= commit or match != seen_match:
+                since = now
+            self._follower_seen[address] = (match, since)
+            if now - since > STALL_REPORT_S:
+                lagging.append(f"{address} at {match}")
+        return lagging
 
 
 def _settle(future: asyncio.Future[object], result: object, error: int) -> None:

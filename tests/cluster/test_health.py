@@ -1,0 +1,76 @@
+"""A replica that stops replicating is visible, not silent: ClusterStatus, /healthz, /metrics.
+
+A follower is paused with SIGSTOP while records are produced: the leader sees its replicated
+index stand still below the commit index and reports the group unhealthy (and /healthz 503);
+after SIGCONT it catches up and everything is healthy again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import urllib.request
+
+import pytest
+
+from cli import local_cluster
+from cluster.client import Admin, Cluster, Producer
+
+pytestmark = pytest.mark.asyncio(loop_scope="function")
+
+
+def http_get(host: str, port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+async def group_health(client: Cluster, address: str, group: str) -> tuple[bool, str]:
+    status = await Admin(client).cluster_status(address)
+    found = next(g for g in status.groups if g.group == group)
+    return found.healthy, found.detail
+
+
+async def poll_health(
+    client: Cluster, address: str, group: str, want: bool, timeout_s: float = 20
+) -> str:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        healthy, detail = await group_health(client, address, group)
+        if healthy == want:
+            return detail
+        assert asyncio.get_running_loop().time() < deadline, f"{group} healthy={healthy}"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_paused_follower_makes_the_leader_report_unhealthy(
+    client: Cluster, three_nodes: local_cluster.LocalCluster
+) -> None:
+    await Admin(client).create_topic("watched", 1, 3)
+    meta = await client.refresh(["watched"])
+    partition = meta.topics[0].partitions[0]
+    leader = next(n for n in three_nodes.nodes if n.node_id == partition.leader_id)
+    follower = next(n for n in three_nodes.nodes if n.node_id != leader.node_id)
+    assert http_get(leader.host, leader.http_port, "/healthz")[0] == 200
+
+    local_cluster.kill(follower.pid, signal.SIGSTOP)
+    try:
+        async with Producer(client) as producer:
+            await asyncio.gather(*[await producer.send("watched", b"x") for _ in range(50)])
+        detail = await poll_health(client, leader.client_address, "watched-0", want=False)
+        assert "followers not replicating" in detail
+        code, body = http_get(leader.host, leader.http_port, "/healthz")
+        assert code == 503
+        assert "watched-0" in body
+    finally:
+        local_cluster.kill(follower.pid, signal.SIGCONT)
+    await poll_health(client, leader.client_address, "watched-0", want=True)
+
+    code, metrics = http_get(leader.host, leader.http_port, "/metrics")
+    assert code == 200
+    assert 'raftbroker_raft_is_leader{group="watched-0"} 1.0' in metrics
+    assert 'raftbroker_requests_total{error="NONE",op="Produce"}' in metrics
+    assert "raftbroker_produced_records_total 50.0" in metrics
+    assert http_get(leader.host, leader.http_port, "/nope")[0] == 404

@@ -1,0 +1,104 @@
+"""Duties that run on timers, on a cluster configured with short intervals and small segments.
+
+- Transactional-id expiry (2 s): the leader stamps `ExpireTransactionalIds` entries; every
+  replica removes the idle id at the same index, and InitProducerId then allocates a new PID.
+- Retention by bytes: the leader proposes `AdvanceLogStart` when whole segments are out of
+  retention; the log start moves on every replica and old offsets are no longer served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli import local_cluster
+from cluster import protocol as p
+from cluster.client import Admin, ClientError, Cluster, Consumer, Producer, ProducerConfig
+from statemachine.errors import ErrorCode
+from tests.cluster.conftest import wait_ready
+
+pytestmark = pytest.mark.asyncio(loop_scope="function")
+FAST_DUTIES = (
+    "[timing]\ntransactional_id_expiration_ms = 2000\nexpiry_tick_interval_ms = 200\n"
+    "retention_check_interval_ms = 200\n[limits]\nsegment_bytes_max = 65536\n"
+)
+
+
+@pytest.fixture(scope="module")
+def expiring_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[local_cluster.LocalCluster]:
+    data_dir: Path = tmp_path_factory.mktemp("expiry")
+    cluster = local_cluster.up(data_dir, 3, extra_toml=FAST_DUTIES)
+    try:
+        asyncio.run(wait_ready(cluster))
+        yield cluster
+    finally:
+        local_cluster.down(local_cluster.LocalCluster.load(data_dir) or cluster)
+
+
+async def replicas_converge(
+    client: Cluster, addresses: list[str], group: str = "__metadata", timeout_s: float = 10
+) -> None:
+    """Every replica of `group` reaches the same applied index (so the same state)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        statuses = [await Admin(client).cluster_status(a) for a in addresses]
+        applied = {next(g.last_applied for g in s.groups if g.group == group) for s in statuses}
+        if len(applied) == 1:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"replicas at {applied}"
+        await asyncio.sleep(0.05)
+
+
+async def test_idle_transactional_id_expires_on_every_replica(
+    expiring_cluster: local_cluster.LocalCluster,
+) -> None:
+    client = Cluster(expiring_cluster.bootstrap)
+    try:
+        first = await client.send_any(p.InitProducerId("nightly-job", 60_000, -1, -1))
+        assert isinstance(first, p.InitProducerIdResponse)
+        again = await client.send_any(p.InitProducerId("nightly-job", 60_000, -1, -1))
+        assert isinstance(again, p.InitProducerIdResponse)
+        assert (again.producer_id, again.epoch) == (first.producer_id, 1)  # not expired yet
+
+        # Time passing is what is under test (any call for the id would refresh it): wait out
+        # the 2 s interval with room for the 200 ms expiry ticks.
+        await asyncio.sleep(3.0)
+        fresh = await client.send_any(p.InitProducerId("nightly-job", 60_000, -1, -1))
+        assert isinstance(fresh, p.InitProducerIdResponse)
+        assert fresh.producer_id != first.producer_id
+        assert fresh.epoch == 0
+        await replicas_converge(client, expiring_cluster.bootstrap)
+    finally:
+        await client.close()
+
+
+async def test_retention_by_bytes_moves_the_log_start_on_every_replica(
+    expiring_cluster: local_cluster.LocalCluster,
+) -> None:
+    client = Cluster(expiring_cluster.bootstrap)
+    try:
+        await Admin(client).create_topic("short-lived", 1, 3, retention_bytes=150_000)
+        async with Producer(client, ProducerConfig(batch_size_bytes=8_000)) as producer:
+            futures = [await producer.send("short-lived", bytes(100)) for _ in range(5_000)]
+            await asyncio.gather(*futures)
+        deadline = asyncio.get_running_loop().time() + 20
+        while (start := await Admin(client).list_offsets("short-lived", 0, -2)) == 0:
+            assert asyncio.get_running_loop().time() < deadline, "log start never moved"
+            await asyncio.sleep(0.1)
+        assert 0 < start < 5_000
+        consumer = Consumer(client)
+        await consumer.seek("short-lived", 0, 0)
+        with pytest.raises(ClientError) as gone:
+            await consumer.poll(0)
+        assert gone.value.error == ErrorCode.OFFSET_OUT_OF_RANGE
+        await consumer.seek("short-lived", 0, Consumer.EARLIEST)
+        first = await consumer.poll(0)
+        assert first[0].offset >= start
+        await replicas_converge(client, expiring_cluster.bootstrap, "short-lived-0")
+    finally:
+        await client.close()
