@@ -1,0 +1,159 @@
+"""A small synchronous wrapper around the async client, for scripts and the CLI.
+
+`SyncClient` runs one event loop on a background thread and forwards calls to the async
+`Cluster`, `Admin`, `Producer` and `Consumer`; every call takes a timeout. `SyncProducer.send`
+returns a `concurrent.futures.Future` with the record's offset, so a script can pipeline sends
+and still wait for each acknowledgement.
+
+    with SyncClient(["127.0.0.2:9092"]) as client:
+        client.create_topic("orders", partitions=3, replication_factor=3)
+        with client.producer() as producer:
+            futures = [producer.send("orders", b"hello", key=b"k") for _ in range(100)]
+            offsets = [f.result().offset for f in futures]
+        records = client.consume("orders", max_records=100)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine, Iterable, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from cluster import protocol as p
+from cluster.client import (
+    Admin,
+    Cluster,
+    ConsumedRecord,
+    Consumer,
+    Producer,
+    ProducerConfig,
+    RecordMetadata,
+)
+
+T = TypeVar("T")
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class SyncClient:
+    def __init__(self, bootstrap: Sequence[str], *, request_timeout_s: float = 10.0) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="raftbroker-client", daemon=True
+        )
+        self._thread.start()
+        self.cluster = Cluster(bootstrap, request_timeout_s=request_timeout_s)
+        self.admin = Admin(self.cluster)
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout_s: float = DEFAULT_TIMEOUT_S) -> T:
+        """Run a coroutine on the client's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, **options: int
+    ) -> int:
+        return self.call(self.admin.create_topic(name, partitions, replication_factor, **options))
+
+    def delete_topic(self, name: str) -> None:
+        self.call(self.admin.delete_topic(name))
+
+    def describe_topics(self, names: Iterable[str] = ()) -> p.MetadataResponse:
+        return self.call(self.admin.describe_topics(list(names)))
+
+    def describe_producers(
+        self, topic: str, partitions: Iterable[int] | None = None
+    ) -> list[p.PartitionProducers]:
+        return self.call(self.admin.describe_producers(topic, partitions))
+
+    def cluster_status(self, address: str | None = None) -> p.ClusterStatusResponse:
+        return self.call(self.admin.cluster_status(address))
+
+    def producer(self, config: ProducerConfig | None = None) -> SyncProducer:
+        return SyncProducer(self, Producer(self.cluster, config))
+
+    def consume(
+        self,
+        topic: str,
+        *,
+        partitions: Iterable[int] | None = None,
+        start: int = Consumer.EARLIEST,
+        max_records: int | None = None,
+        idle_timeout_s: float = 1.0,
+    ) -> list[ConsumedRecord]:
+        """Read from `start` until `max_records`, or until nothing arrives for idle_timeout_s."""
+        return self.call(self._consume(topic, partitions, start, max_records, idle_timeout_s))
+
+    async def _consume(
+        self,
+        topic: str,
+        partitions: Iterable[int] | None,
+        start: int,
+        max_records: int | None,
+        idle_timeout_s: float,
+    ) -> list[ConsumedRecord]:
+        consumer = Consumer(self.cluster)
+        await consumer.assign(topic, partitions, start)
+        records: list[ConsumedRecord] = []
+        wait_ms = int(idle_timeout_s * 1000)
+        while max_records is None or len(records) < max_records:
+            batch = await consumer.poll(wait_ms)
+            if not batch:
+                break
+            records.extend(batch)
+        return records if max_records is None else records[:max_records]
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self.call(self.cluster.close(), 10.0)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10.0)
+        self._loop.close()
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncProducer:
+    """An idempotent producer driven from a synchronous thread."""
+
+    def __init__(self, client: SyncClient, producer: Producer) -> None:
+        self._client = client
+        self._producer = producer
+
+    def __enter__(self) -> SyncProducer:
+        self._client.call(self._producer.__aenter__())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._client.call(self._producer.__aexit__(exc_type, exc, tb))
+
+    def send(
+        self, topic: str, value: bytes | None, key: bytes | None = None, **options: Any
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        """Queue a record (in call order); the future resolves when it is acknowledged."""
+        queued = self._client.call(self._producer.send(topic, value, key, **options))
+        acknowledged: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+
+        def copy(done: asyncio.Future[RecordMetadata]) -> None:  # on the client's loop
+            if done.cancelled():
+                acknowledged.cancel()
+            elif (error := done.exception()) is not None:
+                acknowledged.set_exception(error)
+            else:
+                acknowledged.set_result(done.result())
+
+        self._client._loop.call_soon_threadsafe(queued.add_done_callback, copy)
+        return acknowledged
+
+    def flush(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self._client.call(self._producer.flush(), timeout_s)
