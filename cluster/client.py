@@ -832,6 +832,7 @@ class Consumer:
                 )
                 for t, n in keys
             ),
+            False,
         )
         try:
             response = await self.cluster.send(address, request, wait_ms / 1000 + 10)

@@ -41,6 +41,8 @@ class Limits:
     pending_proposals_max: int = 10_000
     partitions_per_request_max: int = 1_024
     segment_bytes_max: int = 64 * MIB
+    # Raft entries a group keeps before compacting its log (pysyncobj holds them in memory).
+    raft_log_entries_max: int = 2_000
     index_interval_bytes: int = 4 * KIB
 
     def __post_init__(self) -> None:

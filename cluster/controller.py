@@ -7,6 +7,9 @@
 - Retention: the leader of each group whose topic sets `retention_ms` or `retention_bytes`
   proposes `AdvanceLogStart` once whole sealed segments are out of retention; every replica
   then deletes its segments below that offset in apply.
+- Restoration: a replica that installed a snapshot past its local log (see replica.py) fetches
+  the records it missed from a peer replica, verifies each batch's CRC, and splices them in
+  front of its log on the driver thread.
 - Expiry: time enters the log only through leaders. The leader of each group this node leads
   proposes an expiry entry stamped with its clock, and only when something would expire, so an
   idle cluster writes nothing. Every replica then expires the same producers at the same index.
@@ -18,8 +21,11 @@ import asyncio
 import contextlib
 import logging
 
+from cluster import protocol as p
+from cluster.client import ClientError, Cluster
 from cluster.node import Node, PartitionHandle, now_ms
 from cluster.raft import ProposalError
+from cluster.storage import StorageError
 from statemachine.commands import (
     AdvanceLogStart,
     AllocatePidBlock,
@@ -27,16 +33,21 @@ from statemachine.commands import (
     ExpireTransactionalIds,
     RegisterBroker,
 )
+from statemachine.errors import ErrorCode
 from statemachine.pid_allocator import PidBlock
+from statemachine.records import BatchFormatError, verify_batch
 
 log = logging.getLogger(__name__)
 DUTY_INTERVAL_S = 0.5
+RESTORE_BYTES = 4 << 20
 
 
 class Controller:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.registered = asyncio.Event()
+        others = [p.client_address for p in node.config.peers if p.node_id != node.config.node_id]
+        self.peers = Cluster(others or [node.config.client_address], request_timeout_s=5.0)
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tasks:
@@ -44,6 +55,7 @@ class Controller:
             tasks.create_task(self._keep_pid_blocks())
             tasks.create_task(self._expire())
             tasks.create_task(self._retain())
+            tasks.create_task(self._restore())
 
     @property
     def _timeout_s(self) -> float:
@@ -118,6 +130,59 @@ class Controller:
             command = AdvanceLogStart(min(cutoff, replica.high_watermark)).encode()
             with contextlib.suppress(ProposalError):
                 await handle.group.propose(command, self._timeout_s)
+
+    async def _restore(self) -> None:
+        try:
+            while True:
+                await asyncio.sleep(DUTY_INTERVAL_S)
+                for handle in list(self.node.partitions.values()):
+                    if handle.replica.restoring:
+                        await self._backfill(handle)
+        finally:
+            await self.peers.close()
+
+    async def _backfill(self, handle: PartitionHandle) -> None:
+        replica = handle.replica
+        side = self.node.open_store(replica.backfill_dir)
+        adopted = False
+        try:
+            wanted, end = replica.log_start_offset, replica.store.log_start_offset
+            if side.log_start_offset > wanted or side.next_offset < wanted:
+                side.reset(wanted)
+            log.info("%s-%d: restoring offsets %d..%d from peers", *handle.key, wanted, end)
+            while side.next_offset < end:
+                if self.node.partitions.get(handle.key) is not handle:
+                    return  # the partition was stopped meanwhile
+                for batch in await self._fetch_missed(handle, side.next_offset):
+                    if side.next_offset <= batch.base_offset < end:
+                        count = verify_batch(batch.batch).record_count
+                        side.append(batch.base_offset, count, batch.append_time_ms, batch.batch)
+            await handle.group.read(lambda: replica.adopt_backfill(side))
+            adopted = True
+            log.info("%s-%d: restored offsets %d..%d", *handle.key, wanted, end)
+        except (ClientError, StorageError, BatchFormatError) as exc:
+            log.warning("%s-%d: restoration interrupted: %r", *handle.key, exc)
+        finally:
+            if not adopted:
+                side.close()
+
+    async def _fetch_missed(self, handle: PartitionHandle, offset: int) -> list[p.FetchedBatch]:
+        """Batches from `offset` on, from the first peer replica that has them."""
+        me = self.node.config.node_id
+        topic, partition = handle.key
+        want = p.FetchPartition(topic, partition, offset, RESTORE_BYTES)
+        request = p.Fetch(0, RESTORE_BYTES, (want,), True)
+        for peer in handle.peers_by_raft_address.values():
+            if peer.node_id == me:
+                continue
+            with contextlib.suppress(ClientError):
+                response = await self.peers.send(peer.client_address, request)
+                assert isinstance(response, p.FetchResponse)
+                result = response.results[0]
+                if result.error == ErrorCode.NONE and result.batches:
+                    return list(result.batches)
+        await asyncio.sleep(DUTY_INTERVAL_S)  # nobody has them right now: try again shortly
+        return []
 
     async def _expire_producers(self, handle: PartitionHandle) -> None:
         if not handle.group.serving:

@@ -19,6 +19,7 @@ from cluster.node import Node, PartitionHandle, now_ms
 from cluster.peers import PeerWatcher
 from cluster.raft import ProposalError
 from cluster.server import HandlerError
+from cluster.storage import StorageError
 from statemachine.commands import (
     AppendBatch,
     CreateTopic,
@@ -159,12 +160,21 @@ class Broker:
     async def fetch(self, request: p.Fetch) -> p.FetchResponse:
         max_wait_s = min(request.max_wait_ms, self.node.config.timing.request_timeout_ms) / 1000
         deadline = time.monotonic() + max_wait_s
-        budget = min(request.max_bytes, self.node.config.limits.fetch_bytes_max)
-        results = [self._fetch_one(fp, budget) for fp in request.partitions]
+        results = self._fetch_all(request)
         if max_wait_s > 0 and not any(r.batches or r.error for r in results):
             await self._wait_for_any(request.partitions, deadline)
-            results = [self._fetch_one(fp, budget) for fp in request.partitions]
+            results = self._fetch_all(request)
         return p.FetchResponse(tuple(results))
+
+    def _fetch_all(self, request: p.Fetch) -> list[p.FetchResult]:
+        """Each partition's batches, within one byte budget for the whole response."""
+        budget = min(request.max_bytes, self.node.config.limits.fetch_bytes_max)
+        results = []
+        for fp in request.partitions:
+            result = self._fetch_one(fp, max(1, min(fp.max_bytes, budget)), request.replica_read)
+            budget -= sum(len(b.batch) for b in result.batches)
+            results.append(result)
+        return results
 
     async def _wait_for_any(
         self, partitions: tuple[p.FetchPartition, ...], deadline: float
@@ -185,26 +195,40 @@ class Broker:
                 w.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
 
-    def _fetch_one(self, fp: p.FetchPartition, budget: int) -> p.FetchResult:
-        handle = self._leading(fp.topic, fp.partition)
-        if isinstance(handle, ErrorCode):
+    def _fetch_one(self, fp: p.FetchPartition, max_bytes: int, replica_read: bool) -> p.FetchResult:
+        handle = (
+            self.node.partitions.get((fp.topic, fp.partition))
+            if replica_read
+            else self._leading(fp.topic, fp.partition)
+        )
+        if not isinstance(handle, PartitionHandle):
             hint = self._leader_hint(fp.topic, fp.partition)
-            return p.FetchResult(fp.topic, fp.partition, handle, -1, -1, hint, ())
+            error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return p.FetchResult(fp.topic, fp.partition, error, -1, -1, hint, ())
         replica = handle.replica
         high, start = replica.high_watermark, replica.log_start_offset
+
+        def answer(error: ErrorCode, batches: tuple[p.FetchedBatch, ...] = ()) -> p.FetchResult:
+            return p.FetchResult(fp.topic, fp.partition, error, high, start, "", batches)
+
         if not start <= fp.offset <= high:
-            return p.FetchResult(
-                fp.topic, fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, high, start, "", ()
-            )
-        stored = (
-            replica.store.read(fp.offset, min(fp.max_bytes, budget)) if fp.offset < high else []
+            return answer(ErrorCode.OFFSET_OUT_OF_RANGE)
+        if fp.offset < replica.store.log_start_offset:
+            # This replica is restoring records it missed; they exist on the others. Retriable.
+            return answer(ErrorCode.LEADER_NOT_AVAILABLE)
+        try:
+            stored = replica.store.read(fp.offset, max_bytes) if fp.offset < high else []
+        except StorageError:  # the store was swapped (a restoration finished) mid-read
+            return answer(ErrorCode.LEADER_NOT_AVAILABLE)
+        self.metrics.fetched_bytes.inc(sum(len(b.batch) for b in stored))
+        return answer(
+            ErrorCode.NONE,
+            tuple(
+                p.FetchedBatch(b.base_offset, b.append_time_ms, b.batch)
+                for b in stored
+                if b.base_offset < high
+            ),
         )
-        batches = tuple(
-            p.FetchedBatch(b.base_offset, b.append_time_ms, b.batch)
-            for b in stored
-            if b.base_offset < high
-        )
-        return p.FetchResult(fp.topic, fp.partition, ErrorCode.NONE, high, start, "", batches)
 
     # -- offsets and producers ---------------------------------------------------------------
 

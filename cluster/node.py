@@ -86,7 +86,9 @@ class Node:
         self.config = config
         self.fatal = fatal
         self.limits = DEFAULT_LIMITS
-        self.driver = RaftDriver(config.timing, config.cluster_secret)
+        self.driver = RaftDriver(
+            config.timing, config.cluster_secret, config.limits.raft_log_entries_max
+        )
         self.metadata_replica = MetadataReplica(self.limits, self._on_metadata_applied)
         self.partitions: dict[PartitionKey, PartitionHandle] = {}
         self.lease = PidBlockLease()
@@ -168,22 +170,28 @@ class Node:
             tuple(a for a, p in by_address.items() if p.node_id != me.node_id),
             directory / "raft",
         )
-        store = PartitionStore(
-            directory / "log",
-            segment_bytes_max=self.config.limits.segment_bytes_max,
-            index_interval_bytes=self.config.limits.index_interval_bytes,
-            fsync=self.config.fsync,
-        )
-        if store.recovered_truncated_bytes:
+        replica = PartitionReplica(self.open_store, directory, self.fatal, self.limits)
+        if replica.store.recovered_truncated_bytes:
             log.warning(
-                "%s: truncated a torn tail of %d bytes", spec.name, store.recovered_truncated_bytes
+                "%s: truncated a torn tail of %d bytes (%s)",
+                spec.name,
+                replica.store.recovered_truncated_bytes,
+                replica.store.recovery_problem,
             )
-        replica = PartitionReplica(store, self.fatal, self.limits)
         group = await self.driver.add_group(spec, replica, self.config.limits.pending_proposals_max)
         handle = PartitionHandle(topic, partition, group, replica, by_address)
         replica.on_applied = self._partition_listener(handle)
         self.partitions[handle.key] = handle
         log.info("started partition %s on port %d", spec.name, port)
+
+    def open_store(self, directory: Path) -> PartitionStore:
+        limits = self.config.limits
+        return PartitionStore(
+            directory,
+            segment_bytes_max=limits.segment_bytes_max,
+            index_interval_bytes=limits.index_interval_bytes,
+            fsync=self.config.fsync,
+        )
 
     async def _stop_partition(self, key: PartitionKey, *, delete: bool) -> None:
         handle = self.partitions.pop(key)

@@ -500,6 +500,9 @@ class Fetch(Request):
     max_wait_ms: int = _rule(_TIMEOUT)
     max_bytes: int = _rule(_BYTES)
     partitions: tuple[FetchPartition, ...] = _many(FetchPartition, _per_request)
+    # A replica restoring records it missed reads from any replica that holds them, not only
+    # from the leader (consumers leave it False).
+    replica_read: bool = _flag()
 
 
 # ListOffsets

@@ -12,7 +12,9 @@ its data; the replica then calls `fatal`, which stops the process, rather than g
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import Generic, TypeVar
 
 from cluster.storage import PartitionStore
@@ -39,17 +41,27 @@ class _Notifying(Generic[R]):
 
 
 class PartitionReplica(_Notifying[PartitionResult]):
-    """One partition's state machine and segment store, applied together."""
+    """One partition's state machine and segment store, applied together.
+
+    When a snapshot from the leader covers records this replica never stored (it was down
+    while the leader compacted its Raft log), the local log restarts at the snapshot's end and
+    the records below it are restored in the background (`restoring`, `adopt_backfill`): the
+    segments it had are kept aside in `backfill_dir` as the start of that restoration.
+    """
 
     def __init__(
         self,
-        store: PartitionStore,
+        open_store: Callable[[Path], PartitionStore],
+        directory: Path,
         fatal: Fatal,
         limits: StateLimits = DEFAULT_LIMITS,
         on_applied: Callable[[PartitionResult], None] | None = None,
     ) -> None:
         super().__init__(on_applied)
-        self.store = store
+        self.open_store = open_store
+        self.log_dir = directory / "log"
+        self.backfill_dir = directory / "backfill"
+        self.store = open_store(self.log_dir)
         self.machine = PartitionStateMachine(limits)
         self._limits = limits
         self._fatal = fatal
@@ -73,12 +85,17 @@ class PartitionReplica(_Notifying[PartitionResult]):
 
     def restore(self, data: bytes) -> None:
         self.machine = PartitionStateMachine.restore(data, self._limits)
-        behind = self.store.next_offset < self.machine.log_end_offset
-        if behind:
-            # A snapshot from the leader covers records this replica never stored: start the
-            # local log where the snapshot ends (as a Kafka follower does when the leader's log
-            # start is past its end); older records are served by the replicas that have them.
-            self.store.reset(self.machine.log_end_offset)
+        if self.store.next_offset < self.machine.log_end_offset:
+            self._restart_log_at(self.machine.log_end_offset)
+
+    def _restart_log_at(self, offset: int) -> None:
+        self.store.close()
+        if self.backfill_dir.exists():  # a restoration under way already holds older records
+            shutil.rmtree(self.log_dir)
+        else:
+            self.log_dir.rename(self.backfill_dir)
+        self.store = self.open_store(self.log_dir)
+        self.store.reset(offset)
 
     @property
     def high_watermark(self) -> int:
@@ -86,7 +103,24 @@ class PartitionReplica(_Notifying[PartitionResult]):
 
     @property
     def log_start_offset(self) -> int:
-        return max(self.machine.log_start_offset, self.store.log_start_offset)
+        """The first offset of the partition (every replica agrees on it)."""
+        return self.machine.log_start_offset
+
+    @property
+    def restoring(self) -> bool:
+        """Records from log_start_offset up to the local log's start are still being restored."""
+        return self.store.log_start_offset > self.machine.log_start_offset
+
+    def adopt_backfill(self, side: PartitionStore) -> None:
+        """On the driver thread: splice restored records in front of the local log."""
+        assert side.next_offset == self.store.log_start_offset, "backfill must end at the log"
+        side.flush()
+        side.close()
+        for segment in side.directory.glob("*.log"):
+            segment.rename(self.log_dir / segment.name)
+        old, self.store = self.store, self.open_store(self.log_dir)
+        old.close()
+        shutil.rmtree(side.directory, ignore_errors=True)
 
 
 class MetadataReplica(_Notifying[MetadataResult]):

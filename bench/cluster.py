@@ -1,0 +1,973 @@
+"""Cluster benchmark: a real 3-node cluster (replication 3) on loopback, measured end to end.
+
+Role: the measured answer to the issue's cluster goals, with the client library as a user
+drives it: at least 100,000 acknowledged records/s with batching, a p50 produce latency under
+5 ms at 1,000 records/s, and a produce that resumes within 2 s (median of 5) after the
+partition leader is SIGKILLed. Run it as `python -m bench.cluster [--quick] [--out FILE]
+[--scenarios a,b]`; it prints one JSON object on stdout (progress goes to stderr) and exits 1
+if a scenario failed (a goal missed is a result, not a failure).
+
+Every scenario starts a fresh cluster of `raftbroker node` processes on 127.0.0.2-4
+(`cli.local_cluster`) in a temporary directory, with the default node configuration (no fsync
+per entry: an ack means "in the page cache of a majority"), and stops it by PID in a `finally`.
+The client is this process (uvloop when installed, as the `raftbroker` command runs it).
+
+Scenarios:
+- throughput: one idempotent Producer with its normal batching, 100-byte values, acks=all and
+  every send future awaited (at most the producer's buffer outstanding); acknowledged
+  records/s and MB/s for 1, 4 and 16 partitions and two batch configurations, with the CPU
+  seconds of each node process and of the client over the timed run (/proc/<pid>/stat).
+- consume: the same topic read back from offset 0 with a Consumer, after each throughput case.
+- latency: sequential sends (each awaited before the next) paced at 1,000 records/s; p50, p99
+  and max, for linger_ms 0 (the goal's case) and the default linger.
+- failover: a steady producer (a record every 2 ms, awaited with the Producer's own retries)
+  on one partition; SIGKILL its leader, time from the kill to the first acknowledgement of a
+  send issued after the kill; restart the node and wait until it has caught up; 5 times.
+  Then everything is read back: acknowledged records lost and values duplicated must be 0.
+- idle: CPU % of each node over an idle period with no partitions, then with 16 partitions.
+
+Baselines in the same run: a raw asyncio TCP round trip on loopback (the floor any request
+latency is bound by) and `bench.apply`'s quick mode (the state machine's apply rate, the
+ceiling of one replica). Load averages at the start and the end say how busy the machine was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, deque
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import apply as apply_bench
+from cli import local_cluster
+from cluster import protocol as p
+from cluster.client import (
+    Admin,
+    ClientError,
+    Cluster,
+    ConsumedRecord,
+    Consumer,
+    ConsumerConfig,
+    Producer,
+    ProducerConfig,
+    RecordMetadata,
+)
+
+NODES = 3
+REPLICATION = 3
+VALUE_BYTES = 100
+METADATA_GROUP = "__metadata"
+READY_TIMEOUT_S = 60.0
+POLL_S = 0.05
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+LOG_TAIL_LINES = 8
+
+# throughput: the send loop yields to the event loop every this many sends
+YIELD_EVERY = 256
+WARMUP_RECORDS = 2_000
+# latency
+LATENCY_RATE = 1_000
+# failover
+FAILOVER_INTERVAL_S = 0.002
+STEADY_BEFORE_KILL_S = 1.0
+RESUME_TIMEOUT_S = 30.0
+# idle: after the groups all have leaders, let start-up work (first ticks, noops) pass
+IDLE_GRACE_S = 1.0
+IDLE_PARTITIONS = 16
+
+GOAL_RECORDS_PER_S = 100_000
+GOAL_P50_MS = 5.0
+GOAL_FAILOVER_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Lengths and sizes of a run: the full one, or `--quick` for CI smoke tests."""
+
+    quick: bool
+    throughput_s: float
+    partitions: tuple[int, ...]
+    batches: tuple[tuple[int, float], ...]  # (batch_size_bytes, linger_ms)
+    latency_s: float
+    latency_lingers_ms: tuple[float, ...]
+    failover_kills: int
+    idle_s: float
+    tcp_round_trips: int
+    apply_seconds: float
+
+    @classmethod
+    def of(cls, quick: bool) -> Settings:
+        if quick:
+            return cls(
+                quick=True,
+                throughput_s=2.0,
+                partitions=(1, 4, 16),
+                batches=((16_384, 2.0),),
+                latency_s=2.0,
+                latency_lingers_ms=(0.0,),
+                failover_kills=1,
+                idle_s=2.0,
+                tcp_round_trips=500,
+                apply_seconds=apply_bench.QUICK_SECONDS,
+            )
+        return cls(
+            quick=False,
+            throughput_s=10.0,
+            partitions=(1, 4, 16),
+            batches=((16_384, 2.0), (65_536, 5.0)),
+            latency_s=5.0,
+            latency_lingers_ms=(0.0, ProducerConfig().linger_ms),
+            failover_kills=5,
+            idle_s=10.0,
+            tcp_round_trips=5_000,
+            apply_seconds=0.05,
+        )
+
+
+def progress(message: str) -> None:
+    print(f"[bench.cluster {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- numbers --------------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of unsorted values."""
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def latency_summary_ms(seconds: Sequence[float]) -> dict[str, float]:
+    ms = [s * 1000 for s in seconds]
+    return {
+        "p50_ms": round(percentile(ms, 50), 3),
+        "p90_ms": round(percentile(ms, 90), 3),
+        "p99_ms": round(percentile(ms, 99), 3),
+        "max_ms": round(max(ms), 3),
+        "mean_ms": round(statistics.fmean(ms), 3),
+    }
+
+
+def value_of(index: int) -> bytes:
+    """A distinct 100-byte value: the index in decimal, padded."""
+    return f"{index:012d}".encode().ljust(VALUE_BYTES, b".")
+
+
+# -- CPU of processes -----------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc/<pid>/stat (fields 14 and 15)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat.rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSample:
+    wall_s: float
+    seconds: dict[str, float]
+
+
+def sample_cpu(pids: Mapping[str, int]) -> CpuSample:
+    return CpuSample(time.monotonic(), {name: cpu_seconds(pid) for name, pid in pids.items()})
+
+
+def cpu_per_record(before: CpuSample, after: CpuSample, records: int) -> dict[str, float]:
+    """CPU microseconds per acknowledged record, per process and in total."""
+    used = {name: after.seconds[name] - before.seconds[name] for name in before.seconds}
+    used["total"] = sum(used.values())
+    return {name: round(s / max(records, 1) * 1e6, 2) for name, s in used.items()}
+
+
+def cpu_report(before: CpuSample, after: CpuSample) -> dict[str, Any]:
+    """CPU seconds and % of one core per process between two samples, and their total."""
+    wall = after.wall_s - before.wall_s
+    used = {name: after.seconds[name] - before.seconds[name] for name in before.seconds}
+    report: dict[str, Any] = {
+        name: {"cpu_s": round(s, 2), "cpu_percent": round(100 * s / wall, 1)}
+        for name, s in used.items()
+    }
+    total = sum(used.values())
+    report["total"] = {"cpu_s": round(total, 2), "cpu_percent": round(100 * total / wall, 1)}
+    report["wall_s"] = round(wall, 2)
+    return report
+
+
+# -- a cluster for one scenario -------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class BenchCluster:
+    """A running local cluster (its node PIDs change on restart) and a client of it."""
+
+    local: local_cluster.LocalCluster
+    client: Cluster
+
+    def node(self, node_id: int) -> local_cluster.NodeProcess:
+        return next(n for n in self.local.nodes if n.node_id == node_id)
+
+    def node_pids(self) -> dict[str, int]:
+        return {f"node{n.node_id}": n.pid for n in self.local.nodes}
+
+    def process_pids(self) -> dict[str, int]:
+        return {**self.node_pids(), "client": os.getpid()}
+
+
+@contextlib.asynccontextmanager
+async def fresh_cluster() -> AsyncIterator[BenchCluster]:
+    """A new 3-node cluster in a temporary directory, ready; stopped by PID and removed after."""
+    data_dir = Path(tempfile.mkdtemp(prefix="raftbroker-bench-"))
+    try:
+        local = local_cluster.up(data_dir, NODES)
+        bench = BenchCluster(local, Cluster(local.bootstrap, request_timeout_s=5.0))
+        try:
+            await wait_ready(bench)
+            yield bench
+        except BaseException as exc:
+            exc.add_note(log_tails(data_dir))
+            raise
+        finally:
+            await bench.client.close()
+            local_cluster.down(local_cluster.LocalCluster.load(data_dir) or bench.local)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def log_tails(data_dir: Path) -> str:
+    tails = []
+    for path in sorted(data_dir.glob("node*.log")):
+        lines = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        tails.append(f"--- {path.name}\n" + "\n".join(lines))
+    return "\n".join(tails)
+
+
+async def poll_until(
+    check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = READY_TIMEOUT_S
+) -> float:
+    """Call `check` until it is true (ClientErrors count as false); seconds it took."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while True:
+        with contextlib.suppress(ClientError):
+            if await check():
+                return loop.time() - start
+        if loop.time() - start > timeout_s:
+            raise TimeoutError(f"{what}: not within {timeout_s} s")
+        await asyncio.sleep(POLL_S)
+
+
+async def wait_ready(bench: BenchCluster) -> None:
+    """Until every node knows a metadata leader and the cluster lists every broker."""
+
+    async def ready() -> bool:
+        admin = Admin(bench.client)
+        for node in bench.local.nodes:
+            status = await admin.cluster_status(node.client_address)
+            meta = [g for g in status.groups if g.group == METADATA_GROUP]
+            if not meta or meta[0].leader_id < 0:
+                return False
+        return len((await bench.client.refresh()).brokers) == NODES
+
+    await poll_until(ready, "cluster ready")
+
+
+async def group_statuses(bench: BenchCluster, group: str) -> dict[int, p.GroupStatus]:
+    """Each node's view of one Raft group, for the nodes that answer and know the group."""
+    views = {}
+    for node in bench.local.nodes:
+        with contextlib.suppress(ClientError):
+            status = await Admin(bench.client).cluster_status(node.client_address)
+            for view in status.groups:
+                if view.group == group:
+                    views[node.node_id] = view
+    return views
+
+
+async def wait_all_groups_led(bench: BenchCluster, topic: str, partitions: int) -> None:
+    """Until every node sees a leader for every partition group of `topic`."""
+
+    async def led() -> bool:
+        for node in bench.local.nodes:
+            status = await Admin(bench.client).cluster_status(node.client_address)
+            leaders = [g.leader_id for g in status.groups if g.group.startswith(f"{topic}-")]
+            if len(leaders) != partitions or min(leaders) < 0:
+                return False
+        return True
+
+    await poll_until(led, f"{topic}: every group led on every node")
+
+
+async def create_topic(bench: BenchCluster, topic: str, partitions: int) -> None:
+    await Admin(bench.client).create_topic(topic, partitions, REPLICATION)
+    await wait_all_groups_led(bench, topic, partitions)
+
+
+async def leaders_by_node(bench: BenchCluster, topic: str) -> dict[str, int]:
+    meta = await bench.client.refresh([topic])
+    counts = Counter(pm.leader_id for pm in meta.topics[0].partitions)
+    return {f"node{node_id}": count for node_id, count in sorted(counts.items())}
+
+
+# -- throughput and consume -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Window:
+    """A timed window of sends: acks that arrived in it, and the sends still outstanding."""
+
+    seconds: float = 0.0
+    sent: int = 0
+    acked: int = 0
+    outstanding: deque[asyncio.Future[RecordMetadata]] = field(default_factory=deque)
+
+
+async def produce_for(producer: Producer, topic: str, seconds: float, first: int) -> Window:
+    """Send as fast as the producer takes records for `seconds`; count the acks in that time.
+
+    The producer's buffer bounds the records outstanding (`send` waits for space), so acks
+    flow at the cluster's rate from the first milliseconds on.
+    """
+    loop = asyncio.get_running_loop()
+    window = Window()
+    outstanding = window.outstanding
+    start = loop.time()
+    while loop.time() - start < seconds:
+        for _ in range(YIELD_EVERY):
+            outstanding.append(await producer.send(topic, value_of(first + window.sent)))
+            window.sent += 1
+        await asyncio.sleep(0)  # let the partition senders and the connection run
+        while outstanding and outstanding[0].done():
+            outstanding.popleft().result()  # raises if the record failed
+            window.acked += 1
+    window.seconds = loop.time() - start
+    window.acked += sum(1 for f in outstanding if f.done())  # per partition, acks keep order
+    return window
+
+
+async def drain(window: Window) -> float:
+    """Await every send of the window (each must succeed); seconds it took."""
+    start = time.monotonic()
+    for future in window.outstanding:
+        await future
+    return time.monotonic() - start
+
+
+async def read_back(
+    bench: BenchCluster,
+    topic: str,
+    on_records: Callable[[list[ConsumedRecord]], None],
+    timeout_s: float = 300.0,
+) -> tuple[int, float]:
+    """Read every partition of `topic` from offset 0 to its end; (records, seconds)."""
+    admin = Admin(bench.client)
+    partitions = await bench.client.partitions(topic)
+    ends = {i.partition: await admin.list_offsets(topic, i.partition, -1) for i in partitions}
+    consumer = Consumer(bench.client, ConsumerConfig(max_wait_ms=100))
+    await consumer.assign(topic, start=0)
+    loop = asyncio.get_running_loop()
+    start, count = loop.time(), 0
+    while any(consumer.positions[(topic, n)].offset < end for n, end in ends.items()):
+        records = await consumer.poll()
+        count += len(records)
+        on_records(records)
+        if loop.time() - start > timeout_s:
+            raise TimeoutError(f"{topic}: read {count} records in {timeout_s} s, not all")
+    return count, loop.time() - start
+
+
+def ignore_records(_records: list[ConsumedRecord]) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputCase:
+    partitions: int
+    batch_size_bytes: int
+    linger_ms: float
+
+    @property
+    def topic(self) -> str:
+        return f"tput-p{self.partitions}-b{self.batch_size_bytes}"
+
+
+async def throughput_case(case: ThroughputCase, seconds: float) -> tuple[dict[str, Any], ...]:
+    """One throughput case on a fresh cluster, then reading it back: (throughput, consume)."""
+    async with fresh_cluster() as bench:
+        await create_topic(bench, case.topic, case.partitions)
+        config = ProducerConfig(batch_size_bytes=case.batch_size_bytes, linger_ms=case.linger_ms)
+        async with Producer(bench.client, config) as producer:
+            await asyncio.gather(  # warm-up: senders, connections, serving leaders
+                *[await producer.send(case.topic, value_of(i)) for i in range(WARMUP_RECORDS)]
+            )
+            before = sample_cpu(bench.process_pids())
+            window = await produce_for(producer, case.topic, seconds, WARMUP_RECORDS)
+            after = sample_cpu(bench.process_pids())
+            drain_s = await drain(window)
+            stats = dict(producer.stats)
+        leaders = await leaders_by_node(bench, case.topic)
+        count, read_s = await read_back(bench, case.topic, ignore_records)
+    records_per_s = window.acked / window.seconds
+    throughput = {
+        "partitions": case.partitions,
+        "batch_size_bytes": case.batch_size_bytes,
+        "linger_ms": case.linger_ms,
+        "seconds": round(window.seconds, 3),
+        "acked_in_window": window.acked,
+        "records_per_s": round(records_per_s),
+        "mb_per_s": round(records_per_s * VALUE_BYTES / 1e6, 2),
+        "sent_in_window": window.sent,
+        "outstanding_drained_after": {
+            "records": window.sent - window.acked,
+            "seconds": round(drain_s, 3),
+        },
+        "producer_stats": stats,
+        "leaders_by_node": leaders,
+        "cpu": cpu_report(before, after),
+        "cpu_us_per_record": cpu_per_record(before, after, window.acked),
+    }
+    consume = {
+        "partitions": case.partitions,
+        "batch_size_bytes": case.batch_size_bytes,
+        "records": count,
+        "expected": window.sent + WARMUP_RECORDS,
+        "seconds": round(read_s, 3),
+        "records_per_s": round(count / read_s) if read_s else None,
+        "mb_per_s": round(count * VALUE_BYTES / read_s / 1e6, 2) if read_s else None,
+    }
+    return throughput, consume
+
+
+async def throughput_scenario(settings: Settings) -> dict[str, Any]:
+    cases = [
+        ThroughputCase(partitions, batch, linger)
+        for batch, linger in settings.batches
+        for partitions in settings.partitions
+    ]
+    produced, consumed = [], []
+    for case in cases:
+        progress(f"throughput: {case}")
+        throughput, consume = await throughput_case(case, settings.throughput_s)
+        produced.append(throughput)
+        consumed.append(consume)
+    params = {
+        "value_bytes": VALUE_BYTES,
+        "acks": "all (every send future awaited)",
+        "seconds": settings.throughput_s,
+        "warmup_records": WARMUP_RECORDS,
+        "producers": 1,
+        "idempotent": True,
+        "outstanding_records_max": ProducerConfig().buffer_records_max,
+        "max_in_flight_batches_per_partition": ProducerConfig().max_in_flight,
+        "cluster": "fresh per case",
+    }
+    best = max(produced, key=lambda c: c["records_per_s"])
+    consume_params = {"consumer": "one Consumer, all partitions, from offset 0", **params}
+    return {
+        "throughput": {"params": params, "cases": produced, "best": best},
+        "consume": {"params": consume_params, "cases": consumed},
+    }
+
+
+# -- latency --------------------------------------------------------------------------------------
+
+
+async def paced_latencies(
+    producer: Producer, topic: str, rate: float, seconds: float
+) -> tuple[list[float], float]:
+    """Sequential sends started at `rate` per second; each latency, and the achieved rate."""
+    loop = asyncio.get_running_loop()
+    latencies: list[float] = []
+    start = loop.time()
+    for index in range(int(rate * seconds)):
+        delay = start + index / rate - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)  # pacing, not synchronisation
+        sent = time.perf_counter()
+        await (await producer.send(topic, value_of(index)))
+        latencies.append(time.perf_counter() - sent)
+    return latencies, len(latencies) / (loop.time() - start)
+
+
+async def latency_scenario(settings: Settings) -> dict[str, Any]:
+    cases = []
+    async with fresh_cluster() as bench:
+        for linger_ms in settings.latency_lingers_ms:
+            topic = f"latency-l{int(linger_ms * 1000)}us"
+            await create_topic(bench, topic, 1)
+            async with Producer(bench.client, ProducerConfig(linger_ms=linger_ms)) as producer:
+                await paced_latencies(producer, topic, LATENCY_RATE, 0.5)  # warm-up
+                latencies, rate = await paced_latencies(
+                    producer, topic, LATENCY_RATE, settings.latency_s
+                )
+            progress(f"latency: linger {linger_ms} ms: p50 {percentile(latencies, 50) * 1e3} ms")
+            cases.append(
+                {
+                    "linger_ms": linger_ms,
+                    "records": len(latencies),
+                    "achieved_rate_per_s": round(rate),
+                    **latency_summary_ms(latencies),
+                }
+            )
+    params = {
+        "target_rate_per_s": LATENCY_RATE,
+        "seconds": settings.latency_s,
+        "warmup_seconds": 0.5,
+        "partitions": 1,
+        "value_bytes": VALUE_BYTES,
+        "mode": "sequential: each send awaited before the next is issued",
+    }
+    return {"latency": {"params": params, "cases": cases}}
+
+
+# -- failover -------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SteadyLoad:
+    """A record every `interval_s`; when each was issued and when its ack arrived."""
+
+    loop: asyncio.AbstractEventLoop
+    sent_at: list[float] = field(default_factory=list)
+    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
+    acked_at: dict[int, float] = field(default_factory=dict)
+    kill_at: float = float("inf")
+    first_ack_after_kill: float | None = None
+
+    def on_done(self, index: int, future: asyncio.Future[RecordMetadata]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        now = self.loop.time()
+        self.acked_at[index] = now
+        if self.first_ack_after_kill is None and self.sent_at[index] > self.kill_at:
+            self.first_ack_after_kill = now
+
+    def mark_kill(self) -> None:
+        self.first_ack_after_kill = None
+        self.kill_at = self.loop.time()
+
+
+async def steady_producer(
+    producer: Producer, topic: str, load: SteadyLoad, stop: asyncio.Event
+) -> None:
+    """Issue a record every FAILOVER_INTERVAL_S (no catching up after a stall) until `stop`."""
+    next_at = load.loop.time()
+    while not stop.is_set():
+        delay = next_at - load.loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)  # pacing, not synchronisation
+        next_at = max(next_at + FAILOVER_INTERVAL_S, load.loop.time())
+        index = len(load.sent_at)
+        load.sent_at.append(load.loop.time())
+        future = await producer.send(topic, value_of(index))
+        load.futures.append(future)
+        future.add_done_callback(functools.partial(load.on_done, index))
+
+
+async def serving_leader(bench: BenchCluster, topic: str) -> tuple[int, int]:
+    """(leader node id, controller node id) once the leader itself says it leads the group."""
+    found: list[int] = []
+
+    async def leads() -> bool:
+        meta = await bench.client.refresh([topic])
+        leader = meta.topics[0].partitions[0].leader_id
+        if leader < 0:
+            return False
+        address = bench.node(leader).client_address
+        status = await Admin(bench.client).cluster_status(address)
+        if any(g.group == f"{topic}-0" and g.is_leader for g in status.groups):
+            found[:] = [leader, meta.controller_id]
+            return True
+        return False
+
+    await poll_until(leads, f"{topic}: a serving leader")
+    return found[0], found[1]
+
+
+async def wait_caught_up(bench: BenchCluster, node_id: int, group: str) -> float:
+    """Seconds until a restarted node serves requests and has applied its group's commit."""
+    target: list[int] = []
+
+    async def caught_up() -> bool:
+        views = await group_statuses(bench, group)
+        leader = next((v for v in views.values() if v.is_leader), None)
+        if leader is None:
+            return False
+        target[:1] = target[:1] or [leader.commit_index]
+        mine = views.get(node_id)
+        return mine is not None and mine.leader_id >= 0 and mine.last_applied >= target[0]
+
+    return await poll_until(caught_up, f"node {node_id} caught up on {group}")
+
+
+async def kill_leader_once(bench: BenchCluster, topic: str, load: SteadyLoad) -> dict[str, Any]:
+    """SIGKILL the partition leader, time the resume, restart the node, wait until caught up."""
+    await asyncio.sleep(STEADY_BEFORE_KILL_S)  # steady load before the kill, not a sync
+    leader, controller = await serving_leader(bench, topic)
+    load.mark_kill()
+    local_cluster.kill(bench.node(leader).pid, signal.SIGKILL)
+
+    async def resumed() -> bool:
+        return load.first_ack_after_kill is not None
+
+    await poll_until(resumed, "first ack after the kill", RESUME_TIMEOUT_S)
+    assert load.first_ack_after_kill is not None
+    resume_s = load.first_ack_after_kill - load.kill_at
+    new_leader, _ = await serving_leader(bench, topic)
+    bench.local = local_cluster.restart_node(bench.local, leader)
+    rejoin_s = await wait_caught_up(bench, leader, f"{topic}-0")
+    progress(f"failover: killed node {leader}, resumed in {resume_s * 1000:.0f} ms")
+    return {
+        "killed_node": leader,
+        "killed_was_controller": leader == controller,
+        "new_leader": new_leader,
+        "resume_ms": round(resume_s * 1000, 1),
+        "restart_to_caught_up_s": round(rejoin_s, 2),
+    }
+
+
+def check_delivery(load: SteadyLoad, values: Counter[bytes]) -> dict[str, int]:
+    """Acknowledged records absent from the log, and values present more than once."""
+    acked = {value_of(i) for i in load.acked_at}
+    failed = len(load.futures) - len(load.acked_at)
+    return {
+        "sent": len(load.futures),
+        "acked": len(acked),
+        "failed_sends": failed,
+        "read_back": sum(values.values()),
+        "lost": len(acked - values.keys()),
+        "duplicated": sum(1 for count in values.values() if count > 1),
+    }
+
+
+async def failover_scenario(settings: Settings) -> dict[str, Any]:
+    topic = "failover"
+    async with fresh_cluster() as bench:
+        await create_topic(bench, topic, 1)
+        load = SteadyLoad(asyncio.get_running_loop())
+        stop = asyncio.Event()
+        kills = []
+        async with Producer(bench.client) as producer:
+            task = asyncio.create_task(steady_producer(producer, topic, load, stop))
+            try:
+                for _ in range(settings.failover_kills):
+                    kills.append(await kill_leader_once(bench, topic, load))
+            finally:
+                stop.set()
+                await task
+            await asyncio.gather(*load.futures, return_exceptions=True)
+        values: Counter[bytes] = Counter()
+        await read_back(bench, topic, lambda rs: values.update(r.value or b"" for r in rs))
+    resumes = [k["resume_ms"] for k in kills]
+    params = {
+        "partitions": 1,
+        "replication": REPLICATION,
+        "send_interval_ms": FAILOVER_INTERVAL_S * 1000,
+        "kills": settings.failover_kills,
+        "signal": "SIGKILL of the partition leader's process",
+        "steady_load_before_each_kill_s": STEADY_BEFORE_KILL_S,
+        "producer": "idempotent, default ProducerConfig (its own retries)",
+        "resume": "kill -> first ack of a send issued after the kill",
+    }
+    return {
+        "failover": {
+            "params": params,
+            "kills": kills,
+            "resume_median_ms": round(statistics.median(resumes), 1),
+            "resume_max_ms": max(resumes),
+            "delivery": check_delivery(load, values),
+        }
+    }
+
+
+# -- idle -----------------------------------------------------------------------------------------
+
+
+async def idle_cpu(bench: BenchCluster, seconds: float) -> dict[str, Any]:
+    await asyncio.sleep(IDLE_GRACE_S)  # start-up work passes; not a synchronisation
+    before = sample_cpu(bench.node_pids())
+    await asyncio.sleep(seconds)  # the measurement itself: nothing happens
+    return cpu_report(before, sample_cpu(bench.node_pids()))
+
+
+def per_group_increment(zero: dict[str, Any], loaded: dict[str, Any]) -> dict[str, float]:
+    """CPU % per partition group (one replica) that each node pays while idle."""
+    return {
+        name: round((loaded[name]["cpu_percent"] - zero[name]["cpu_percent"]) / IDLE_PARTITIONS, 3)
+        for name in (*(f"node{i + 1}" for i in range(NODES)), "total")
+    }
+
+
+async def idle_scenario(settings: Settings) -> dict[str, Any]:
+    async with fresh_cluster() as bench:
+        zero = await idle_cpu(bench, settings.idle_s)
+        await create_topic(bench, "idle", IDLE_PARTITIONS)
+        loaded = await idle_cpu(bench, settings.idle_s)
+    params = {
+        "seconds": settings.idle_s,
+        "grace_s": IDLE_GRACE_S,
+        "replication": REPLICATION,
+        "partitions": [0, IDLE_PARTITIONS],
+        "cpu_percent": "of one core",
+    }
+    return {
+        "idle": {
+            "params": params,
+            "partitions_0": zero,
+            f"partitions_{IDLE_PARTITIONS}": loaded,
+            "cpu_percent_per_partition_group": per_group_increment(zero, loaded),
+        }
+    }
+
+
+# -- baselines ------------------------------------------------------------------------------------
+
+
+ECHO_SERVER = """
+import asyncio, sys
+async def echo(reader, writer):
+    while data := await reader.read(65536):
+        writer.write(data)
+    writer.close()
+async def main():
+    server = await asyncio.start_server(echo, sys.argv[1], 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
+try:
+    import uvloop
+    uvloop.run(main())
+except ImportError:
+    asyncio.run(main())
+"""
+
+
+async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while data := await reader.read(65_536):
+        writer.write(data)
+    writer.close()
+
+
+async def round_trip_times(host: str, port: int, count: int) -> dict[str, float]:
+    """Sequential 100-byte echoes: the latency summary, after a tenth as warm-up."""
+    reader, writer = await asyncio.open_connection(host, port)
+    message = value_of(0)
+    times = []
+    try:
+        for _ in range(count + count // 10):
+            start = time.perf_counter()
+            writer.write(message)
+            await reader.readexactly(len(message))
+            times.append(time.perf_counter() - start)
+    finally:
+        writer.close()
+    return latency_summary_ms(times[count // 10 :])
+
+
+async def tcp_round_trips_in_process(count: int) -> dict[str, Any]:
+    server = await asyncio.start_server(echo, local_cluster.host_of(0), 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        summary = await round_trip_times(local_cluster.host_of(0), port, count)
+    finally:
+        server.close()
+        await server.wait_closed()
+    return {"what": "echo server on this process's event loop", **summary}
+
+
+async def tcp_round_trips_cross_process(count: int) -> dict[str, Any]:
+    host = local_cluster.host_of(0)
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", ECHO_SERVER, host, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert server.stdout is not None
+        port = int(await asyncio.wait_for(server.stdout.readline(), READY_TIMEOUT_S))
+        summary = await round_trip_times(host, port, count)
+    finally:
+        local_cluster.kill(server.pid)
+        await server.wait()
+    return {"what": "echo server in another Python process (asyncio, uvloop)", **summary}
+
+
+async def tcp_round_trips(count: int) -> dict[str, Any]:
+    """The floor of a request's latency: a loopback TCP round trip between asyncio peers."""
+    return {
+        "message_bytes": VALUE_BYTES,
+        "round_trips": count,
+        "cross_process": await tcp_round_trips_cross_process(count),
+        "in_process": await tcp_round_trips_in_process(count),
+    }
+
+
+def apply_baseline(seconds: float) -> dict[str, Any]:
+    report = apply_bench.run(seconds, quick=True)
+    return {
+        "what": "bench.apply --quick: one replica's PartitionStateMachine.apply, one thread",
+        "seconds_per_run": seconds,
+        "cases": [
+            {k: c[k] for k in ("records_per_batch", "batches_per_s", "records_per_s")}
+            for c in report["cases"]
+        ],
+    }
+
+
+async def baseline_scenario(settings: Settings) -> dict[str, Any]:
+    return {
+        "baseline": {
+            "tcp_round_trip": await tcp_round_trips(settings.tcp_round_trips),
+            "apply": apply_baseline(settings.apply_seconds),
+        }
+    }
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+Scenario = Callable[[Settings], Awaitable[dict[str, Any]]]
+SCENARIOS: dict[str, Scenario] = {
+    "baseline": baseline_scenario,
+    "throughput": throughput_scenario,
+    "latency": latency_scenario,
+    "failover": failover_scenario,
+    "idle": idle_scenario,
+}
+
+
+def event_loop_name() -> str:
+    loop = asyncio.get_running_loop()
+    return f"{type(loop).__module__}.{type(loop).__qualname__}"
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def goal(target: float, measured: float | None, *, below: bool = False) -> dict[str, Any]:
+    met = measured is not None and (measured < target if below else measured >= target)
+    return {"target": target, "measured": measured, "met": met}
+
+
+def goals(sections: Mapping[str, Any]) -> dict[str, Any]:
+    throughput = sections.get("throughput", {}).get("best", {}).get("records_per_s")
+    latency_cases = sections.get("latency", {}).get("cases", [])
+    p50 = next((c["p50_ms"] for c in latency_cases if c["linger_ms"] == 0), None)
+    failover = sections.get("failover", {}).get("resume_median_ms")
+    delivery = sections.get("failover", {}).get("delivery", {})
+    found = {
+        "acked_records_per_s_with_batching": goal(GOAL_RECORDS_PER_S, throughput),
+        "p50_latency_ms_at_1000_per_s": goal(GOAL_P50_MS, p50, below=True),
+        "failover_resume_s_median": goal(
+            GOAL_FAILOVER_S, None if failover is None else failover / 1000, below=True
+        ),
+        "no_loss_no_duplicates": {
+            "lost": delivery.get("lost"),
+            "duplicated": delivery.get("duplicated"),
+            "met": bool(delivery) and delivery["lost"] == 0 and delivery["duplicated"] == 0,
+        },
+    }
+    return {**found, "all_met": all(g["met"] for g in found.values())}
+
+
+async def run(settings: Settings, names: Iterable[str]) -> dict[str, Any]:
+    started = datetime.now(UTC)
+    load_start = load_average()
+    sections: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for name in names:
+        progress(f"scenario {name}")
+        try:
+            sections.update(await SCENARIOS[name](settings))
+        except Exception as exc:  # reported in the JSON; the other scenarios still run
+            errors[name] = "".join([repr(exc), *(f"\n{n}" for n in getattr(exc, "__notes__", []))])
+            progress(f"scenario {name} failed: {exc!r}")
+    return {
+        "benchmark": "raftbroker 3-node cluster on loopback, end to end through cluster.client",
+        "started_utc": started.isoformat(timespec="seconds"),
+        "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
+        "machine": apply_bench.machine_info(),
+        "load_average_1_5_15": {"start": load_start, "end": load_average()},
+        "config": {
+            "quick": settings.quick,
+            "nodes": NODES,
+            "replication": REPLICATION,
+            "hosts": [local_cluster.host_of(i) for i in range(NODES)],
+            "node_config": "defaults (fsync = false: acks mean a majority's page cache)",
+            "client_event_loop": event_loop_name(),
+            "client_process": "this one",
+        },
+        **sections,
+        "goals": goals(sections),
+        "errors": errors,
+    }
+
+
+async def main_async(settings: Settings, names: Sequence[str]) -> dict[str, Any]:
+    """`run`, cancelled (so every cluster is stopped by its `finally`) on SIGTERM."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await run(settings, names)
+
+
+def run_loop(coro: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    try:
+        import uvloop  # noqa: PLC0415 - optional, as in cli.runtime
+
+        result: dict[str, Any] = uvloop.run(coro)
+    except ImportError:
+        result = asyncio.run(coro)
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.cluster",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a few seconds per scenario, for CI smoke tests"
+    )
+    parser.add_argument("--out", type=Path, help="also write the JSON to this file")
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated subset of {','.join(SCENARIOS)} (default: all)",
+    )
+    args = parser.parse_args(argv)
+    names = [n for n in args.scenarios.split(",") if n]
+    unknown = set(names) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios: {sorted(unknown)}")
+    report = run_loop(main_async(Settings.of(args.quick), names))
+    text = json.dumps(report, indent=2)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    sys.stdout.write(text + "\n")
+    return 1 if report["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
