@@ -13,6 +13,7 @@ A cluster secret is generated once and kept in the TOML files, so data survives 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -23,6 +24,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from cluster.client import Admin, ClientError, Cluster
 
 STATE_FILE = "cluster.json"
 PORT_RANGE = (20_000, 50_000)
@@ -201,3 +204,30 @@ def down(cluster: LocalCluster, timeout_s: float = 10.0) -> None:
     for n in cluster.nodes:
         if alive(n.pid):
             kill(n.pid)
+
+
+async def wait_ready(cluster: LocalCluster, timeout_s: float = 60.0) -> None:
+    """Until every node answers, knows a metadata leader, and every broker is registered."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    client = Cluster(cluster.bootstrap, request_timeout_s=2.0)
+    try:
+        while not await _all_ready(client, cluster):
+            if loop.time() > deadline:
+                raise TimeoutError(f"cluster in {cluster.data_dir} not ready in {timeout_s:.0f} s")
+            await asyncio.sleep(0.1)
+    finally:
+        await client.close()
+
+
+async def _all_ready(client: Cluster, cluster: LocalCluster) -> bool:
+    try:
+        for node in cluster.nodes:
+            status = await Admin(client).cluster_status(node.client_address)
+            metadata = [g for g in status.groups if g.group == "__metadata"]
+            if not metadata or metadata[0].leader_id < 0:
+                return False
+        meta = await client.refresh()
+    except ClientError:
+        return False
+    return len(meta.brokers) == len(cluster.nodes)

@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from cli import local_cluster
-from cluster.client import Admin, ClientError, Cluster
+from cluster.client import Cluster
 
 READY_TIMEOUT_S = 60.0
 
@@ -19,32 +19,7 @@ READY_TIMEOUT_S = 60.0
 async def wait_ready(
     cluster: local_cluster.LocalCluster, timeout_s: float = READY_TIMEOUT_S
 ) -> None:
-    """Until every node answers, knows a metadata leader and lists every broker."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    client = Cluster(cluster.bootstrap, request_timeout_s=2.0)
-    try:
-        while True:
-            try:
-                if await _all_ready(client, cluster):
-                    return
-            except ClientError:
-                pass
-            if loop.time() > deadline:
-                raise TimeoutError(f"cluster in {cluster.data_dir} not ready in {timeout_s} s")
-            await asyncio.sleep(0.1)
-    finally:
-        await client.close()
-
-
-async def _all_ready(client: Cluster, cluster: local_cluster.LocalCluster) -> bool:
-    for node in cluster.nodes:
-        status = await Admin(client).cluster_status(node.client_address)
-        meta_groups = [g for g in status.groups if g.group == "__metadata"]
-        if not meta_groups or meta_groups[0].leader_id < 0:
-            return False
-    meta = await client.refresh()
-    return len(meta.brokers) == len(cluster.nodes)
+    await local_cluster.wait_ready(cluster, timeout_s)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,211 @@
+"""`raftbroker cluster up|down|status`: a local cluster in one command, and its state.
+
+`up` starts the node processes on 127.0.0.2, .3, ... with a generated secret and waits until
+the cluster is ready; in the foreground it streams every node's log with a node prefix and
+Ctrl-C stops all nodes, with `--detach` it returns and `down` stops them later. Data survives
+`down` + `up` on the same directory. `status` asks every broker for its Raft groups.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli import local_cluster
+from cli.common import (
+    BootstrapOption,
+    CliError,
+    DataDirOption,
+    JsonOption,
+    default_data_dir,
+    one_line_errors,
+    resolve_bootstrap,
+    run,
+)
+from cluster import protocol as p
+from cluster.client import Admin, ClientError, Cluster
+
+app = typer.Typer(help="Run a local cluster and see its state.", no_args_is_help=True)
+LOG_COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red")
+
+
+@app.command()
+@one_line_errors
+def up(
+    nodes: int = typer.Option(3, "--nodes", min=1, max=9, help="How many nodes."),
+    data_dir: Path | None = DataDirOption,
+    detach: bool = typer.Option(False, "--detach", help="Return once the cluster is ready."),
+) -> None:
+    """Start a local cluster and wait until it is ready."""
+    directory = (data_dir or default_data_dir()).resolve()
+    previous = local_cluster.LocalCluster.load(directory)
+    if previous is not None:
+        if any(local_cluster.alive(n.pid) for n in previous.nodes):
+            raise CliError(f"a cluster is already running in {directory}")
+        if len(previous.nodes) != nodes:
+            raise CliError(f"{directory} holds a {len(previous.nodes)}-node cluster")
+    cluster = local_cluster.up(directory, nodes)
+    try:
+        run(local_cluster.wait_ready(cluster, 60))
+    except BaseException:
+        local_cluster.down(cluster)
+        raise
+    typer.echo(f"raftbroker cluster of {nodes} nodes ready in {directory}")
+    typer.echo(f"bootstrap: {','.join(cluster.bootstrap)}")
+    if detach:
+        return
+    typer.echo("streaming node logs; Ctrl-C stops the cluster")
+    try:
+        _follow_logs(cluster)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        local_cluster.down(cluster)
+        typer.echo("cluster stopped")
+
+
+def _follow_logs(cluster: local_cluster.LocalCluster) -> None:
+    console = Console(highlight=False)
+    files: list[tuple[int, IO[str]]] = []
+    for node in cluster.nodes:
+        log = (cluster.data_dir / f"node{node.node_id}.log").open()
+        log.seek(0, 2)
+        files.append((node.node_id, log))
+    try:
+        while any(local_cluster.alive(n.pid) for n in cluster.nodes):
+            quiet = True
+            for node_id, log_file in files:
+                for line in log_file.readlines():
+                    quiet = False
+                    color = LOG_COLORS[(node_id - 1) % len(LOG_COLORS)]
+                    console.print(f"[{color}]node{node_id} |[/{color}] {line.rstrip()}")
+            if quiet:
+                time.sleep(0.2)  # tailing files: there is nothing to wait on but time
+    finally:
+        for _, log_file in files:
+            log_file.close()
+
+
+@app.command()
+@one_line_errors
+def down(data_dir: Path | None = DataDirOption) -> None:
+    """Stop the local cluster of --data-dir (its data stays)."""
+    directory = (data_dir or default_data_dir()).resolve()
+    cluster = local_cluster.LocalCluster.load(directory)
+    if cluster is None:
+        raise CliError(f"no cluster in {directory}")
+    local_cluster.down(cluster)
+    typer.echo(f"stopped {len(cluster.nodes)} nodes of {directory}")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    topic: str
+    partition: int
+    leader: int
+    term: int
+    replicas: list[int]
+    commit_index: int
+    healthy: bool
+    detail: str
+
+
+async def _gather_status(bootstrap: list[str]) -> dict[str, object]:
+    client = Cluster(bootstrap, request_timeout_s=3.0)
+    try:
+        meta = await client.refresh()
+        statuses: dict[int, p.ClusterStatusResponse | None] = {}
+        for broker in meta.brokers:
+            try:
+                statuses[broker.node_id] = await Admin(client).cluster_status(broker.address)
+            except ClientError:
+                statuses[broker.node_id] = None
+    finally:
+        await client.close()
+    nodes = [
+        {"node_id": b.node_id, "address": b.address, "reachable": statuses[b.node_id] is not None}
+        for b in meta.brokers
+    ]
+    partitions = [asdict(row) for row in _partition_rows(meta, statuses)]
+    return {
+        "cluster_id": meta.cluster_id,
+        "controller": meta.controller_id,
+        "nodes": nodes,
+        "partitions": partitions,
+    }
+
+
+def _partition_rows(
+    meta: p.MetadataResponse, statuses: dict[int, p.ClusterStatusResponse | None]
+) -> list[PartitionRow]:
+    rows = []
+    for topic in meta.topics:
+        for pm in topic.partitions:
+            leader_status = statuses.get(pm.leader_id)
+            group = (
+                next(
+                    (g for g in leader_status.groups if g.group == f"{topic.name}-{pm.partition}"),
+                    None,
+                )
+                if leader_status
+                else None
+            )
+            rows.append(
+                PartitionRow(
+                    topic.name,
+                    pm.partition,
+                    pm.leader_id,
+                    pm.term,
+                    list(pm.replicas),
+                    group.commit_index if group else -1,
+                    bool(group and group.healthy),
+                    group.detail if group else "leader unknown",
+                )
+            )
+    return rows
+
+
+@app.command()
+@one_line_errors
+def status(
+    bootstrap: list[str] | None = BootstrapOption,
+    data_dir: Path | None = DataDirOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Nodes and their health; every partition's leader, term, replicas and commit index."""
+    state = run(_gather_status(resolve_bootstrap(bootstrap, data_dir)))
+    if as_json:
+        typer.echo(json.dumps(state, indent=2))
+        return
+    _render_status(state, Console())
+
+
+def _render_status(state: dict[str, object], console: Console) -> None:
+    nodes = Table(title=f"cluster {state['cluster_id']} (controller: node {state['controller']})")
+    for column in ("node", "address", "reachable"):
+        nodes.add_column(column)
+    for n in state["nodes"]:  # type: ignore[attr-defined]
+        nodes.add_row(str(n["node_id"]), n["address"], "yes" if n["reachable"] else "[red]no[/red]")
+    console.print(nodes)
+    parts = Table(title="partitions")
+    for column in ("topic", "partition", "leader", "term", "replicas", "commit index", "health"):
+        parts.add_column(column)
+    for r in state["partitions"]:  # type: ignore[attr-defined]
+        health = "ok" if r["healthy"] else f"[red]{r['detail'] or 'unhealthy'}[/red]"
+        parts.add_row(
+            r["topic"],
+            str(r["partition"]),
+            str(r["leader"]),
+            str(r["term"]),
+            ",".join(map(str, r["replicas"])),
+            str(r["commit_index"]),
+            health,
+        )
+    console.print(parts)

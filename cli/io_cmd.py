@@ -1,0 +1,272 @@
+"""`raftbroker produce` and `raftbroker consume`: records from lines, records to lines.
+
+produce: one record per input line (stdin by default, or `--file`), idempotent by default; with
+`--key-separator` the part of a line before the first separator is the key. It ends with a
+summary and exits non-zero if any record was not acknowledged.
+
+consume: text prints values (keys too with `--print-key`); json prints one object per record
+with topic, partition, offset, timestamp, key, value, headers, producer id and sequence (a key
+or value that is not UTF-8 comes as `key_base64` / `value_base64`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import IO
+
+import typer
+from rich.progress import Progress
+
+from cli.common import (
+    BootstrapOption,
+    CliError,
+    DataDirOption,
+    fail,
+    one_line_errors,
+    resolve_bootstrap,
+    run,
+)
+from cluster.client import (
+    ClientError,
+    Cluster,
+    ConsumedRecord,
+    Consumer,
+    Producer,
+    ProducerConfig,
+    RecordMetadata,
+)
+
+READ_HINT_BYTES = 1 << 20
+
+
+@dataclass(slots=True)
+class ProduceSummary:
+    acked: int = 0
+    failed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
+    sent: int = 0
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def record(self, future: asyncio.Future[RecordMetadata]) -> None:
+        self._count(future)
+        if self.acked + self.failed == self.sent:
+            self.settled.set()
+
+    def _count(self, future: asyncio.Future[RecordMetadata]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            self.failed += 1
+            name = type(future.exception()).__name__ if not future.cancelled() else "cancelled"
+            error = future.exception()
+            key = str(error) if isinstance(error, ClientError) else name
+            self.errors[key] = self.errors.get(key, 0) + 1
+            return
+        meta = future.result()
+        self.acked += 1
+        first, last = self.offsets.get(meta.partition, (meta.offset, meta.offset))
+        self.offsets[meta.partition] = (min(first, meta.offset), max(last, meta.offset))
+
+
+async def _lines(stream: IO[bytes]) -> AsyncIterator[bytes]:
+    """Lines from a file or stdin without blocking the event loop (chunked unless a terminal)."""
+    loop = asyncio.get_running_loop()
+    interactive = stream.isatty()
+    while True:
+        if interactive:
+            line = await loop.run_in_executor(None, stream.readline)
+            chunk = [line] if line else []
+        else:
+            chunk = await loop.run_in_executor(None, stream.readlines, READ_HINT_BYTES)
+        if not chunk:
+            return
+        for line in chunk:
+            yield line.rstrip(b"\r\n")
+
+
+async def _produce(
+    bootstrap: list[str],
+    topic: str,
+    stream: IO[bytes],
+    separator: bytes | None,
+    config: ProducerConfig,
+    partition: int | None,
+    progress: Callable[[int], None],
+) -> ProduceSummary:
+    summary = ProduceSummary()
+    client = Cluster(bootstrap)
+    try:
+        async with Producer(client, config) as producer:
+            async for line in _lines(stream):
+                progress(len(line) + 1)
+                key, value = (
+                    line.split(separator, 1) if separator and separator in line else (None, line)
+                )
+                future = await producer.send(topic, value, key, partition=partition)
+                summary.sent += 1
+                future.add_done_callback(summary.record)
+        if summary.sent:
+            await summary.settled.wait()  # every future is done: only its callback is pending
+    finally:
+        await client.close()
+    return summary
+
+
+def produce(
+    topic: str,
+    file: Path | None = typer.Option(None, "--file", "-f", help="Read lines from FILE."),
+    key_separator: str | None = typer.Option(None, "--key-separator", help="KEY<SEP>VALUE."),
+    transactional_id: str | None = typer.Option(None, "--transactional-id"),
+    partition: int | None = typer.Option(None, "--partition", min=0),
+    bootstrap: list[str] | None = BootstrapOption,
+    data_dir: Path | None = DataDirOption,
+) -> None:
+    """Produce one record per line of stdin (or --file); idempotent."""
+    addresses = resolve_bootstrap(bootstrap, data_dir)
+    config = ProducerConfig(transactional_id=transactional_id or "")
+    separator = key_separator.encode() if key_separator else None
+    if file is None:
+        summary = run(
+            _produce(
+                addresses, topic, sys.stdin.buffer, separator, config, partition, lambda _n: None
+            )
+        )
+    else:
+        with file.open("rb") as stream, Progress(transient=True) as bar:
+            task = bar.add_task(f"producing {file.name}", total=file.stat().st_size)
+            summary = run(
+                _produce(
+                    addresses,
+                    topic,
+                    stream,
+                    separator,
+                    config,
+                    partition,
+                    lambda n: bar.advance(task, n),
+                )
+            )
+    _report(topic, summary)
+
+
+def _report(topic: str, summary: ProduceSummary) -> None:
+    spans = ", ".join(f"{p}: {a}..{b}" for p, (a, b) in sorted(summary.offsets.items()))
+    typer.echo(
+        f"{summary.acked} records acknowledged to {topic} "
+        f"({len(summary.offsets)} partitions{'; offsets ' + spans if spans else ''})",
+        err=True,
+    )
+    if summary.failed:
+        reasons = ", ".join(f"{k} x{v}" for k, v in summary.errors.items())
+        fail(f"{summary.failed} records were not acknowledged: {reasons}")
+
+
+class Format(StrEnum):
+    text = "text"
+    json = "json"
+
+
+def _text(data: bytes | None) -> str:
+    return "" if data is None else data.decode("utf-8", errors="replace")
+
+
+def _json_bytes(name: str, data: bytes | None) -> dict[str, object]:
+    if data is None:
+        return {name: None}
+    try:
+        return {name: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {f"{name}_base64": base64.b64encode(data).decode()}
+
+
+def as_json(r: ConsumedRecord) -> str:
+    obj: dict[str, object] = {
+        "topic": r.topic,
+        "partition": r.partition,
+        "offset": r.offset,
+        "timestamp": r.timestamp_ms,
+    }
+    obj |= _json_bytes("key", r.key) | _json_bytes("value", r.value)
+    obj["headers"] = {k: v.decode("utf-8", errors="replace") for k, v in r.headers}
+    obj["producer_id"], obj["sequence"] = r.producer_id, r.sequence
+    return json.dumps(obj)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeOptions:
+    topic: str
+    partitions: list[int] | None
+    start: int
+    max_messages: int | None
+    timeout_ms: int
+    follow: bool
+    render: Callable[[ConsumedRecord], str]
+
+
+async def _consume(bootstrap: list[str], options: ConsumeOptions) -> int:
+    client = Cluster(bootstrap)
+    printed = 0
+    try:
+        consumer = Consumer(client)
+        await consumer.assign(options.topic, options.partitions, options.start)
+        while options.max_messages is None or printed < options.max_messages:
+            records = await consumer.poll(500 if options.follow else options.timeout_ms)
+            if not records and not options.follow:
+                break
+            for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+                if options.max_messages is not None and printed >= options.max_messages:
+                    break
+                sys.stdout.write(options.render(record) + "\n")
+                printed += 1
+            sys.stdout.flush()
+    finally:
+        await client.close()
+    return printed
+
+
+def consume(
+    topic: str,
+    from_beginning: bool = typer.Option(False, "--from-beginning"),
+    offset: int | None = typer.Option(None, "--offset", min=0, help="Start at this offset."),
+    partition: int | None = typer.Option(None, "--partition", min=0),
+    max_messages: int | None = typer.Option(None, "--max-messages", min=1),
+    timeout_ms: int = typer.Option(
+        2_000, "--timeout-ms", min=0, help="Stop after this long without a record."
+    ),
+    follow: bool = typer.Option(False, "--follow", help="Keep waiting for new records."),
+    output: Format = typer.Option(Format.text, "--format"),
+    print_key: bool = typer.Option(False, "--print-key"),
+    bootstrap: list[str] | None = BootstrapOption,
+    data_dir: Path | None = DataDirOption,
+) -> None:
+    """Print records of a topic (from the end by default, as Kafka's console consumer)."""
+    if from_beginning and offset is not None:
+        raise CliError("use --from-beginning or --offset, not both")
+    start = (
+        offset if offset is not None else (Consumer.EARLIEST if from_beginning else Consumer.LATEST)
+    )
+
+    def text(r: ConsumedRecord) -> str:
+        return f"{_text(r.key)}\t{_text(r.value)}" if print_key else _text(r.value)
+
+    options = ConsumeOptions(
+        topic,
+        None if partition is None else [partition],
+        start,
+        max_messages,
+        timeout_ms,
+        follow,
+        as_json if output is Format.json else text,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        run(_consume(resolve_bootstrap(bootstrap, data_dir), options))
+
+
+produce = one_line_errors(produce)
+consume = one_line_errors(consume)

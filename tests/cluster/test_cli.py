@@ -1,0 +1,153 @@
+"""The `raftbroker` command, run for real in subprocesses against a real local cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli import local_cluster
+from tests.cluster.procs import REPO
+
+
+def raftbroker(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout_s: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        cwd=REPO,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    data_dir = tmp_path_factory.mktemp("cli")
+    ok(raftbroker("cluster", "up", "--detach", "--data-dir", str(data_dir)))
+    try:
+        yield data_dir
+    finally:
+        raftbroker("cluster", "down", "--data-dir", str(data_dir))
+        cluster = local_cluster.LocalCluster.load(data_dir)
+        if cluster is not None:
+            local_cluster.down(cluster)
+
+
+def test_status_json_lists_every_node(cli_cluster: Path) -> None:
+    state = json.loads(
+        ok(raftbroker("cluster", "status", "--json", "--data-dir", str(cli_cluster)))
+    )
+    assert [n["node_id"] for n in state["nodes"]] == [1, 2, 3]
+    assert all(n["reachable"] for n in state["nodes"])
+
+
+def test_topic_lifecycle(cli_cluster: Path) -> None:
+    d = ("--data-dir", str(cli_cluster))
+    ok(raftbroker("topic", "create", "lifecycle", "--partitions", "2", "--replication", "3", *d))
+    assert "lifecycle\t2 partitions" in ok(raftbroker("topic", "list", *d))
+    described = json.loads(ok(raftbroker("topic", "describe", "lifecycle", "--json", *d)))
+    assert [pm["partition"] for pm in described["partitions"]] == [0, 1]
+    assert all(len(pm["replicas"]) == 3 for pm in described["partitions"])
+    ok(raftbroker("topic", "delete", "lifecycle", *d))
+    assert "lifecycle" not in ok(raftbroker("topic", "list", *d))
+    again = raftbroker("topic", "describe", "lifecycle", *d)
+    assert again.returncode != 0
+    assert again.stderr.count("\n") == 1
+
+
+def test_produce_lines_then_consume_exactly_those_lines(cli_cluster: Path, tmp_path: Path) -> None:
+    d = ("--data-dir", str(cli_cluster))
+    ok(raftbroker("topic", "create", "lines", "--partitions", "3", *d))
+    lines = [f"key{i % 7},value-{i}" for i in range(500)]
+    source = tmp_path / "lines.txt"
+    source.write_text("\n".join(lines[:300]) + "\n")
+    produced = raftbroker("produce", "lines", "--file", str(source), "--key-separator", ",", *d)
+    ok(produced)
+    assert "300 records acknowledged" in produced.stderr
+    ok(
+        raftbroker(
+            "produce", "lines", "--key-separator", ",", *d, stdin="\n".join(lines[300:]) + "\n"
+        )
+    )
+    out = ok(
+        raftbroker(
+            "consume", "lines", "--from-beginning", "--format", "json", "--timeout-ms", "1000", *d
+        )
+    )
+    records = [json.loads(line) for line in out.splitlines()]
+    assert sorted(r["value"] for r in records) == sorted(line.split(",", 1)[1] for line in lines)
+    assert {r["key"] for r in records} == {f"key{i}" for i in range(7)}
+    assert all(r["producer_id"] >= 0 and r["sequence"] >= 0 for r in records)
+    text = ok(
+        raftbroker(
+            "consume",
+            "lines",
+            "--from-beginning",
+            "--max-messages",
+            "10",
+            "--print-key",
+            "--partition",
+            "0",
+            *d,
+        )
+    )
+    assert len(text.splitlines()) == 10
+    assert all("\tvalue-" in line for line in text.splitlines())
+    described = json.loads(ok(raftbroker("producers", "describe", "lines", "--json", *d)))
+    assert {row["producer_id"] for row in described}  # two produce runs: two producer ids
+    assert len({row["producer_id"] for row in described}) == 2
+
+
+def test_bad_flags_and_unreachable_bootstrap_fail_in_one_line(tmp_path: Path) -> None:
+    bad_flag = raftbroker("topic", "create", "x", "--partitions", "zero")
+    assert bad_flag.returncode != 0
+    unreachable = raftbroker("topic", "list", "--bootstrap", "127.0.0.9:1", timeout_s=60)
+    assert unreachable.returncode == 1
+    assert unreachable.stderr.startswith("raftbroker: cannot reach the cluster")
+    assert unreachable.stderr.count("\n") == 1
+    nothing = raftbroker("topic", "list", env={"RAFTBROKER_DATA_DIR": str(tmp_path / "none")})
+    assert nothing.returncode == 1
+    assert "no cluster to talk to" in nothing.stderr
+    malformed = raftbroker("topic", "list", "--bootstrap", "not-an-address")
+    assert malformed.returncode == 1
+    assert "is not HOST:PORT" in malformed.stderr
+
+
+def test_data_survives_down_and_up(tmp_path: Path) -> None:
+    d = ("--data-dir", str(tmp_path))
+    ok(raftbroker("cluster", "up", "--detach", *d))
+    try:
+        ok(raftbroker("topic", "create", "kept", "--partitions", "1", *d))
+        ok(raftbroker("produce", "kept", *d, stdin="a\nb\nc\n"))
+        ok(raftbroker("cluster", "down", *d))
+        assert raftbroker("topic", "list", *d).returncode == 1  # nothing answers now
+        ok(raftbroker("cluster", "up", "--detach", *d))
+        out = ok(raftbroker("consume", "kept", "--from-beginning", "--timeout-ms", "1000", *d))
+        assert out.splitlines() == ["a", "b", "c"]
+    finally:
+        raftbroker("cluster", "down", *d)
+
+
+def test_demo_passes_with_nothing_lost_or_duplicated() -> None:
+    result = raftbroker("demo", "--json", "--records", "2000", timeout_s=120)
+    report = json.loads(ok(result))
+    assert report["passed"] is True
+    assert report["lost"] == 0
+    assert report["duplicates"] == 0
+    assert report["acknowledged"] == report["in_log"] >= 2000
+    assert len(report["failovers"]) == 2
