@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -27,15 +28,21 @@ def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cluster")
 
 
-@pytest.fixture(scope="module")
-def three_nodes(cluster_dir: Path) -> Iterator[local_cluster.LocalCluster]:
-    cluster = local_cluster.up(cluster_dir, 3)
+@contextlib.contextmanager
+def running_cluster(data_dir: Path, extra_toml: str = "") -> Iterator[local_cluster.LocalCluster]:
+    """A ready 3-node cluster in `data_dir` (nodes configured with `extra_toml`), stopped after."""
+    cluster = local_cluster.up(data_dir, 3, extra_toml=extra_toml)
     try:
         asyncio.run(wait_ready(cluster))
         yield cluster
     finally:
-        current = local_cluster.LocalCluster.load(cluster_dir) or cluster
-        local_cluster.down(current)
+        local_cluster.down(local_cluster.LocalCluster.load(data_dir) or cluster)
+
+
+@pytest.fixture(scope="module")
+def three_nodes(cluster_dir: Path) -> Iterator[local_cluster.LocalCluster]:
+    with running_cluster(cluster_dir) as cluster:
+        yield cluster
 
 
 @pytest_asyncio.fixture

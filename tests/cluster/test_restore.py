@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,7 @@ from cluster import protocol as p
 from cluster.client import Admin, ClientError, Cluster, Producer, ProducerConfig
 from statemachine.errors import ErrorCode
 from statemachine.records import RecordBatch
-from tests.cluster.conftest import wait_ready
+from tests.cluster.conftest import running_cluster, wait_ready
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 TINY_RAFT_LOG = "[limits]\nraft_log_entries_max = 40\n"
@@ -30,13 +29,8 @@ TINY_RAFT_LOG = "[limits]\nraft_log_entries_max = 40\n"
 def compacting_cluster(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[local_cluster.LocalCluster]:
-    data_dir: Path = tmp_path_factory.mktemp("restore")
-    cluster = local_cluster.up(data_dir, 3, extra_toml=TINY_RAFT_LOG)
-    try:
-        asyncio.run(wait_ready(cluster))
+    with running_cluster(tmp_path_factory.mktemp("restore"), TINY_RAFT_LOG) as cluster:
         yield cluster
-    finally:
-        local_cluster.down(local_cluster.LocalCluster.load(data_dir) or cluster)
 
 
 async def read_replica(client: Cluster, address: str, topic: str) -> list[bytes] | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +17,7 @@ from cli import local_cluster
 from cluster import protocol as p
 from cluster.client import Admin, ClientError, Cluster, Consumer, Producer, ProducerConfig
 from statemachine.errors import ErrorCode
-from tests.cluster.conftest import wait_ready
+from tests.cluster.conftest import running_cluster
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 FAST_DUTIES = (
@@ -31,13 +30,8 @@ FAST_DUTIES = (
 def expiring_cluster(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[local_cluster.LocalCluster]:
-    data_dir: Path = tmp_path_factory.mktemp("expiry")
-    cluster = local_cluster.up(data_dir, 3, extra_toml=FAST_DUTIES)
-    try:
-        asyncio.run(wait_ready(cluster))
+    with running_cluster(tmp_path_factory.mktemp("expiry"), FAST_DUTIES) as cluster:
         yield cluster
-    finally:
-        local_cluster.down(local_cluster.LocalCluster.load(data_dir) or cluster)
 
 
 async def replicas_converge(
