@@ -135,9 +135,17 @@ class Server:
     async def _write_in_order(
         self, in_flight: asyncio.Queue[Awaitable[bytes] | None], writer: asyncio.StreamWriter
     ) -> None:
+        broken = False
         while (item := await in_flight.get()) is not None:
-            writer.write(await item)
-            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
+            response = await item
+            if broken or writer.is_closing():
+                continue  # keep draining, so the reader never blocks on a full queue
+            try:
+                writer.write(response)
+                await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
+            except (ConnectionError, TimeoutError, RuntimeError):  # uvloop: RuntimeError
+                broken = True  # the client left or stopped reading: the reader sees EOF next
+                writer.close()
 
 
 def _error_frame(exc: ProtocolError) -> bytes:

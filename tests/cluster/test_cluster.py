@@ -227,6 +227,8 @@ async def test_garbage_frames_get_errors_and_never_reach_a_log(
     await Admin(client).create_topic("garbage", 1, 3)
     node = three_nodes.nodes[0]
     end_before = await Admin(client).list_offsets("garbage", 0, -1)
+    log = three_nodes.data_dir / f"node{node.node_id}.log"
+    logged_before = log.stat().st_size
     payloads = [
         b"\x00\x00\x00\x05hello",  # a frame of non-msgpack bytes
         raw_frame(b"\x94\x01\x07\x63\x90"),  # unknown op 99 with a correlation id
@@ -247,3 +249,25 @@ async def test_garbage_frames_get_errors_and_never_reach_a_log(
     status = await Admin(client).cluster_status(node.client_address)
     assert status.node_id == node.node_id
     assert await Admin(client).list_offsets("garbage", 0, -1) == end_before
+    with log.open() as f:
+        f.seek(logged_before)
+        assert "Traceback" not in f.read()
+
+
+async def test_a_client_that_leaves_mid_pipeline_does_not_wedge_the_node(
+    client: Cluster, three_nodes: local_cluster.LocalCluster
+) -> None:
+    node = three_nodes.nodes[1]
+    log = three_nodes.data_dir / f"node{node.node_id}.log"
+    logged_before = log.stat().st_size
+    requests = b"".join(p.encode_request(i, p.ClusterStatus()) for i in range(1, 1_001))
+    for _ in range(3):
+        with socket.create_connection((node.host, node.client_port), timeout=5) as s:
+            s.sendall(requests)  # 1,000 pipelined requests, and never read an answer
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    status = await Admin(client).cluster_status(node.client_address)
+    assert status.node_id == node.node_id
+    assert local_cluster.alive(node.pid)
+    with log.open() as f:
+        f.seek(logged_before)
+        assert "Traceback" not in f.read()
