@@ -271,3 +271,40 @@ async def test_a_client_that_leaves_mid_pipeline_does_not_wedge_the_node(
     with log.open() as f:
         f.seek(logged_before)
         assert "Traceback" not in f.read()
+
+
+async def test_a_leader_change_never_answers_a_sequence_error(
+    client: Cluster, three_nodes: local_cluster.LocalCluster
+) -> None:
+    # SEMANTICS 10-12: across a leader SIGKILL, every answer to a batch is success, a duplicate
+    # with the original offsets, or a retriable error; never OUT_OF_ORDER or a fatal error.
+    await Admin(client).create_topic("answers", 1, 3)
+    init = await client.send_any(p.InitProducerId("", 60_000, -1, -1))
+    assert isinstance(init, p.InitProducerIdResponse)
+    answers: list[ErrorCode] = []
+    offsets: list[int] = []
+    current = three_nodes
+    for seq in range(300):
+        batch = RecordBatch(init.producer_id, 0, seq, (Record(None, f"a{seq}".encode(), 1),))
+        if seq == 100:
+            current = await kill_and_restart(current, await leader_of(client, "answers", 0))
+        while True:
+            address = client.leader_address("answers", 0) or three_nodes.bootstrap[0]
+            try:
+                result = await raw_produce(client, address, "answers", batch.encode())
+            except ClientError as exc:
+                if not exc.retriable:
+                    raise
+                await client.refresh(["answers"])
+                continue
+            answers.append(ErrorCode(result.error))
+            if result.error == ErrorCode.NONE:
+                offsets.append(result.base_offset)
+                break
+            assert ErrorCode(result.error).retriable, ErrorCode(result.error).name
+            await client.refresh(["answers"])
+    assert ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER not in answers
+    assert offsets == list(range(300))  # each batch once, in order, retries deduplicated
+    values = [r.value for r in await consume_all(client, "answers", 300)]
+    assert values == [f"a{i}".encode() for i in range(300)]
+    await wait_ready(current)
