@@ -28,7 +28,7 @@ from pathlib import Path
 from cluster.client import Admin, ClientError, Cluster
 
 STATE_FILE = "cluster.json"
-PORT_RANGE = (20_000, 50_000)
+PORT_RANGE = (12_000, 32_000)  # below Linux's ephemeral ports (32768 and up)
 GROUP_PORTS_RESERVED = 2_000  # raft_port + 1 .. + this: the partition groups' ports
 
 

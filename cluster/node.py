@@ -33,6 +33,7 @@ from statemachine.pid_allocator import PidBlockLease
 log = logging.getLogger(__name__)
 METADATA_GROUP = "__metadata"
 RECONCILE_INTERVAL_S = 1.0
+START_RETRY_S = 5.0  # a partition group that failed to start is tried again after this
 
 PartitionKey = tuple[str, int]
 
@@ -96,6 +97,7 @@ class Node:
         self._metadata: RaftGroup | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reconcile_now = asyncio.Event()
+        self._start_after: dict[PartitionKey, float] = {}
         self._peers = {p.node_id: p for p in config.peers}
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -143,9 +145,15 @@ class Node:
         }
         for key in [k for k, h in self.partitions.items() if wanted.get(k) != h.topic]:
             await self._stop_partition(key, delete=True)
+        now = time.monotonic()
         for key, topic in wanted.items():
-            if key not in self.partitions:
-                await self._start_partition(topic, key[1])
+            if key not in self.partitions and self._start_after.get(key, 0.0) <= now:
+                try:
+                    await self._start_partition(topic, key[1])
+                    self._start_after.pop(key, None)
+                except Exception:  # e.g. its Raft port is taken: retried after a pause
+                    log.exception("could not start partition %s-%d", *key)
+                    self._start_after[key] = now + START_RETRY_S
 
     # -- partitions ------------------------------------------------------------------------------
 

@@ -131,8 +131,10 @@ def _sync_conf(
         logCompactionMinEntries=compaction_entries,
         logCompactionMinTime=60,
         commandsQueueSize=0,  # we bound the queue ourselves, per group, in RaftGroup
+        # pysyncobj spins on the constructing thread between bind attempts: keep it short, the
+        # node retries a group that failed to start later, without blocking the others.
         bindRetryTime=0.1,
-        maxBindRetries=30,
+        maxBindRetries=3,
         dynamicMembershipChange=False,
         useFork=False,
     )
