@@ -1,34 +1,41 @@
 """Cluster benchmark: a real 3-node cluster (replication 3) on loopback, measured end to end.
 
-Role: the measured answer to the issue's cluster goals, with the client library as a user
-drives it: at least 100,000 acknowledged records/s with batching, a p50 produce latency under
-5 ms at 1,000 records/s, and a produce that resumes within 2 s (median of 5) after the
-partition leader is SIGKILLed. Run it as `python -m bench.cluster [--quick] [--out FILE]
-[--scenarios a,b]`; it prints one JSON object on stdout (progress goes to stderr) and exits 1
-if a scenario failed (a goal missed is a result, not a failure).
+Role: the measured answer to the issue's cluster goals, with the client library driven as a
+user drives it: at least 100,000 acknowledged records/s with batching, a p50 produce latency
+under 5 ms at 1,000 records/s, and produce resuming within 2 s (median of 5) after the
+partition leader is SIGKILLed, losing and duplicating nothing. Run it as
+`python -m bench.cluster [--quick] [--out FILE] [--scenarios a,b]`; it prints one JSON object on
+stdout (progress goes to stderr) and exits 1 if a scenario failed; a goal missed is a result.
 
 Every scenario starts a fresh cluster of `raftbroker node` processes on 127.0.0.2-4
 (`cli.local_cluster`) in a temporary directory, with the default node configuration (no fsync
-per entry: an ack means "in the page cache of a majority"), and stops it by PID in a `finally`.
-The client is this process (uvloop when installed, as the `raftbroker` command runs it).
+per entry: an ack means "in the page cache of a majority"), and stops it by PID in a `finally`
+(also on SIGTERM). The client is this process, on uvloop when installed (as `raftbroker` runs).
 
 Scenarios:
-- throughput: one idempotent Producer with its normal batching, 100-byte values, acks=all and
-  every send future awaited (at most the producer's buffer outstanding); acknowledged
-  records/s and MB/s for 1, 4 and 16 partitions and two batch configurations, with the CPU
-  seconds of each node process and of the client over the timed run (/proc/<pid>/stat).
-- consume: the same topic read back from offset 0 with a Consumer, after each throughput case.
-- latency: sequential sends (each awaited before the next) paced at 1,000 records/s; p50, p99
-  and max, for linger_ms 0 (the goal's case) and the default linger.
-- failover: a steady producer (a record every 2 ms, awaited with the Producer's own retries)
-  on one partition; SIGKILL its leader, time from the kill to the first acknowledgement of a
-  send issued after the kill; restart the node and wait until it has caught up; 5 times.
-  Then everything is read back: acknowledged records lost and values duplicated must be 0.
+- throughput: one idempotent Producer with its own batching (16 KiB/2 ms and 64 KiB/5 ms),
+  100-byte values (a 12-digit index, then random letters as kafka-producer-perf-test uses:
+  about 60% after zlib), acks=all, every send future awaited. The send loop runs until the
+  producer's buffer is full (`send` then waits for space), so after a ramp it sends exactly
+  as fast as acks return; acks and CPU (/proc/<pid>/stat of each node and of the client, and
+  /proc/stat for the rest of the machine) are counted over a timed window only. 1, 4 and 16
+  partitions, each case on its own fresh cluster.
+- consume: each throughput topic read back from offset 0 by one Consumer, with CPU.
+- latency: one partition, linger 0 unless stated. Sequential: each send awaited before the
+  next, started at most 1,000/s (the goal's definition); since a send waits for the previous
+  ack, the rate achieved is at most 1 / mean latency, and it is reported. Open loop: sends
+  issued every millisecond regardless of acks, the latency under a true 1,000 records/s.
+- failover: a record every 2 ms on one partition, awaited through the Producer's own retries;
+  SIGKILL of the partition leader, then the time to the first ack of a send issued after the
+  kill, and to the first survivor that reports leading the group; the node is restarted and
+  waited for until it has applied the group's commit index; 5 times. Then the topic is read
+  back: acknowledged records absent and values present twice must both be 0.
 - idle: CPU % of each node over an idle period with no partitions, then with 16 partitions.
 
-Baselines in the same run: a raw asyncio TCP round trip on loopback (the floor any request
-latency is bound by) and `bench.apply`'s quick mode (the state machine's apply rate, the
-ceiling of one replica). Load averages at the start and the end say how busy the machine was.
+Baselines in the same run: asyncio TCP round trips on loopback (the floor of any request's
+latency, to a peer process and within this loop) and `bench.apply`'s quick mode (one replica's
+apply rate). Load averages at start and end, and other processes' CPU during each window,
+say how much the rest of the machine disturbed the numbers.
 """
 
 from __future__ import annotations
@@ -38,13 +45,16 @@ import asyncio
 import contextlib
 import functools
 import json
+import math
 import os
+import random
 import shutil
 import signal
 import statistics
 import sys
 import tempfile
 import time
+import zlib
 from collections import Counter, deque
 from collections.abc import (
     AsyncIterator,
@@ -87,6 +97,7 @@ LOG_TAIL_LINES = 8
 # throughput: the send loop yields to the event loop every this many sends
 YIELD_EVERY = 256
 WARMUP_RECORDS = 2_000
+CONSUMER_MAX_WAIT_MS = 100
 # latency
 LATENCY_RATE = 1_000
 LATENCY_WARMUP_S = 0.5
@@ -165,7 +176,7 @@ def progress(message: str) -> None:
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of unsorted values."""
     ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
     return ordered[rank]
 
 
@@ -180,9 +191,27 @@ def latency_summary_ms(seconds: Sequence[float]) -> dict[str, float]:
     }
 
 
+def letter_pads(count: int, size: int, seed: int = 1) -> tuple[bytes, ...]:
+    """`count` strings of `size` random uppercase letters (kafka-producer-perf-test's payload)."""
+    letters = bytes(65 + i % 26 for i in range(256))
+    data = random.Random(seed).randbytes(count * size).translate(letters)
+    return tuple(data[i * size : (i + 1) * size] for i in range(count))
+
+
+# Values are as compressible as kafka-producer-perf-test's: a batch deflates to about 60%.
+# (A constant pad would deflate to 3% and flatter pysyncobj's zlib transport about twofold.)
+VALUE_PADS = letter_pads(4_096, VALUE_BYTES - 12)
+
+
 def value_of(index: int) -> bytes:
-    """A distinct 100-byte value: the index in decimal, padded."""
-    return f"{index:012d}".encode().ljust(VALUE_BYTES, b".")
+    """A distinct 100-byte value: the index in 12 decimal digits, then random letters."""
+    return b"%012d" % index + VALUE_PADS[index % len(VALUE_PADS)]
+
+
+def value_zlib_ratio(records: int = 160) -> float:
+    """How far zlib (level 3, as pysyncobj uses) shrinks a batch's worth of values."""
+    batch = b"".join(value_of(i) for i in range(records))
+    return round(len(zlib.compress(batch, 3)) / len(batch), 3)
 
 
 # -- CPU of processes -----------------------------------------------------------------------------
@@ -195,14 +224,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, steal): CPU seconds all cores ran something, and lost to the hypervisor."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
+    return (user + nice + system + irq + softirq) / CLK_TCK, steal / CLK_TCK
+
+
 @dataclass(frozen=True, slots=True)
 class CpuSample:
     wall_s: float
     seconds: dict[str, float]
+    machine_busy_s: float
+    machine_steal_s: float
 
 
 def sample_cpu(pids: Mapping[str, int]) -> CpuSample:
-    return CpuSample(time.monotonic(), {name: cpu_seconds(pid) for name, pid in pids.items()})
+    seconds = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    return CpuSample(time.monotonic(), seconds, *machine_cpu_seconds())
 
 
 def cpu_per_record(before: CpuSample, after: CpuSample, records: int) -> dict[str, float]:
@@ -213,16 +252,21 @@ def cpu_per_record(before: CpuSample, after: CpuSample, records: int) -> dict[st
 
 
 def cpu_report(before: CpuSample, after: CpuSample) -> dict[str, Any]:
-    """CPU seconds and % of one core per process between two samples, and their total."""
+    """CPU seconds and % of one core per process between two samples, their total, and what
+    the rest of the machine used meanwhile (other processes: noise in every number here)."""
     wall = after.wall_s - before.wall_s
     used = {name: after.seconds[name] - before.seconds[name] for name in before.seconds}
+    used["total"] = sum(used.values())
+    used["others_on_machine"] = max(
+        0.0, after.machine_busy_s - before.machine_busy_s - used["total"]
+    )
+    used["steal"] = after.machine_steal_s - before.machine_steal_s
     report: dict[str, Any] = {
         name: {"cpu_s": round(s, 2), "cpu_percent": round(100 * s / wall, 1)}
         for name, s in used.items()
     }
-    total = sum(used.values())
-    report["total"] = {"cpu_s": round(total, 2), "cpu_percent": round(100 * total / wall, 1)}
     report["wall_s"] = round(wall, 2)
+    report["machine_capacity_percent"] = 100 * (os.cpu_count() or 1)
     return report
 
 
@@ -354,7 +398,8 @@ class SendLoop:
     """Sends as fast as the producer takes records; its buffer bounds what is outstanding.
 
     `send` waits for space once `buffer_records_max` records are unacknowledged, so after a
-    short ramp the loop sends exactly as fast as acks return: the cluster's rate.
+    short ramp the loop sends as fast as acks return (the cluster's rate), unless this process
+    cannot make records that fast (then the buffer never fills).
     """
 
     producer: Producer
@@ -421,17 +466,16 @@ async def read_back(
     admin = Admin(bench.client)
     partitions = await bench.client.partitions(topic)
     ends = {i.partition: await admin.list_offsets(topic, i.partition, -1) for i in partitions}
-    consumer = Consumer(bench.client, ConsumerConfig(max_wait_ms=100))
+    consumer = Consumer(bench.client, ConsumerConfig(max_wait_ms=CONSUMER_MAX_WAIT_MS))
     await consumer.assign(topic, start=0)
-    loop = asyncio.get_running_loop()
-    start, count = loop.time(), 0
+    start, count = time.monotonic(), 0
     while any(consumer.positions[(topic, n)].offset < end for n, end in ends.items()):
         records = await consumer.poll()
         count += len(records)
         on_records(records)
-        if loop.time() - start > timeout_s:
+        if time.monotonic() - start > timeout_s:
             raise TimeoutError(f"{topic}: read {count} records in {timeout_s} s, not all")
-    return count, loop.time() - start
+    return count, time.monotonic() - start
 
 
 def ignore_records(_records: list[ConsumedRecord]) -> None:
@@ -449,25 +493,39 @@ class ThroughputCase:
         return f"tput-p{self.partitions}-b{self.batch_size_bytes}"
 
 
-async def throughput_case(
-    case: ThroughputCase, ramp_s: float, seconds: float
-) -> tuple[dict[str, Any], ...]:
-    """One throughput case on a fresh cluster, then reading it back: (throughput, consume)."""
-    async with fresh_cluster() as bench:
-        await create_topic(bench, case.topic, case.partitions)
-        config = ProducerConfig(batch_size_bytes=case.batch_size_bytes, linger_ms=case.linger_ms)
-        async with Producer(bench.client, config) as producer:
-            await asyncio.gather(  # warm-up: senders, connections, serving leaders
-                *[await producer.send(case.topic, value_of(i)) for i in range(WARMUP_RECORDS)]
-            )
-            sender = SendLoop(producer, case.topic, WARMUP_RECORDS)
-            window = await timed_window(sender, bench.process_pids(), ramp_s, seconds)
-            drain_s = await sender.drain()
-            stats = dict(producer.stats)
-        leaders = await leaders_by_node(bench, case.topic)
-        count, read_s = await read_back(bench, case.topic, ignore_records)
+@dataclass(frozen=True, slots=True)
+class LoadOutcome:
+    """A throughput case's load: the timed window, and what was left when it closed."""
+
+    window: Window
+    sent: int
+    outstanding: int
+    drain_s: float
+    producer_stats: dict[str, int]
+
+
+async def throughput_load(
+    bench: BenchCluster, case: ThroughputCase, ramp_s: float, seconds: float
+) -> LoadOutcome:
+    """Warm up, ramp, time a window of full-speed sends, then await every outstanding ack."""
+    config = ProducerConfig(batch_size_bytes=case.batch_size_bytes, linger_ms=case.linger_ms)
+    async with Producer(bench.client, config) as producer:
+        await asyncio.gather(  # warm-up: senders, connections, serving leaders
+            *[await producer.send(case.topic, value_of(i)) for i in range(WARMUP_RECORDS)]
+        )
+        sender = SendLoop(producer, case.topic, WARMUP_RECORDS)
+        window = await timed_window(sender, bench.process_pids(), ramp_s, seconds)
+        outstanding = len(sender.outstanding)
+        drain_s = await sender.drain()
+        return LoadOutcome(window, sender.sent, outstanding, drain_s, dict(producer.stats))
+
+
+def throughput_report(
+    case: ThroughputCase, load: LoadOutcome, leaders: dict[str, int]
+) -> dict[str, Any]:
+    window = load.window
     records_per_s = window.acked / window.seconds
-    throughput = {
+    return {
         "partitions": case.partitions,
         "batch_size_bytes": case.batch_size_bytes,
         "linger_ms": case.linger_ms,
@@ -475,26 +533,43 @@ async def throughput_case(
         "acked_in_window": window.acked,
         "records_per_s": round(records_per_s),
         "mb_per_s": round(records_per_s * VALUE_BYTES / 1e6, 2),
-        "sent_in_total": sender.sent,
-        "outstanding_at_end": {
-            "records": len(sender.outstanding),
-            "drained_in_s": round(drain_s, 3),
-        },
-        "producer_stats": stats,
+        "sent_in_total": load.sent,
+        "outstanding_at_end": {"records": load.outstanding, "drained_in_s": round(load.drain_s, 3)},
+        "producer_stats": load.producer_stats,
         "leaders_by_node": leaders,
         "cpu": cpu_report(window.cpu_before, window.cpu_after),
         "cpu_us_per_record": cpu_per_record(window.cpu_before, window.cpu_after, window.acked),
     }
-    consume = {
+
+
+async def consume_case(bench: BenchCluster, case: ThroughputCase, expected: int) -> dict[str, Any]:
+    """Read a throughput case's topic back from offset 0, with the CPU it cost."""
+    before = sample_cpu(bench.process_pids())
+    count, seconds = await read_back(bench, case.topic, ignore_records)
+    after = sample_cpu(bench.process_pids())
+    if count != expected:
+        raise AssertionError(f"{case.topic}: read {count} records, {expected} were acknowledged")
+    return {
         "partitions": case.partitions,
         "batch_size_bytes": case.batch_size_bytes,
         "records": count,
-        "expected": sender.sent + WARMUP_RECORDS,
-        "seconds": round(read_s, 3),
-        "records_per_s": round(count / read_s) if read_s else None,
-        "mb_per_s": round(count * VALUE_BYTES / read_s / 1e6, 2) if read_s else None,
+        "seconds": round(seconds, 3),
+        "records_per_s": round(count / seconds),
+        "mb_per_s": round(count * VALUE_BYTES / seconds / 1e6, 2),
+        "cpu": cpu_report(before, after),
     }
-    return throughput, consume
+
+
+async def throughput_case(
+    case: ThroughputCase, ramp_s: float, seconds: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One throughput case on a fresh cluster, then reading it back: (throughput, consume)."""
+    async with fresh_cluster() as bench:
+        await create_topic(bench, case.topic, case.partitions)
+        load = await throughput_load(bench, case, ramp_s, seconds)
+        leaders = await leaders_by_node(bench, case.topic)
+        consume = await consume_case(bench, case, load.sent + WARMUP_RECORDS)
+    return throughput_report(case, load, leaders), consume
 
 
 async def throughput_scenario(settings: Settings) -> dict[str, Any]:
@@ -513,6 +588,8 @@ async def throughput_scenario(settings: Settings) -> dict[str, Any]:
         consumed.append(consume)
     params = {
         "value_bytes": VALUE_BYTES,
+        "value_content": "12-digit index + 88 random uppercase letters",
+        "value_zlib_ratio": value_zlib_ratio(),
         "acks": "all (every send future awaited)",
         "seconds": settings.throughput_s,
         "warmup_records": WARMUP_RECORDS,
@@ -525,9 +602,17 @@ async def throughput_scenario(settings: Settings) -> dict[str, Any]:
         "cluster": "fresh per case",
     }
     best = max(produced, key=lambda c: c["records_per_s"])
-    consume_params = {"consumer": "one Consumer, all partitions, from offset 0", **params}
+    consume_params = {
+        "consumer": "one Consumer, every partition, from offset 0 to the end offsets",
+        "max_wait_ms": CONSUMER_MAX_WAIT_MS,
+        "topic": "each throughput case's topic, right after its load",
+    }
     return {
-        "throughput": {"params": params, "cases": produced, "best": best},
+        "throughput": {
+            "params": params,
+            "cases": produced,
+            "best": {k: best[k] for k in ("partitions", "batch_size_bytes", "records_per_s")},
+        },
         "consume": {"params": consume_params, "cases": consumed},
     }
 
@@ -545,10 +630,16 @@ async def pace(start: float, index: int, rate: float) -> None:
 async def sequential_latencies(
     producer: Producer, topic: str, rate: float, seconds: float
 ) -> tuple[list[float], float]:
-    """Sends at `rate` per second, each awaited before the next; latencies, achieved rate."""
+    """Sends at up to `rate` per second, each awaited before the next, for `seconds`.
+
+    A send cannot start before the previous one is acknowledged, so the rate achieved is at
+    most 1 / mean latency: it is reported with the latencies.
+    """
     latencies: list[float] = []
     start = time.monotonic()
     for index in range(int(rate * seconds)):
+        if time.monotonic() - start >= seconds:
+            break
         await pace(start, index, rate)
         sent = time.perf_counter()
         await (await producer.send(topic, value_of(index)))
@@ -760,22 +851,30 @@ def check_delivery(load: SteadyLoad, values: Counter[bytes]) -> dict[str, int]:
     }
 
 
+async def kills_under_load(
+    bench: BenchCluster, topic: str, count: int
+) -> tuple[SteadyLoad, list[dict[str, Any]]]:
+    """`count` leader kills under a steady producer; every send settled at the end."""
+    load = SteadyLoad()
+    stop = asyncio.Event()
+    kills = []
+    async with Producer(bench.client) as producer:
+        task = asyncio.create_task(steady_producer(producer, topic, load, stop))
+        try:
+            for _ in range(count):
+                kills.append(await kill_leader_once(bench, topic, load))
+        finally:
+            stop.set()
+            await task
+        await asyncio.gather(*load.futures, return_exceptions=True)
+    return load, kills
+
+
 async def failover_scenario(settings: Settings) -> dict[str, Any]:
     topic = "failover"
     async with fresh_cluster() as bench:
         await create_topic(bench, topic, 1)
-        load = SteadyLoad()
-        stop = asyncio.Event()
-        kills = []
-        async with Producer(bench.client) as producer:
-            task = asyncio.create_task(steady_producer(producer, topic, load, stop))
-            try:
-                for _ in range(settings.failover_kills):
-                    kills.append(await kill_leader_once(bench, topic, load))
-            finally:
-                stop.set()
-                await task
-            await asyncio.gather(*load.futures, return_exceptions=True)
+        load, kills = await kills_under_load(bench, topic, settings.failover_kills)
         values: Counter[bytes] = Counter()
         await read_back(bench, topic, lambda rs: values.update(r.value or b"" for r in rs))
     resumes = [k["resume_ms"] for k in kills]
@@ -967,20 +1066,28 @@ def goal(target: float, measured: float | None, *, below: bool = False) -> dict[
     return {"target": target, "measured": measured, "met": met}
 
 
+def latency_goal(cases: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any]:
+    """The p50 goal for one latency mode (linger 0), with the rate that mode achieved."""
+    case = next((c for c in cases if (c["mode"], c["linger_ms"]) == (mode, 0)), None)
+    if case is None:
+        return goal(GOAL_P50_MS, None, below=True)
+    found = goal(GOAL_P50_MS, case["p50_ms"], below=True)
+    return {**found, "achieved_rate_per_s": case["achieved_rate_per_s"]}
+
+
 def goals(sections: Mapping[str, Any]) -> dict[str, Any]:
     throughput = sections.get("throughput", {}).get("best", {}).get("records_per_s")
     latency_cases = sections.get("latency", {}).get("cases", [])
-    p50 = next(
-        (c["p50_ms"] for c in latency_cases if (c["mode"], c["linger_ms"]) == ("sequential", 0)),
-        None,
-    )
     failover = sections.get("failover", {}).get("resume_median_ms")
     delivery = sections.get("failover", {}).get("delivery", {})
     found = {
         "acked_records_per_s_with_batching": goal(GOAL_RECORDS_PER_S, throughput),
-        "p50_latency_ms_at_1000_per_s": goal(GOAL_P50_MS, p50, below=True),
+        "p50_latency_ms_at_1000_per_s": latency_goal(latency_cases, "sequential"),
+        # Sequential sends reach 1,000/s only while the mean latency is under 1 ms: the same
+        # goal at a true offered rate of 1,000 records/s.
+        "p50_latency_ms_open_loop_1000_per_s": latency_goal(latency_cases, "open_loop"),
         "failover_resume_s_median": goal(
-            GOAL_FAILOVER_S, None if failover is None else failover / 1000, below=True
+            GOAL_FAILOVER_S, None if failover is None else round(failover / 1000, 3), below=True
         ),
         "no_loss_no_duplicates": {
             "lost": delivery.get("lost"),

@@ -149,13 +149,12 @@ def up(data_dir: Path, count: int = 3, extra_toml: str = "") -> LocalCluster:
         ports = choose_ports(count, os.getpid())
     secret = existing_secret(data_dir) or secrets.token_urlsafe(24)
     configs = write_configs(data_dir, count, ports, secret, extra_toml)
-    nodes = []
+    nodes: list[NodeProcess] = []
     for i, config in enumerate(configs):
         proc = start_node(config, data_dir / f"node{i + 1}.log")
         nodes.append(NodeProcess(i + 1, host_of(i), ports[0], ports[2], ports[1], proc.pid))
-    cluster = LocalCluster(data_dir, tuple(nodes))
-    cluster.save()
-    return cluster
+        LocalCluster(data_dir, tuple(nodes)).save()  # recorded at once: `down` finds them all
+    return LocalCluster(data_dir, tuple(nodes))
 
 
 def restart_node(cluster: LocalCluster, node_id: int) -> LocalCluster:

@@ -257,7 +257,8 @@ async def test_garbage_frames_get_errors_and_never_reach_a_log(
 async def test_a_client_that_leaves_mid_pipeline_does_not_wedge_the_node(
     client: Cluster, three_nodes: local_cluster.LocalCluster
 ) -> None:
-    node = three_nodes.nodes[1]
+    current = local_cluster.LocalCluster.load(three_nodes.data_dir) or three_nodes
+    node = current.nodes[1]  # earlier tests restarted nodes: their pids are in cluster.json
     log = three_nodes.data_dir / f"node{node.node_id}.log"
     logged_before = log.stat().st_size
     requests = b"".join(p.encode_request(i, p.ClusterStatus()) for i in range(1, 1_001))
