@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,3 +153,39 @@ def test_demo_passes_with_nothing_lost_or_duplicated() -> None:
     assert report["duplicates"] == 0
     assert report["acknowledged"] == report["in_log"] >= 2000
     assert len(report["failovers"]) == 2
+
+
+def test_foreground_cluster_streams_logs_and_ctrl_c_stops_every_node(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli", "cluster", "up", "--data-dir", str(tmp_path)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        seen: list[str] = []
+        deadline = time.monotonic() + 60
+        while not any(line.startswith("streaming node logs") for line in seen):
+            assert time.monotonic() < deadline, seen
+            seen.append(proc.stdout.readline())
+        ok(raftbroker("topic", "create", "fg", "--partitions", "1", "--data-dir", str(tmp_path)))
+        while not any(
+            line.startswith("node") and "started partition fg-0" in line for line in seen
+        ):
+            assert time.monotonic() < deadline, seen[-5:]
+            seen.append(proc.stdout.readline())  # node logs arrive prefixed by their node
+        started = local_cluster.LocalCluster.load(tmp_path)
+        assert started is not None
+        pids = [n.pid for n in started.nodes]
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+        assert proc.returncode == 0
+        assert not any(local_cluster.alive(pid) for pid in pids)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster = local_cluster.LocalCluster.load(tmp_path)
+        if cluster is not None:
+            local_cluster.down(cluster)
