@@ -25,7 +25,6 @@ Every read result is checked for count and offsets after timing.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
@@ -34,11 +33,11 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.apply import gc_paused
 from cluster.config import Limits
 from cluster.storage import PartitionStore
 from statemachine.limits import KIB, MIB
@@ -68,18 +67,6 @@ def records_that_fit() -> int:
 def encode_batch(index: int, records: int) -> bytes:
     items = tuple(Record(None, b"v" * VALUE_BYTES, START_MS) for _ in range(records))
     return RecordBatch(1_000, 0, index * records, items).encode()
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    was_enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def rate(total_bytes: int, seconds: float, calls: int) -> dict[str, Any]:
