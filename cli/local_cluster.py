@@ -159,6 +159,8 @@ def up(data_dir: Path, count: int = 3, extra_toml: str = "") -> LocalCluster:
 
 def restart_node(cluster: LocalCluster, node_id: int) -> LocalCluster:
     """Start one node again (after it was killed) with its existing configuration."""
+    old = next(n for n in cluster.nodes if n.node_id == node_id)
+    assert not alive(old.pid), f"node {node_id} (pid {old.pid}) is still running"
     config = cluster.data_dir / f"node{node_id}.toml"
     proc = start_node(config, cluster.data_dir / f"node{node_id}.log")
     nodes = tuple(
@@ -186,11 +188,17 @@ def alive(pid: int) -> bool:
     return waited == 0
 
 
-def kill(pid: int, sig: int = signal.SIGKILL) -> None:
+def kill(pid: int, sig: int = signal.SIGKILL, wait_s: float = 0.0) -> None:
+    """Send `sig`; with `wait_s`, poll until the process is gone (its ports free again)."""
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
         return
+    deadline = time.monotonic() + wait_s
+    while wait_s and alive(pid):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"process {pid} still alive {wait_s} s after signal {sig}")
+        time.sleep(0.01)
 
 
 def down(cluster: LocalCluster, timeout_s: float = 10.0) -> None:

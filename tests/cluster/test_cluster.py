@@ -61,10 +61,11 @@ async def leader_of(cluster: Cluster, topic: str, partition: int) -> int:
 async def kill_and_restart(
     three: local_cluster.LocalCluster, node_id: int, pause_s: float = 0.0
 ) -> local_cluster.LocalCluster:
-    node = next(n for n in three.nodes if n.node_id == node_id)
-    local_cluster.kill(node.pid, signal.SIGKILL)
-    await asyncio.sleep(pause_s)
+    # Earlier tests restarted nodes: the running pids are in cluster.json, not in `three`.
     current = local_cluster.LocalCluster.load(three.data_dir) or three
+    node = next(n for n in current.nodes if n.node_id == node_id)
+    local_cluster.kill(node.pid, signal.SIGKILL, wait_s=10)
+    await asyncio.sleep(pause_s)
     return local_cluster.restart_node(current, node_id)
 
 
@@ -206,7 +207,7 @@ async def test_all_nodes_killed_and_restarted_keep_records_and_producer_state(
 
     current = local_cluster.LocalCluster.load(three_nodes.data_dir) or three_nodes
     for node in current.nodes:
-        local_cluster.kill(node.pid, signal.SIGKILL)
+        local_cluster.kill(node.pid, signal.SIGKILL, wait_s=10)
     for node in current.nodes:
         current = local_cluster.restart_node(current, node.node_id)
     await wait_ready(current)

@@ -9,12 +9,14 @@ digests), without one truncation warning.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cluster.procs import free_port, running, spawn, wait_until
+from cli import local_cluster
+from tests.cluster.procs import running, spawn, wait_until
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 
@@ -22,7 +24,8 @@ HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 def run_group(
     tmp_path: Path, *, commands: int, size: int, extra: tuple[str, ...] = ()
 ) -> list[dict[str, Any]]:
-    port = free_port(HOSTS[0])
+    # A port free on all three addresses, below the kernel's ephemeral range.
+    port = local_cluster.choose_ports(len(HOSTS), os.getpid())[2]
     addresses = ",".join(f"{h}:{port}" for h in HOSTS)
     reports = [tmp_path / f"report{i}.json" for i in range(3)]
     procs = [
