@@ -184,8 +184,17 @@ def alive(pid: int) -> bool:
     try:
         waited, _ = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
-        return True  # not our child: it exists
+        return not _zombie(pid)  # not our child: it exists, unless only its exit status is left
     return waited == 0
+
+
+def _zombie(pid: int) -> bool:
+    """A dead process its parent has not reaped (in a container, PID 1 may never reap)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] == "Z"
 
 
 def kill(pid: int, sig: int = signal.SIGKILL, wait_s: float = 0.0) -> None:

@@ -8,6 +8,7 @@ would leave a replica's state ahead of its data.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import os
 import signal
@@ -21,6 +22,8 @@ from cluster.config import ConfigError, NodeConfig
 from cluster.service import run_node
 
 EXIT_FATAL = 70
+EXIT_CANNOT_RUN = 71
+SHUTDOWN_TIMEOUT_S = 8.0
 log = logging.getLogger("raftbroker")
 
 
@@ -66,14 +69,28 @@ async def _cancel_on_signals(coro: Coroutine[Any, Any, None]) -> None:
     assert task is not None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
+        loop.add_signal_handler(sig, _stop, task)
     try:
         await coro
     except asyncio.CancelledError:
         log.info("stopped")
 
 
+def _stop(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    # A clean stop takes well under a second. Should one hang, the tracebacks of every thread
+    # go to the log and the process exits anyway: storage recovers from that as from a crash.
+    faulthandler.dump_traceback_later(SHUTDOWN_TIMEOUT_S, exit=True)
+
+
 def run_node_process(config: NodeConfig) -> None:
+    """Run a node until a signal; a port it cannot bind ends it at once with a clear error."""
     configure_logging(f"node{config.node_id}")
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    run(run_node(config, fatal_exit))
+    try:
+        run(run_node(config, fatal_exit))
+    except* OSError as group:
+        for exc in group.exceptions:
+            log.critical("cannot run: %s", exc)
+        logging.shutdown()
+        sys.exit(EXIT_CANNOT_RUN)

@@ -44,9 +44,17 @@ class Limits:
     # Raft entries a group keeps before compacting its log (pysyncobj holds them in memory).
     raft_log_entries_max: int = 2_000
     index_interval_bytes: int = 4 * KIB
+    # A Raft message between nodes carries entries up to half of this, and one more entry.
+    raft_frame_bytes_max: int = 32 * MIB
+    # Bytes queued to one peer before its link is dropped as not reading (Raft resends).
+    raft_queue_bytes_max: int = 256 * MIB
 
     def __post_init__(self) -> None:
         _check_positive_ints(self)
+        if self.raft_frame_bytes_max < 2 * self.frame_bytes_max + 64 * KIB:
+            raise ConfigError("Limits.raft_frame_bytes_max must exceed twice frame_bytes_max")
+        if self.raft_queue_bytes_max < self.raft_frame_bytes_max:
+            raise ConfigError("Limits.raft_queue_bytes_max must hold a whole raft frame")
         if self.fetch_bytes_max > self.frame_bytes_max - 64 * KIB:
             raise ConfigError("Limits.fetch_bytes_max must leave 64 KiB of frame_bytes_max free")
 

@@ -6,8 +6,8 @@ partition groups follows the metadata state: `reconcile()` starts the groups of 
 stops those of deleted ones, at runtime, without a restart. Request handling lives in
 `server.py`, periodic duties in `controller.py`; both reach the node through this class.
 
-Partition group g of a node listens on `raft_port + 1 + slot(g)` at the node's host: the stock
-pysyncobj transport needs one port per group (a multiplexing transport would remove that).
+Every group of a node, the metadata group included, talks to its peers over the node's one Raft
+port (`cluster/mesh.py`): a replica's Raft address is its node's.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster.config import NodeConfig, Peer
+from cluster.mesh import MeshSettings
 from cluster.raft import GroupSpec, GroupStatus, RaftDriver, RaftGroup
 from cluster.replica import Fatal, MetadataReplica, PartitionReplica
 from cluster.storage import PartitionStore
@@ -36,6 +37,23 @@ RECONCILE_INTERVAL_S = 1.0
 START_RETRY_S = 5.0  # a partition group that failed to start is tried again after this
 
 PartitionKey = tuple[str, int]
+
+
+def mesh_settings(config: NodeConfig) -> MeshSettings:
+    """The node's Raft links: its own address, every other node's, and their bounds."""
+    timing = config.timing
+    return MeshSettings(
+        self_address=config.self_peer.raft_address,
+        peer_addresses=frozenset(
+            p.raft_address for p in config.peers if p.node_id != config.node_id
+        ),
+        secret=config.cluster_secret,
+        frame_bytes_max=config.limits.raft_frame_bytes_max,
+        queue_bytes_max=config.limits.raft_queue_bytes_max,
+        timeout_s=timing.connection_timeout_ms / 1000,
+        retry_s=timing.connection_retry_ms / 1000,
+        ping_s=timing.heartbeat_ms / 1000,
+    )
 
 
 def now_ms() -> int:
@@ -88,7 +106,7 @@ class Node:
         self.fatal = fatal
         self.limits = DEFAULT_LIMITS
         self.driver = RaftDriver(
-            config.timing, config.cluster_secret, config.limits.raft_log_entries_max
+            config.timing, mesh_settings(config), config.limits.raft_log_entries_max
         )
         self.metadata_replica = MetadataReplica(self.limits, self._on_metadata_applied)
         self.partitions: dict[PartitionKey, PartitionHandle] = {}
@@ -116,6 +134,7 @@ class Node:
             me.raft_address,
             tuple(p.raft_address for p in self.config.peers if p.node_id != me.node_id),
             self.config.data_dir / "metadata",
+            METADATA_GROUP,
         )
         self._metadata = await self.driver.add_group(
             spec, self.metadata_replica, self.config.limits.pending_proposals_max
@@ -151,32 +170,26 @@ class Node:
                 try:
                     await self._start_partition(topic, key[1])
                     self._start_after.pop(key, None)
-                except Exception:  # e.g. its Raft port is taken: retried after a pause
+                except Exception:  # e.g. its directory is unreadable: retried after a pause
                     log.exception("could not start partition %s-%d", *key)
                     self._start_after[key] = now + START_RETRY_S
 
     # -- partitions ------------------------------------------------------------------------------
 
-    def group_port(self, topic: TopicInfo, partition: int) -> int:
-        return self.config.raft_port + 1 + topic.group_slot(partition)
-
     def partition_dir(self, topic: TopicInfo, partition: int) -> Path:
         return self.config.data_dir / "partitions" / f"{topic.name}-{partition}.{topic.topic_id}"
 
     async def _start_partition(self, topic: TopicInfo, partition: int) -> None:
-        port = self.group_port(topic, partition)
-        if port > 65_535:
-            log.error("no port for %s-%d: slot %d is past 65535", topic.name, partition, port)
-            return
         directory = self.partition_dir(topic, partition)
         replicas = [self._peers[n] for n in topic.replicas[partition] if n in self._peers]
-        by_address = {f"{p.host}:{port}": p for p in replicas}
+        by_address = {p.raft_address: p for p in replicas}
         me = self.config.self_peer
         spec = GroupSpec(
             f"{topic.name}-{partition}",
-            f"{me.host}:{port}",
+            me.raft_address,
             tuple(a for a, p in by_address.items() if p.node_id != me.node_id),
             directory / "raft",
+            f"{topic.name}-{partition}.{topic.topic_id}",
         )
         replica = PartitionReplica(self.open_store, directory, self.fatal, self.limits)
         if replica.store.recovered_truncated_bytes:
@@ -190,7 +203,7 @@ class Node:
         handle = PartitionHandle(topic, partition, group, replica, by_address)
         replica.on_applied = self._partition_listener(handle)
         self.partitions[handle.key] = handle
-        log.info("started partition %s on port %d", spec.name, port)
+        log.info("started partition %s", spec.name)
 
     def open_store(self, directory: Path) -> PartitionStore:
         limits = self.config.limits

@@ -39,9 +39,11 @@ from typing import Any, Protocol, TypeVar
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.node import TCPNode
 from pysyncobj.poller import POLL_EVENT_TYPE, createPoller
-from pysyncobj.transport import TCPTransport
+from pysyncobj.transport import Transport
 
+from cluster import mesh as mesh_module
 from cluster.config import Timing
+from cluster.mesh import Mesh, MeshSettings
 from statemachine.codec import CodecError, pack, unpack
 from statemachine.errors import ErrorCode
 
@@ -49,6 +51,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SNAPSHOT_FORMAT = 1
+assert (mesh_module.READ, mesh_module.WRITE, mesh_module.ERROR) == (
+    POLL_EVENT_TYPE.READ,
+    POLL_EVENT_TYPE.WRITE,
+    POLL_EVENT_TYPE.ERROR,
+), "the mesh's poller event bits must be pysyncobj's"
 _NOT_LEADER = frozenset(
     {
         FAIL_REASON.MISSING_LEADER,
@@ -82,12 +89,17 @@ class ProposalError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
-    """One replica of a group: its name, its Raft address and its peers' Raft addresses."""
+    """One replica of a group: its name, its Raft address and its peers' Raft addresses.
+
+    `route` names the group on the wire and must never name another group, even a deleted one
+    of the same name: a replica left behind would otherwise talk to its successor.
+    """
 
     name: str
     self_address: str
     peer_addresses: tuple[str, ...]
     directory: Path
+    route: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,23 +119,24 @@ def _sync_conf(
     spec: GroupSpec,
     *,
     timing: Timing,
-    secret: str | None,
     compaction_entries: int,
+    entries_bytes_max: int,
     serializer: Callable[[str, Any], None],
     deserializer: Callable[[str], Any],
 ) -> SyncObjConf:
     spec.directory.mkdir(parents=True, exist_ok=True)
     return SyncObjConf(
-        password=secret,
         autoTick=False,
         appendEntriesUseBatch=False,
+        # Entries per message up to this size. Below it pysyncobj would send one large entry as
+        # pickled chunks, each answered before the next (a round trip per 64 KiB by default).
+        appendEntriesBatchSizeBytes=entries_bytes_max,
         appendEntriesPeriod=timing.heartbeat_ms / 1000,
         raftMinTimeout=timing.election_timeout_ms_min / 1000,
         raftMaxTimeout=timing.election_timeout_ms_max / 1000,
         leaderFallbackTimeout=timing.leader_fallback_ms / 1000,
         connectionTimeout=timing.connection_timeout_ms / 1000,
         connectionRetryTime=timing.connection_retry_ms / 1000,
-        bindAddress=spec.self_address,
         journalFile=str(spec.directory / "raft.journal"),
         fullDumpFile=str(spec.directory / "raft.dump"),
         serializer=serializer,
@@ -162,28 +175,91 @@ class _DriverPolls:
         pass
 
 
-class _SharedPollerTransport(TCPTransport):  # type: ignore[misc]
-    """pysyncobj's TCP transport, registered on the driver's poller instead of its own."""
+class _MeshTransport(Transport):  # type: ignore[misc]
+    """pysyncobj's transport for one group: a view of the process-wide `Mesh`.
+
+    It registers with the mesh when pysyncobj first asks it to get ready (pysyncobj sets its
+    callbacks after constructing the transport, so connection news must wait until then).
+    """
 
     def __init__(self, sync_obj: Any, self_node: Any, other_nodes: Any) -> None:
         sync_obj._poller = _DriverPolls(sync_obj.raftbroker_poller)
         super().__init__(sync_obj, self_node, other_nodes)
+        self._sync_obj = sync_obj
+        self._mesh: Mesh = sync_obj.raftbroker_mesh
+        self._group: str = sync_obj.raftbroker_group
+        self._nodes: dict[str, Any] = {node.address: node for node in other_nodes}
+        self._registered = False
+
+    @property
+    def ready(self) -> bool:
+        return self._registered
+
+    def tryGetReady(self) -> None:  # noqa: N802
+        if not self._registered:
+            self._registered = True
+            self._mesh.register(self._group, self)
+
+    def send(self, node: Any, message: dict[str, Any]) -> bool:
+        return self._mesh.send(node.address, self._group, message)
+
+    def destroy(self) -> None:
+        self._mesh.unregister(self._group)
+
+    # -- the mesh's Endpoint ---
+
+    def peer_connected(self, address: str) -> None:
+        node = self._nodes.get(address)
+        if node is not None:
+            self._onNodeConnected(node)
+
+    def peer_disconnected(self, address: str) -> None:
+        node = self._nodes.get(address)
+        if node is not None:
+            self._onNodeDisconnected(node)
+
+    def deliver(self, address: str, message: dict[str, Any]) -> None:
+        node = self._nodes.get(address)
+        if node is None:
+            return
+        try:
+            self._onMessageReceived(node, message)
+        except Exception:
+            # A peer holds the secret, so this is a bug or a broken replica, not an attack; it
+            # must not take the driver thread (and every other group) down with it, and it
+            # must show: it counts as a failed tick, which makes the group report unhealthy.
+            self._sync_obj.raftbroker_tick_errors += 1
+            _log_failure(self._sync_obj, f"group {self._group}: a message from {address} failed")
+
+
+def _log_failure(sync_obj: Any, what: str) -> None:
+    """Log a recurring failure of a group at its 1st, 10th, 100th, ... occurrence."""
+    count = sync_obj.raftbroker_tick_errors
+    if count in (1, 10, 100, 1_000, 10_000):
+        log.exception("%s (%d failures so far)", what, count)
 
 
 class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
     """A SyncObj applying bytes to one machine, with the next-index rewind fixed."""
 
     def __init__(
-        self, machine: ReplicatedMachine, spec: GroupSpec, conf: SyncObjConf, poller: Any
+        self,
+        machine: ReplicatedMachine,
+        spec: GroupSpec,
+        conf: SyncObjConf,
+        poller: Any,
+        mesh: Mesh,
     ) -> None:
         self.raftbroker_machine = machine
         self.raftbroker_poller = poller
+        self.raftbroker_mesh = mesh
+        self.raftbroker_group = spec.route
         self.raftbroker_tick_errors = 0
         super().__init__(
             spec.self_address,
             list(spec.peer_addresses),
             conf,
-            transportClass=_SharedPollerTransport,
+            transportClass=_MeshTransport,
         )
 
     @replicated  # type: ignore[untyped-decorator]
@@ -221,11 +297,13 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
 class RaftDriver:
     """The one thread that ticks every Raft group of a process."""
 
-    def __init__(self, timing: Timing, secret: str | None, compaction_entries: int = 2_000):
+    def __init__(self, timing: Timing, mesh: MeshSettings, compaction_entries: int = 2_000) -> None:
         self.timing = timing
-        self.secret = secret
         self.compaction_entries = compaction_entries
+        # A message carries entries up to half a mesh frame, so one more entry still fits.
+        self.entries_bytes_max = mesh.frame_bytes_max // 2
         self._poller = createPoller("auto")
+        self.mesh = Mesh(mesh, self._poller)
         self._groups: dict[str, _PatchedSyncObj] = {}
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
         self._calls = queue.SimpleQueue()
@@ -238,6 +316,8 @@ class RaftDriver:
         self.tick_s = min(timing.heartbeat_ms / 4000, 0.025)
 
     def start(self) -> None:
+        """Bind the Raft port (OSError if it is taken) and start the driver thread."""
+        self.mesh.bind()
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
@@ -268,10 +348,14 @@ class RaftDriver:
             self._run_calls()
             for group in list(self._groups.values()):
                 self._tick(group)
+            self.mesh.tick(time.monotonic())
+            self.mesh.flush()
             self._poller.poll(self.tick_s)
+            self.mesh.flush()  # replies sent while handling what arrived, without a tick's delay
         for group in list(self._groups.values()):
             group.destroy()
         self._groups.clear()
+        self.mesh.close()
 
     def _run_calls(self) -> None:
         while True:
@@ -293,23 +377,23 @@ class RaftDriver:
             # pysyncobj's own tick thread logs and carries on; we do the same but count it,
             # so a replica that fails on every tick shows up as unhealthy, not silent.
             group.raftbroker_tick_errors += 1
-            if group.raftbroker_tick_errors in (1, 10, 100, 1_000):
-                log.exception("raft tick failed (%d times)", group.raftbroker_tick_errors)
+            _log_failure(group, f"group {group.raftbroker_group}: a tick failed")
 
     # -- used on the driver thread only --
 
     def _add(self, spec: GroupSpec, machine: ReplicatedMachine) -> _PatchedSyncObj:
         assert spec.name not in self._groups, f"group {spec.name} exists"
+        assert spec.self_address == self.mesh.settings.self_address, "a group of another node"
         snapshots = _SnapshotFile(machine)
         conf = _sync_conf(
             spec,
             timing=self.timing,
-            secret=self.secret,
             compaction_entries=self.compaction_entries,
+            entries_bytes_max=self.entries_bytes_max,
             serializer=snapshots.serialize,
             deserializer=snapshots.deserialize,
         )
-        group = _PatchedSyncObj(machine, spec, conf, self._poller)
+        group = _PatchedSyncObj(machine, spec, conf, self._poller, self.mesh)
         self._groups[spec.name] = group
         return group
 

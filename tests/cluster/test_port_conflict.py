@@ -1,53 +1,37 @@
-"""A partition group that cannot start on one node (its Raft port is taken) does not take the
-node down: the node logs it, keeps serving, and starts the group once the port is free."""
+"""A node whose Raft port is taken stops at once with a clear error, and starts once it is free.
+
+Every group of a node shares its one Raft port (cluster/mesh.py), so a taken port is a
+configuration problem of the whole node, not of one partition: it must fail loudly at start,
+not run half-connected.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import socket
-from collections.abc import Iterator
-
-import pytest
+from pathlib import Path
 
 from cli import local_cluster
-from cluster.client import Admin, Cluster
-from tests.cluster.conftest import running_cluster
-
-pytestmark = pytest.mark.asyncio(loop_scope="function")
+from tests.cluster.procs import running, spawn, wait_until
 
 
-@pytest.fixture(scope="module")
-def fresh_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[local_cluster.LocalCluster]:
-    with running_cluster(tmp_path_factory.mktemp("ports")) as cluster:
-        yield cluster
-
-
-async def groups_of(client: Cluster, address: str) -> set[str]:
-    return {g.group for g in (await Admin(client).cluster_status(address)).groups}
-
-
-async def test_a_taken_group_port_is_retried_not_fatal(
-    fresh_cluster: local_cluster.LocalCluster,
-) -> None:
-    node = fresh_cluster.nodes[1]
-    first_group_port = node.raft_port + 1  # the first partition ever created gets slot 0
-    blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    blocker.bind((node.host, first_group_port))
-    blocker.listen()
-    client = Cluster(fresh_cluster.bootstrap)
+def test_a_taken_raft_port_stops_the_node_with_a_clear_error(tmp_path: Path) -> None:
+    cluster = local_cluster.up(tmp_path, 3)
+    local_cluster.down(cluster)
+    node = cluster.nodes[0]
+    blocker = socket.create_server((node.host, node.raft_port))
+    log = tmp_path / "blocked.log"
+    config = tmp_path / f"node{node.node_id}.toml"
     try:
-        await Admin(client).create_topic("conflict", 1, 3)  # the other two replicas lead
-        log = fresh_cluster.data_dir / f"node{node.node_id}.log"
-        deadline = asyncio.get_running_loop().time() + 30
-        while "could not start partition conflict-0" not in log.read_text():
-            assert asyncio.get_running_loop().time() < deadline, "the failure was not logged"
-            await asyncio.sleep(0.2)
-        assert local_cluster.alive(node.pid)
-        assert "conflict-0" not in await groups_of(client, node.client_address)
-        blocker.close()
-        while "conflict-0" not in await groups_of(client, node.client_address):
-            assert asyncio.get_running_loop().time() < deadline + 30, "never started"
-            await asyncio.sleep(0.2)
+        proc = spawn(["-m", "cli", "node", "--config", str(config)], log)
+        with running([proc]):
+            wait_until(lambda: proc.poll() is not None, 30, "the node to give up")
+        assert proc.returncode == 71
+        text = log.read_text()
+        assert f"cannot listen for Raft peers on {node.host}:{node.raft_port}" in text
+        assert "Traceback" not in text
     finally:
         blocker.close()
-        await client.close()
+    proc = spawn(["-m", "cli", "node", "--config", str(config)], tmp_path / "free.log")
+    with running([proc]):
+        wait_until(lambda: "serving clients" in (tmp_path / "free.log").read_text(), 30, "the node")
+        assert proc.poll() is None

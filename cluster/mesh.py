@@ -1,0 +1,503 @@
+"""Raft peer links: one authenticated, encrypted TCP connection per node pair, for every group.
+
+pysyncobj's stock transport opens a connection per group and node pair, pickles every message,
+zlib-compresses it and wraps it in Fernet (AES-CBC + HMAC + base64): a fifth of a node's CPU under
+load, and a port per group. `Mesh` replaces it. Every Raft group of the process sends through it;
+a frame names its group, and `cluster/raft.py` plugs one thin endpoint per group into pysyncobj.
+
+Rules:
+- Runs on the Raft driver thread only, driven by the driver's poller; it never blocks (sockets
+  are non-blocking, sends are queued and written by `flush`) and never raises out of a poller
+  callback: a peer that misbehaves loses its link, the node carries on.
+- Of each pair the node with the smaller address dials; the other accepts. Both send a hello
+  (magic, version, addresses, a fresh 16-byte nonce). With a cluster secret each direction then
+  gets its own AES-256-GCM key from HKDF(secret, both nonces), nonces are frame counters, and the
+  first sealed frame each way proves the secret: a peer without it never gets a link, and a
+  replayed or reordered frame fails to open. Without a secret (loopback only, enforced by the
+  config) frames travel in clear.
+- Frames are `u32 length | payload`, bounded by `frame_bytes_max`; a link whose peer stops
+  reading is dropped once `queue_bytes_max` is queued; a link that hears nothing (not even the
+  pings sent when idle) for `timeout_s` is dropped. Raft resends what a dropped link lost.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import os
+import socket
+import struct
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Protocol
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from statemachine.codec import CodecError, pack, unpack
+
+log = logging.getLogger(__name__)
+
+MAGIC = "raftbroker-mesh"
+VERSION = 1
+READ, WRITE, ERROR = 1, 2, 4  # the poller's event bits (pysyncobj's values, checked in raft.py)
+_LENGTH = struct.Struct(">I")
+_NONCE_BYTES = 16
+_RECV_CHUNK_BYTES = 256 * 1024
+_HANDSHAKE_FRAME_BYTES_MAX = 1024
+_IOV_MAX = 512
+
+
+class Poller(Protocol):
+    def subscribe(self, descr: int, callback: Callable[[int, int], None], mask: int) -> None: ...
+
+    def unsubscribe(self, descr: int) -> None: ...
+
+
+class Endpoint(Protocol):
+    """One Raft group's side of the mesh."""
+
+    def peer_connected(self, address: str) -> None: ...
+
+    def peer_disconnected(self, address: str) -> None: ...
+
+    def deliver(self, address: str, message: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MeshSettings:
+    self_address: str
+    peer_addresses: frozenset[str]
+    secret: str | None
+    frame_bytes_max: int
+    queue_bytes_max: int
+    timeout_s: float
+    retry_s: float
+    ping_s: float
+    # Read this much from one link per poller event, then let the other links and groups run.
+    recv_bytes_per_event: int = 4 * 1024 * 1024
+
+
+class LinkError(Exception):
+    """The peer broke the protocol, failed authentication or went silent: drop the link."""
+
+
+class _State(Enum):
+    CONNECTING = "connecting"
+    HELLO = "hello"  # waiting for the peer's hello
+    AUTH = "auth"  # keys derived, waiting for the peer's sealed proof
+    OPEN = "open"
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+class _Cipher:
+    """Seals and opens frames of one direction; the identity without a secret."""
+
+    def __init__(self, key: bytes | None) -> None:
+        self._aead = None if key is None else AESGCM(key)
+        self._counter = 0
+
+    def _nonce(self) -> bytes:
+        self._counter += 1
+        return self._counter.to_bytes(12, "big")
+
+    def seal(self, plain: bytes) -> bytes:
+        return plain if self._aead is None else self._aead.encrypt(self._nonce(), plain, None)
+
+    def open(self, sealed: bytes) -> bytes:
+        if self._aead is None:
+            return sealed
+        try:
+            return self._aead.decrypt(self._nonce(), sealed, None)
+        except InvalidTag:
+            raise LinkError("a frame failed authentication (wrong cluster secret?)") from None
+
+
+def derive_keys(secret: str, dialer_nonce: bytes, acceptor_nonce: bytes) -> tuple[bytes, bytes]:
+    """(dialer-to-acceptor key, acceptor-to-dialer key), fresh for every connection."""
+    okm = HKDF(
+        algorithm=hashes.SHA256(),
+        length=64,
+        salt=dialer_nonce + acceptor_nonce,
+        info=f"{MAGIC} v{VERSION}".encode(),
+    ).derive(secret.encode())
+    return okm[:32], okm[32:]
+
+
+class _Link:
+    """One TCP connection to a peer, through its handshake and while open."""
+
+    def __init__(self, sock: socket.socket, *, dialer: bool, peer: str | None, now: float) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.dialer = dialer
+        self.peer = peer
+        self.state = _State.CONNECTING if dialer else _State.HELLO
+        self.inbuf = bytearray()
+        self.read_offset = 0
+        self.mask = 0
+        self.out: deque[bytes | memoryview] = deque()
+        self.out_bytes = 0
+        self.nonce = os.urandom(_NONCE_BYTES)
+        self.sealer = _Cipher(None)
+        self.opener = _Cipher(None)
+        self.last_recv = now
+        self.last_send = now
+        self.opened_at = now
+
+    def queue(self, payload: bytes) -> None:
+        frame = self.sealer.seal(payload)
+        self.out.append(_LENGTH.pack(len(frame)))
+        self.out.append(frame)
+        self.out_bytes += len(frame) + _LENGTH.size
+
+    def write(self) -> None:
+        """Write what the socket takes now; the rest stays queued."""
+        while self.out:
+            try:
+                sent = self.sock.sendmsg(itertools.islice(self.out, _IOV_MAX))
+            except (BlockingIOError, InterruptedError):
+                return
+            self.out_bytes -= sent
+            while sent:
+                head = self.out[0]
+                if len(head) <= sent:
+                    sent -= len(head)
+                    self.out.popleft()
+                else:
+                    self.out[0] = memoryview(head)[sent:]
+                    sent = 0
+
+    def read(self, bytes_max: int) -> bool:
+        """Receive what is available, up to `bytes_max`; False when the peer closed."""
+        received = 0
+        while received < bytes_max:
+            try:
+                chunk = self.sock.recv(min(_RECV_CHUNK_BYTES, bytes_max - received))
+            except (BlockingIOError, InterruptedError):
+                return True
+            if not chunk:
+                return False
+            self.inbuf += chunk
+            received += len(chunk)
+        return True
+
+    def next_frame(self, frame_bytes_max: int) -> bytes | None:
+        """The next complete frame of the input buffer, as sent (still sealed), or None."""
+        start = self.read_offset
+        if len(self.inbuf) - start < _LENGTH.size:
+            return None
+        (length,) = _LENGTH.unpack_from(self.inbuf, start)
+        if length > frame_bytes_max:
+            raise LinkError(f"a frame of {length} bytes exceeds {frame_bytes_max}")
+        end = start + _LENGTH.size + length
+        if end > len(self.inbuf):
+            return None
+        self.read_offset = end
+        return bytes(self.inbuf[start + _LENGTH.size : end])
+
+    def compact(self) -> None:
+        """Forget the frames taken, once per read (not per frame: that would be quadratic)."""
+        del self.inbuf[: self.read_offset]
+        self.read_offset = 0
+
+
+class Mesh:
+    """Every Raft link of this process: dial, accept, authenticate, route frames to groups."""
+
+    def __init__(self, settings: MeshSettings, poller: Poller) -> None:
+        self.settings = settings
+        self._poller = poller
+        self._listener: socket.socket | None = None
+        self._links: dict[int, _Link] = {}  # by file descriptor, in every state
+        self._open: dict[str, _Link] = {}  # by peer address, OPEN only
+        self._dialing: dict[str, _Link] = {}
+        self._retry_at: dict[str, float] = {}
+        self._endpoints: dict[str, Endpoint] = {}
+        self.dropped_frames = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def bind(self) -> None:
+        """Listen on this node's Raft address; OSError (e.g. the port is taken) to the caller."""
+        host, port = split_address(self.settings.self_address)
+        try:
+            listener = socket.create_server((host, port), backlog=64)
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            message = f"cannot listen for Raft peers on {host}:{port}: {reason}"
+            raise OSError(exc.errno, message) from exc
+        listener.setblocking(False)
+        self._listener = listener
+        self._poller.subscribe(listener.fileno(), self._on_accept, READ | ERROR)
+
+    def close(self) -> None:
+        for link in list(self._links.values()):
+            self._drop(link, None)
+        if self._listener is not None:
+            self._poller.unsubscribe(self._listener.fileno())
+            self._listener.close()
+            self._listener = None
+
+    def register(self, group: str, endpoint: Endpoint) -> None:
+        assert group not in self._endpoints, f"group {group} registered twice"
+        self._endpoints[group] = endpoint
+        for address in self._open:
+            endpoint.peer_connected(address)
+
+    def unregister(self, group: str) -> None:
+        self._endpoints.pop(group, None)
+
+    def is_open(self, address: str) -> bool:
+        return address in self._open
+
+    # -- the driver loop -------------------------------------------------------------------------
+
+    def send(self, address: str, group: str, message: dict[str, Any]) -> bool:
+        """Queue a message for a group on `address`; False when there is no open link."""
+        link = self._open.get(address)
+        if link is None:
+            return False
+        link.queue(pack((group, message)))
+        if link.out_bytes > self.settings.queue_bytes_max:
+            self._drop(link, f"{link.out_bytes} bytes queued: the peer is not reading")
+            return False
+        return True
+
+    def flush(self) -> None:
+        for link in list(self._open.values()):
+            if link.out:
+                self._guarded(link, self._write)
+
+    def tick(self, now: float) -> None:
+        """Dial missing peers, ping idle links, drop silent or stuck ones."""
+        s = self.settings
+        for link in list(self._links.values()):
+            limit = s.timeout_s if link.state is _State.OPEN else s.timeout_s / 2
+            if now - link.last_recv > limit:
+                self._drop(
+                    link, f"nothing heard for {now - link.last_recv:.1f} s ({link.state.value})"
+                )
+            elif link.state is _State.OPEN and now - link.last_send > s.ping_s:
+                link.queue(pack(("", None)))
+                link.last_send = now
+        for address in sorted(s.peer_addresses):
+            if (
+                s.self_address < address
+                and address not in self._open
+                and address not in self._dialing
+                and now >= self._retry_at.get(address, 0.0)
+            ):
+                self._dial(address, now)
+
+    # -- connections -----------------------------------------------------------------------------
+
+    def _dial(self, address: str, now: float) -> None:
+        self._retry_at[address] = now + self.settings.retry_s
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # From our own cluster address, so a peer (and a firewall rule) sees who dials.
+            sock.bind((split_address(self.settings.self_address)[0], 0))
+            code = sock.connect_ex(split_address(address))
+        except OSError as exc:
+            sock.close()
+            log.debug("dial %s: %s", address, exc)
+            return
+        if code not in (0, errno.EINPROGRESS):
+            sock.close()
+            return
+        link = _Link(sock, dialer=True, peer=address, now=now)
+        self._dialing[address] = link
+        self._add(link, READ | WRITE | ERROR)
+
+    def _on_accept(self, _descr: int, _event: int) -> None:
+        assert self._listener is not None
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. out of file descriptors: keep serving what we have
+                log.warning("accept failed: %s", exc)
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._add(_Link(sock, dialer=False, peer=None, now=time.monotonic()), READ | ERROR)
+
+    def _add(self, link: _Link, mask: int) -> None:
+        self._links[link.fd] = link
+        self._subscribe(link, mask)
+
+    def _on_event(self, descr: int, event: int) -> None:
+        link = self._links.get(descr)
+        if link is not None:
+            self._guarded(link, lambda lk: self._handle(lk, event))
+
+    def _guarded(self, link: _Link, step: Callable[[_Link], None]) -> None:
+        try:
+            step(link)
+        except LinkError as exc:
+            self._drop(link, str(exc))
+        except OSError as exc:
+            self._drop(link, f"socket error: {exc}")
+
+    def _handle(self, link: _Link, event: int) -> None:
+        if link.state is _State.CONNECTING:
+            self._finish_connect(link, event)
+            return
+        if event & READ:
+            alive = link.read(self.settings.recv_bytes_per_event)
+            link.last_recv = time.monotonic()
+            while (frame := link.next_frame(self._frame_limit(link))) is not None:
+                self._receive(link, frame)
+            link.compact()
+            if not alive:
+                raise LinkError("closed by the peer")
+        elif event & ERROR:
+            raise LinkError("socket error")
+        if event & WRITE:
+            self._write(link)
+
+    def _finish_connect(self, link: _Link, event: int) -> None:
+        code = link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if code or event & ERROR:
+            raise LinkError(f"connect: {os.strerror(code) if code else 'error'}")
+        link.state = _State.HELLO
+        link.out.append(self._hello(link))
+        link.out_bytes += len(link.out[-1])
+        self._write(link)
+
+    def _write(self, link: _Link) -> None:
+        link.write()
+        link.last_send = time.monotonic()
+        self._subscribe(link, READ | ERROR | (WRITE if link.out else 0))
+
+    def _subscribe(self, link: _Link, mask: int) -> None:
+        if link.mask != mask:
+            link.mask = mask
+            self._poller.subscribe(link.fd, self._on_event, mask)
+
+    def _frame_limit(self, link: _Link) -> int:
+        if link.state is _State.OPEN:
+            return self.settings.frame_bytes_max
+        return _HANDSHAKE_FRAME_BYTES_MAX
+
+    def _drop(self, link: _Link, reason: str | None) -> None:
+        if self._links.pop(link.fd, None) is None:
+            return
+        self._poller.unsubscribe(link.fd)
+        link.sock.close()
+        if link.peer is not None and self._dialing.get(link.peer) is link:
+            del self._dialing[link.peer]
+        if link.peer is not None and self._open.get(link.peer) is link:
+            del self._open[link.peer]
+            for endpoint in list(self._endpoints.values()):
+                endpoint.peer_disconnected(link.peer)
+            log.info("raft link to %s closed: %s", link.peer, reason or "shutdown")
+        elif reason is not None:
+            log.debug("raft link to %s failed: %s", link.peer or "unknown peer", reason)
+
+    # -- handshake and routing -------------------------------------------------------------------
+
+    def _hello(self, link: _Link) -> bytes:
+        body = pack((MAGIC, VERSION, self.settings.self_address, link.peer, link.nonce))
+        return _LENGTH.pack(len(body)) + body
+
+    def _receive(self, link: _Link, frame: bytes) -> None:
+        if link.state is _State.HELLO:
+            self._on_hello(link, frame)  # the only frame in clear
+        elif link.state is _State.AUTH:
+            self._on_auth(link, link.opener.open(frame))
+        else:
+            self._route(link, link.opener.open(frame))
+
+    def _on_hello(self, link: _Link, frame: bytes) -> None:
+        try:
+            fields = unpack(frame, size_max=_HANDSHAKE_FRAME_BYTES_MAX)
+        except CodecError as exc:
+            raise LinkError(f"malformed hello: {exc}") from None
+        if not (isinstance(fields, tuple) and len(fields) == 5 and fields[:2] == (MAGIC, VERSION)):
+            raise LinkError("not a raftbroker mesh hello of this version")
+        _, _, sender, target, nonce = fields
+        if not (isinstance(nonce, bytes) and len(nonce) == _NONCE_BYTES):
+            raise LinkError("a hello without a valid nonce")
+        me = self.settings.self_address
+        if link.dialer:
+            if sender != link.peer or target != me:
+                raise LinkError(f"dialed {link.peer}, but {sender!r} answered")
+        else:
+            if sender not in self.settings.peer_addresses or target != me or not sender < me:
+                raise LinkError(f"a hello from {sender!r} for {target!r}: not a peer of {me}")
+            link.peer = sender
+            link.out.append(self._hello(link))
+            link.out_bytes += len(link.out[-1])
+        self._key(link, nonce)
+        link.state = _State.AUTH
+        if link.dialer:
+            link.queue(pack(("auth", me)))
+        self._write(link)
+
+    def _key(self, link: _Link, peer_nonce: bytes) -> None:
+        secret = self.settings.secret
+        if secret is None:
+            return
+        dialer_nonce, acceptor_nonce = (
+            (link.nonce, peer_nonce) if link.dialer else (peer_nonce, link.nonce)
+        )
+        to_acceptor, to_dialer = derive_keys(secret, dialer_nonce, acceptor_nonce)
+        link.sealer = _Cipher(to_acceptor if link.dialer else to_dialer)
+        link.opener = _Cipher(to_dialer if link.dialer else to_acceptor)
+
+    def _on_auth(self, link: _Link, frame: bytes) -> None:
+        try:
+            fields = unpack(frame, size_max=_HANDSHAKE_FRAME_BYTES_MAX)
+        except CodecError as exc:
+            raise LinkError(f"malformed proof: {exc}") from None
+        if fields != ("auth", link.peer):
+            raise LinkError("a proof that names another node")
+        if not link.dialer:
+            link.queue(pack(("auth", self.settings.self_address)))
+            self._write(link)
+        self._opened(link)
+
+    def _opened(self, link: _Link) -> None:
+        assert link.peer is not None
+        if link.dialer:
+            self._dialing.pop(link.peer, None)
+        old = self._open.get(link.peer)
+        if old is not None:  # the peer redialled: it saw the old link fail first
+            self._drop(old, "replaced by a new connection")
+        link.state = _State.OPEN
+        self._open[link.peer] = link
+        log.info("raft link to %s open", link.peer)
+        for endpoint in list(self._endpoints.values()):
+            endpoint.peer_connected(link.peer)
+
+    def _route(self, link: _Link, frame: bytes) -> None:
+        try:
+            fields = unpack(frame, size_max=self.settings.frame_bytes_max)
+        except CodecError as exc:
+            raise LinkError(f"malformed frame: {exc}") from None
+        if not (isinstance(fields, tuple) and len(fields) == 2 and isinstance(fields[0], str)):
+            raise LinkError("a frame that is not (group, message)")
+        group, message = fields
+        if group == "" and message is None:
+            return  # a ping
+        endpoint = self._endpoints.get(group)
+        if endpoint is None or not isinstance(message, dict):
+            self.dropped_frames += 1  # a group not started here (yet): Raft retries
+            return
+        assert link.peer is not None
+        endpoint.deliver(link.peer, message)
