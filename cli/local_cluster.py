@@ -29,7 +29,6 @@ from cluster.client import Admin, ClientError, Cluster
 
 STATE_FILE = "cluster.json"
 PORT_RANGE = (12_000, 32_000)  # below Linux's ephemeral ports (32768 and up)
-GROUP_PORTS_RESERVED = 2_000  # raft_port + 1 .. + this: the partition groups' ports
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +81,12 @@ def _port_free(host: str, port: int) -> bool:
 
 
 def choose_ports(count: int, seed: int) -> tuple[int, int, int]:
-    """(client, http, raft) ports free on every node's address; raft leaves room for groups."""
-    span = PORT_RANGE[1] - PORT_RANGE[0] - GROUP_PORTS_RESERVED - 10
+    """(client, http, raft) ports free on every node's address."""
+    span = PORT_RANGE[1] - PORT_RANGE[0] - 10
     for attempt in range(50):
         base = PORT_RANGE[0] + (seed * 7_919 + attempt * 2_099) % span
         ports = (base, base + 1, base + 10)
-        probes = (*ports[:2], ports[2], ports[2] + 1, ports[2] + 100)
-        if all(_port_free(host_of(i), port) for i in range(count) for port in probes):
+        if all(_port_free(host_of(i), port) for i in range(count) for port in ports):
             return ports
     raise RuntimeError("no free ports found on the loopback addresses")
 

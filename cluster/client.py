@@ -381,11 +381,16 @@ def _partition_errors(response: p.Response) -> list[tuple[ErrorCode, str]]:
 
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
+    """Where an acknowledged record is, and the producer identity it was written under."""
+
     topic: str
     partition: int
     offset: int
     timestamp_ms: int
     duplicate: bool
+    producer_id: int
+    producer_epoch: int
+    sequence: int  # -1 for a producer that is not idempotent
 
 
 @dataclass(slots=True)
@@ -399,6 +404,8 @@ class _Batch:
     pending: list[_Pending]
     base_sequence: int
     encoded: bytes = b""
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
     done: bool = False
     retry: bool = False
     failed: ErrorCode | None = None
@@ -632,6 +639,7 @@ class _PartitionSender:
         else:
             rb = RecordBatch(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, records)
         batch.encoded = rb.encode()
+        batch.producer_id, batch.producer_epoch = rb.producer_id, rb.producer_epoch
 
     async def _send_window(self) -> None:
         """Send every unacknowledged batch (at most max_in_flight), then settle the outcome."""
@@ -680,6 +688,7 @@ class _PartitionSender:
             batch.failed = error
 
     def _resolve(self, batch: _Batch, result: p.ProduceResult) -> None:
+        idempotent = batch.base_sequence >= 0 and self.producer.config.idempotent
         for i, pending in enumerate(batch.pending):
             if not pending.future.done():
                 pending.future.set_result(
@@ -689,6 +698,9 @@ class _PartitionSender:
                         result.base_offset + i,
                         result.append_time_ms,
                         result.duplicate,
+                        batch.producer_id,
+                        batch.producer_epoch,
+                        (batch.base_sequence + i) % SEQUENCE_MODULUS if idempotent else -1,
                     )
                 )
 
@@ -768,6 +780,7 @@ class ConsumedRecord:
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...]
     producer_id: int
+    producer_epoch: int
     sequence: int
 
 
@@ -892,6 +905,7 @@ class Consumer:
                     record.value,
                     record.headers,
                     batch.producer_id,
+                    batch.producer_epoch,
                     sequence,
                 )
             )

@@ -136,8 +136,8 @@ class NodeConfig:
             raise ConfigError(f"peers must include this node ({self.node_id})")
         if self.cluster_secret is None and not _is_loopback(self.host):
             raise ConfigError(
-                f"host {self.host} is not a loopback address: set cluster_secret, since Raft "
-                "peers exchange pickled messages that only the cluster may send"
+                f"host {self.host} is not a loopback address: set cluster_secret, which "
+                "authenticates and encrypts Raft links (pysyncobj unpickles what peers send)"
             )
         if self.cluster_secret is not None and len(self.cluster_secret) < 16:
             raise ConfigError("cluster_secret must have at least 16 characters")

@@ -14,7 +14,10 @@ Hardening of pysyncobj 0.3.17 (pinned in pyproject.toml; see DESIGN.md):
 - its leader sets a follower's next index to the index in each successful reply, so under
   pipelining an old reply rewinds it and the follower truncates entries it already applied;
   `_PatchedSyncObj` keeps the larger of the old and new index (the whole fix);
-- Raft ports bind to the node's own address (the stock transport binds 0.0.0.0);
+- peer traffic goes through our own transport, `cluster/mesh.py` (one authenticated, encrypted
+  connection per node pair for every group, msgpack frames), not pysyncobj's (a connection and
+  port per group, bound to 0.0.0.0, every message pickled, zlib-compressed and Fernet-wrapped);
+  large entries travel whole, never as pysyncobj's pickled chunks with a round trip each;
 - journal together with a full dump file, a regular compaction bound, a short leader fallback,
   batching off for latency;
 - snapshots go through our own serializer: the machine's canonical bytes plus pysyncobj's two

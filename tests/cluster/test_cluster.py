@@ -86,6 +86,15 @@ async def test_10000_records_round_trip_complete_and_in_order(client: Cluster) -
         mine = sorted((r for r in records if r.partition == partition), key=lambda r: r.offset)
         assert [r.offset for r in mine] == list(range(len(mine)))
         assert [r.value for r in mine] == sent[partition]
+    # An acknowledgement names the producer identity the log holds for that record.
+    identity = {
+        (r.partition, r.offset): (r.producer_id, r.producer_epoch, r.sequence) for r in records
+    }
+    assert all(
+        identity[(m.partition, m.offset)] == (m.producer_id, m.producer_epoch, m.sequence)
+        for m in metas
+    )
+    assert {m.sequence for m in metas if m.partition == 0} == set(range(len(sent[0])))
 
 
 async def raw_produce(cluster: Cluster, address: str, topic: str, batch: bytes) -> p.ProduceResult:
