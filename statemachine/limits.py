@@ -29,7 +29,6 @@ class StateLimits:
     topics_max: int = 10_000
     partitions_per_topic_max: int = 1_024
     replication_factor_max: int = 7
-    group_slots_max: int = 10_000
     transactional_ids_max: int = 100_000
     transaction_timeout_ms_max: int = 900_000
     pid_block_size_max: int = 1_000_000

@@ -35,7 +35,7 @@ from statemachine.partition import NoopApplied
 from statemachine.pid_allocator import PidAllocator, PidBlock
 from statemachine.txn_registry import ProducerIdAndEpoch, TxnRegistry
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")
 _ADDRESS = re.compile(r"(?P<host>[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})")
 
@@ -83,8 +83,8 @@ class BrokerInfo:
 class TopicInfo:
     """A topic; `replicas[p]` lists partition p's brokers, preferred leader first.
 
-    Partition p's Raft group has the cluster-wide slot `first_group_slot + p`; slots are never
-    reused, so a recreated topic's groups can never meet a deleted one's stragglers.
+    `topic_id` is never reused: a recreated topic's Raft groups are told apart by it, so they can
+    never meet a deleted one's stragglers.
     """
 
     name: str
@@ -92,15 +92,10 @@ class TopicInfo:
     replicas: tuple[tuple[int, ...], ...]
     retention_ms: int
     retention_bytes: int
-    first_group_slot: int
 
     @property
     def partitions(self) -> int:
         return len(self.replicas)
-
-    def group_slot(self, partition: int) -> int:
-        assert 0 <= partition < self.partitions
-        return self.first_group_slot + partition
 
 
 class BrokerRegistered(NamedTuple):
@@ -150,7 +145,6 @@ class MetadataStateMachine:
     __slots__ = (
         "_clock_ms",
         "_limits",
-        "_next_group_slot",
         "_next_topic_id",
         "allocator",
         "brokers",
@@ -162,7 +156,6 @@ class MetadataStateMachine:
         self._limits = limits
         self._clock_ms = 0
         self._next_topic_id = 1
-        self._next_group_slot = 0
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.allocator = PidAllocator()
@@ -227,8 +220,6 @@ class MetadataStateMachine:
             return Rejected(ErrorCode.INVALID_REPLICATION_FACTOR)
         if len(self.topics) >= limits.topics_max:
             return Rejected(ErrorCode.POLICY_VIOLATION)
-        if self._next_group_slot + cmd.partitions > limits.group_slots_max:
-            return Rejected(ErrorCode.POLICY_VIOLATION)
         replicas = place_replicas(
             cmd.name, list(self.brokers), cmd.partitions, cmd.replication_factor
         )
@@ -238,10 +229,8 @@ class MetadataStateMachine:
             replicas,
             cmd.retention_ms,
             cmd.retention_bytes,
-            self._next_group_slot,
         )
         self._next_topic_id += 1
-        self._next_group_slot += cmd.partitions
         self.topics[cmd.name] = topic
         return TopicCreated(topic)
 
@@ -277,7 +266,6 @@ class MetadataStateMachine:
                 [list(r) for r in t.replicas],
                 t.retention_ms,
                 t.retention_bytes,
-                t.first_group_slot,
             ]
             for _, t in sorted(self.topics.items())
         ]
@@ -286,7 +274,6 @@ class MetadataStateMachine:
                 SNAPSHOT_VERSION,
                 self._clock_ms,
                 self._next_topic_id,
-                self._next_group_slot,
                 self.allocator.next_producer_id,
                 brokers,
                 topics,
@@ -296,20 +283,19 @@ class MetadataStateMachine:
 
     @classmethod
     def restore(cls, data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> MetadataStateMachine:
-        fields = unpack_snapshot(data, SNAPSHOT_VERSION, 7, "metadata")
+        fields = unpack_snapshot(data, SNAPSHOT_VERSION, 6, "metadata")
         machine = cls(limits)
         machine._clock_ms = expect_int(fields[0], "metadata clock")
         machine._next_topic_id = expect_int(fields[1], "next topic id")
-        machine._next_group_slot = expect_int(fields[2], "next group slot")
-        machine.allocator = PidAllocator(expect_int(fields[3], "next producer id"))
+        machine.allocator = PidAllocator(expect_int(fields[2], "next producer id"))
         try:
-            for broker_id, client_address, raft_address in fields[4]:
+            for broker_id, client_address, raft_address in fields[3]:
                 machine.brokers[broker_id] = BrokerInfo(broker_id, client_address, raft_address)
-            for name, topic_id, replicas, retention_ms, retention_bytes, slot in fields[5]:
+            for name, topic_id, replicas, retention_ms, retention_bytes in fields[4]:
                 machine.topics[name] = TopicInfo(
-                    name, topic_id, tuple(replicas), retention_ms, retention_bytes, slot
+                    name, topic_id, tuple(replicas), retention_ms, retention_bytes
                 )
         except (TypeError, ValueError) as exc:
             raise SnapshotError(f"metadata snapshot: {exc}") from exc
-        machine.txns = TxnRegistry.from_data(fields[6], limits.transactional_ids_max)
+        machine.txns = TxnRegistry.from_data(fields[5], limits.transactional_ids_max)
         return machine

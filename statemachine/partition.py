@@ -70,10 +70,20 @@ PartitionResult = (
 class PartitionStateMachine:
     """Offsets, the leader-stamped clock and the producer table of one partition."""
 
-    __slots__ = ("_clock_ms", "_limits", "_log_end_offset", "_log_start_offset", "producers")
+    __slots__ = (
+        "_clock_ms",
+        "_deduplicate",
+        "_limits",
+        "_log_end_offset",
+        "_log_start_offset",
+        "producers",
+    )
 
-    def __init__(self, limits: StateLimits = DEFAULT_LIMITS) -> None:
+    def __init__(self, limits: StateLimits = DEFAULT_LIMITS, *, deduplicate: bool = True) -> None:
+        """`deduplicate=False` is a deliberate fault for the chaos suite's negative control: a
+        retried batch is appended again. Never in production."""
         self._limits = limits
+        self._deduplicate = deduplicate
         self._log_start_offset = 0
         self._log_end_offset = 0
         # The largest leader-stamped time seen: it never runs backwards, even when a new
@@ -137,6 +147,9 @@ class PartitionStateMachine:
                 return _new_result(Appended, (base_offset, end - 1, clock_ms, batch))
             if isinstance(verdict, ErrorCode):
                 return Rejected(verdict)
+            if not self._deduplicate:  # the injected fault: a duplicate goes into the log
+                self._log_end_offset = end = base_offset + header.record_count
+                return Appended(base_offset, end - 1, clock_ms, batch)
             return Duplicate(verdict.base_offset, verdict.last_offset, verdict.timestamp_ms)
         return self._assign_offsets(header, batch)
 
