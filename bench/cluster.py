@@ -8,7 +8,7 @@ partition leader is SIGKILLed, losing and duplicating nothing. Run it as
 stdout (progress goes to stderr) and exits 1 if a scenario failed; a goal missed is a result.
 
 Every scenario starts a fresh cluster of `raftbroker node` processes on 127.0.0.2-4
-(`cli.local_cluster`) in a temporary directory, with the default node configuration (no fsync
+(`cluster.local_cluster`) in a temporary directory, with the default node configuration (no fsync
 per entry: an ack means "in the page cache of a majority"), and stops it by PID in a `finally`
 (also on SIGTERM). The client is this process, on uvloop when installed (as `raftbroker` runs).
 
@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import apply as apply_bench
-from cli import local_cluster
+from cluster import local_cluster
 from cluster import protocol as p
 from cluster.client import (
     Admin,

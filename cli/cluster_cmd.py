@@ -18,7 +18,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli import local_cluster
 from cli.common import (
     BootstrapOption,
     CliError,
@@ -29,6 +28,7 @@ from cli.common import (
     resolve_bootstrap,
     run,
 )
+from cluster import local_cluster
 from cluster import protocol as p
 from cluster.client import Admin, ClientError, Cluster
 

@@ -18,7 +18,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 
-from cli import local_cluster
+from cluster import local_cluster
 from cluster.client import ClientError
 from cluster.config import ConfigError
 

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from cli import local_cluster
+from cluster import local_cluster
 from cluster import protocol as p
 from cluster.client import (
     Admin,

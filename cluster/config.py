@@ -121,6 +121,9 @@ class NodeConfig:
     cluster_id: str = "raftbroker"
     cluster_secret: str | None = None
     fsync: bool = False
+    # A deliberate fault, for the chaos suite's negative control only: apply appends a retried
+    # batch again instead of returning its original offsets.
+    unsafe_disable_deduplication: bool = False
     limits: Limits = field(default_factory=Limits)
     timing: Timing = field(default_factory=Timing)
 
@@ -139,6 +142,9 @@ class NodeConfig:
                 f"host {self.host} is not a loopback address: set cluster_secret, which "
                 "authenticates and encrypts Raft links (pysyncobj unpickles what peers send)"
             )
+        for flag in ("fsync", "unsafe_disable_deduplication"):
+            if type(getattr(self, flag)) is not bool:
+                raise ConfigError(f"{flag} must be true or false")
         if self.cluster_secret is not None and len(self.cluster_secret) < 16:
             raise ConfigError("cluster_secret must have at least 16 characters")
 

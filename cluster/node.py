@@ -126,6 +126,8 @@ class Node:
         return self._metadata
 
     async def start(self) -> None:
+        if self.config.unsafe_disable_deduplication:
+            log.warning("UNSAFE: deduplication is disabled (a test switch): retries duplicate")
         self._loop = asyncio.get_running_loop()
         self.driver.start()
         me = self.config.self_peer
@@ -191,7 +193,13 @@ class Node:
             directory / "raft",
             f"{topic.name}-{partition}.{topic.topic_id}",
         )
-        replica = PartitionReplica(self.open_store, directory, self.fatal, self.limits)
+        replica = PartitionReplica(
+            self.open_store,
+            directory,
+            self.fatal,
+            self.limits,
+            deduplicate=not self.config.unsafe_disable_deduplication,
+        )
         if replica.store.recovered_truncated_bytes:
             log.warning(
                 "%s: truncated a torn tail of %d bytes (%s)",

@@ -56,14 +56,17 @@ class PartitionReplica(_Notifying[PartitionResult]):
         fatal: Fatal,
         limits: StateLimits = DEFAULT_LIMITS,
         on_applied: Callable[[PartitionResult], None] | None = None,
+        *,
+        deduplicate: bool = True,
     ) -> None:
         super().__init__(on_applied)
         self.open_store = open_store
         self.log_dir = directory / "log"
         self.backfill_dir = directory / "backfill"
         self.store = open_store(self.log_dir)
-        self.machine = PartitionStateMachine(limits)
+        self.machine = PartitionStateMachine(limits, deduplicate=deduplicate)
         self._limits = limits
+        self._deduplicate = deduplicate
         self._fatal = fatal
 
     def apply(self, command: bytes) -> PartitionResult:
@@ -84,7 +87,11 @@ class PartitionReplica(_Notifying[PartitionResult]):
         return self.machine.snapshot()
 
     def restore(self, data: bytes) -> None:
-        self.machine = PartitionStateMachine.restore(data, self._limits)
+        # The injected fault (if any) must survive a snapshot, or this replica alone would
+        # deduplicate again and diverge from its peers.
+        self.machine = PartitionStateMachine.restore(
+            data, self._limits, deduplicate=self._deduplicate
+        )
         if self.store.next_offset < self.machine.log_end_offset:
             self._restart_log_at(self.machine.log_end_offset)
 

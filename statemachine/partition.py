@@ -175,10 +175,12 @@ class PartitionStateMachine:
         )
 
     @classmethod
-    def restore(cls, data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> PartitionStateMachine:
+    def restore(
+        cls, data: bytes, limits: StateLimits = DEFAULT_LIMITS, *, deduplicate: bool = True
+    ) -> PartitionStateMachine:
         fields = unpack_snapshot(data, SNAPSHOT_VERSION, 4, "partition")
         log_start, log_end, clock_ms = (expect_int(v, "partition snapshot") for v in fields[:3])
-        machine = cls(limits)
+        machine = cls(limits, deduplicate=deduplicate)
         machine._log_start_offset = log_start
         machine._log_end_offset = log_end
         machine._clock_ms = clock_ms

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from cli import local_cluster
+from cluster import local_cluster
 from cluster.client import Cluster
 
 READY_TIMEOUT_S = 60.0

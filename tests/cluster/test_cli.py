@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli import local_cluster
+from cluster import local_cluster
 from tests.cluster.procs import REPO
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli import local_cluster
+from cluster import local_cluster
 from cluster import protocol as p
 from cluster.client import (
     Admin,

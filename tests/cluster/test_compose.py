@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cli import local_cluster
+from cluster import local_cluster
 from cluster.client import Admin, Cluster, Consumer, Producer
 from tests.cluster.procs import REPO, running, spawn
 

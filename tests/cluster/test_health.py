@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from cli import local_cluster
+from cluster import local_cluster
 from cluster.client import Admin, Cluster, Producer
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")

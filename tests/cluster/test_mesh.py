@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cli import local_cluster
+from cluster import local_cluster
 from cluster.mesh import ERROR, READ, WRITE, Mesh, MeshSettings, _Cipher, derive_keys
 from statemachine.codec import pack
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from cli import local_cluster
+from cluster import local_cluster
 from tests.cluster.procs import running, spawn, wait_until
 
 

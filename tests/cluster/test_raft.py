@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cli import local_cluster
+from cluster import local_cluster
 from tests.cluster.procs import running, spawn, wait_until
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")

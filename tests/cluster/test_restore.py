@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cli import local_cluster
+from cluster import local_cluster
 from cluster import protocol as p
 from cluster.client import Admin, ClientError, Cluster, Producer, ProducerConfig
 from statemachine.errors import ErrorCode

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cli import local_cluster
+from cluster import local_cluster
 from cluster.sync_client import SyncClient
 
 

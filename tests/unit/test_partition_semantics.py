@@ -291,3 +291,23 @@ def test_expiry_due_agrees_with_expire() -> None:
     assert sm.expiry_due(2_000, 1_000)
     assert sm.apply(expire(now_ms=2_000, expiration_ms=1_000)) == ProducersExpired((PID,))
     assert not sm.expiry_due(10**12, 1)
+
+
+def test_the_injected_fault_without_deduplication_appends_a_retry_again() -> None:
+    # The chaos suite's negative control depends on this switch really breaking rule 2.
+    sm = PartitionStateMachine(deduplicate=False)
+    first = appended(sm.apply(append(PID, 0, 0, 4)))
+    again = appended(sm.apply(append(PID, 0, 0, 4)))
+    assert (first.base_offset, again.base_offset) == (0, 4)
+    assert sm.log_end_offset == 8
+    assert appended(sm.apply(append(PID, 0, 4, 1))).base_offset == 8  # the producer goes on
+
+
+def test_the_injected_fault_survives_a_snapshot() -> None:
+    sm = PartitionStateMachine(deduplicate=False)
+    appended(sm.apply(append(PID, 0, 0, 4)))
+    restored = PartitionStateMachine.restore(sm.snapshot(), deduplicate=False)
+    assert isinstance(restored.apply(append(PID, 0, 0, 4)), Appended)
+    assert isinstance(
+        PartitionStateMachine.restore(sm.snapshot()).apply(append(PID, 0, 0, 4)), Duplicate
+    )

@@ -1,0 +1,421 @@
+"""The chaos checker: every way a broker has been caught losing, duplicating or reordering.
+
+Role: a pure function from a history (`history.py`) to a `Report`: anomalies by kind, and the
+figures of the run. The final read of each partition (after healing) is the authoritative log;
+polls and replica dumps are further observations that must agree with it.
+
+Kinds (each instance reported with what it concerns; at most `EXAMPLES_MAX` kept per kind, all
+counted):
+- lost: acknowledged, absent from the final read;
+- duplicate: one value at two offsets, or one (pid, epoch, sequence) at two offsets;
+- inconsistent-offset: one offset observed holding two values;
+- ack-mismatch: the final read holds another value at an acknowledged offset;
+- unexpected: a value nobody sent;
+- aborted-read: a value whose send definitely failed, observed anyway;
+- producer-order: within a session (pid, epoch) offsets do not rise with sequence, or the log
+  holds its sequences with a gap or out of order;
+- consumer-order: a consumer's successive records are not at successive offsets;
+- replica-divergence: two replicas (or a replica and the final read) disagree at an offset, or a
+  replica's log is not contiguous;
+- fenced-write: a session of a transactional id wrote to a partition after a newer session of
+  that id reached it (the partition learns of a new epoch with that epoch's first batch there,
+  as in Kafka without transactions).
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster.chaos.history import Event, Record, read_history
+from statemachine.records import SEQUENCE_MODULUS
+
+KINDS = (
+    "lost",
+    "duplicate",
+    "inconsistent-offset",
+    "ack-mismatch",
+    "unexpected",
+    "aborted-read",
+    "producer-order",
+    "consumer-order",
+    "replica-divergence",
+    "fenced-write",
+)
+EXAMPLES_MAX = 100
+RECOVERY_FAULTS = ("kill-leader", "kill-meta-leader")
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    kind: str
+    partition: int | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    anomalies: tuple[Anomaly, ...]
+    counts_by_kind: dict[str, int]
+    figures: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.counts_by_kind.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "anomalies_by_kind": self.counts_by_kind,
+            "anomaly_examples": [
+                {"kind": a.kind, "partition": a.partition, "detail": a.detail}
+                for a in self.anomalies
+            ],
+            "figures": self.figures,
+        }
+
+    def summary(self) -> str:
+        f = self.figures
+        ops = f["operations"]
+        lines = [
+            "verdict: " + ("no anomalies" if self.ok else "ANOMALIES FOUND"),
+            f"sends: {ops['attempted']} attempted, {ops['ok']} ok, {ops['fail']} failed, "
+            f"{ops['info']} indeterminate; {f['retries']} retries, {f['dedup_hits']} dedup hits",
+            f"records in the final logs: {sum(f['final_records'].values())} "
+            f"over {f['partitions_checked']} partitions",
+            "faults: " + (", ".join(f"{k} x{v}" for k, v in sorted(f["faults"].items())) or "none"),
+            f"kill to next ack: median {_ms(f['recovery_ms']['median'])}, "
+            f"max {_ms(f['recovery_ms']['max'])} over {f['recovery_ms']['count']} kills",
+            "longest write gap per partition: "
+            + ", ".join(f"{p}: {_ms(g)}" for p, g in sorted(f["longest_write_gap_ms"].items())),
+        ]
+        for kind in KINDS:
+            count = self.counts_by_kind[kind]
+            lines.append(f"  {kind:<20} {count}")
+            examples = [a for a in self.anomalies if a.kind == kind][:3]
+            lines += [f"      p{a.partition}: {a.detail}" for a in examples]
+        return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
+def check_file(path: Path) -> Report:
+    return check(read_history(path))
+
+
+def check(events: Sequence[Event]) -> Report:
+    history = _History(events)
+    found = _Found()
+    for partition in history.partitions():
+        _check_partition(history, partition, found)
+    _check_fencing(history, found)
+    return Report(tuple(found.examples), dict(found.counts), _figures(history))
+
+
+@dataclass(slots=True)
+class _Found:
+    counts: Counter[str] = field(default_factory=lambda: Counter(dict.fromkeys(KINDS, 0)))
+    examples: list[Anomaly] = field(default_factory=list)
+
+    def add(self, kind: str, partition: int | None, detail: str) -> None:
+        assert kind in KINDS, kind
+        self.counts[kind] += 1
+        if self.counts[kind] <= EXAMPLES_MAX:
+            self.examples.append(Anomaly(kind, partition, detail))
+
+
+class _History:
+    """The history indexed for the checks."""
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        self.events = sorted(events, key=lambda e: e.time_ms)
+        self.invoked: dict[str, Event] = {}
+        self.outcome: dict[str, Event] = {}
+        self.final: dict[int, list[Record]] = {}
+        self.replicas: dict[int, dict[str, list[Record]]] = defaultdict(dict)
+        self.observed: list[tuple[str, int, Record]] = []  # (source, partition, record)
+        for e in self.events:
+            self._index(e)
+
+    def _index(self, e: Event) -> None:
+        if e.f == "send":
+            value = e.get("value")
+            (self.invoked if e.type == "invoke" else self.outcome)[value] = e
+        elif e.f == "final_read":
+            assert e.partition is not None
+            self.final[e.partition] = sorted(e.records)
+            self.observed += [("final read", e.partition, r) for r in e.records]
+        elif e.f == "replica_log":
+            assert e.partition is not None
+            self.replicas[e.partition][e.get("node")] = e.records
+            self.observed += [(f"{e.get('node')} log", e.partition, r) for r in e.records]
+        elif e.f == "poll":
+            assert e.partition is not None
+            self.observed += [(f"{e.process} poll", e.partition, r) for r in e.records]
+
+    def partitions(self) -> list[int]:
+        sent = {e.partition for e in self.invoked.values() if e.partition is not None}
+        return sorted(sent | set(self.final) | set(self.replicas))
+
+    def acked(self, partition: int) -> list[Event]:
+        return [e for e in self.outcome.values() if e.type == "ok" and e.partition == partition]
+
+
+def _check_partition(h: _History, partition: int, found: _Found) -> None:
+    final = h.final.get(partition, [])
+    by_offset = {r.offset: r for r in final}
+    values_in_final = Counter(r.value for r in final)
+    acked = h.acked(partition)
+    for e in acked:
+        value, offset = e.get("value"), e.get("offset")
+        if value not in values_in_final:
+            found.add("lost", partition, f"{value} acknowledged at offset {offset}")
+        elif e.get("resent_offset", offset) != offset:
+            found.add(
+                "ack-mismatch",
+                partition,
+                f"{value} acked at {offset}, its resend at {e.get('resent_offset')}",
+            )
+        elif offset in by_offset and by_offset[offset].value != value:
+            found.add(
+                "ack-mismatch",
+                partition,
+                f"{value} acked at {offset}, log holds {by_offset[offset].value}",
+            )
+    _check_duplicates(final, partition, found)
+    _check_observations(h, partition, found)
+    _check_producer_order(acked, final, partition, found)
+    _check_consumers(h, partition, found)
+    _check_replicas(h, partition, final, found)
+
+
+def _check_duplicates(final: list[Record], partition: int, found: _Found) -> None:
+    offsets: dict[str, list[int]] = defaultdict(list)
+    triples: dict[tuple[int, int, int], list[Record]] = defaultdict(list)
+    for r in final:
+        offsets[r.value].append(r.offset)
+        if r.pid >= 0 and r.sequence >= 0:
+            triples[(r.pid, r.epoch, r.sequence)].append(r)
+    for value, at in offsets.items():
+        if len(at) > 1:
+            found.add("duplicate", partition, f"{value} at offsets {at}")
+    for (pid, epoch, seq), records in triples.items():
+        if len({r.value for r in records}) > 1:  # the same value twice is reported above
+            at = [r.offset for r in records]
+            found.add("duplicate", partition, f"pid {pid} epoch {epoch} seq {seq} at {at}")
+
+
+def _check_observations(h: _History, partition: int, found: _Found) -> None:
+    values_at: dict[int, dict[str, str]] = defaultdict(dict)
+    reported: set[str] = set()
+    for source, p, r in h.observed:
+        if p != partition:
+            continue
+        values_at[r.offset].setdefault(r.value, source)
+        send = h.outcome.get(r.value)
+        if r.value not in h.invoked and r.value not in reported:
+            reported.add(r.value)
+            found.add("unexpected", partition, f"{r.value} at {r.offset} ({source})")
+        elif send is not None and send.type == "fail" and r.value not in reported:
+            reported.add(r.value)
+            found.add(
+                "aborted-read",
+                partition,
+                f"{r.value} failed ({send.get('error')}) but is at {r.offset} ({source})",
+            )
+    for offset, values in sorted(values_at.items()):
+        if len(values) > 1:
+            seen = ", ".join(f"{v} ({s})" for v, s in values.items())
+            found.add("inconsistent-offset", partition, f"offset {offset}: {seen}")
+
+
+def _check_producer_order(
+    acked: list[Event], final: list[Record], partition: int, found: _Found
+) -> None:
+    sessions: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for e in acked:
+        if e.get("pid") >= 0 and e.get("sequence") >= 0:
+            sessions[(e.get("pid"), e.get("epoch"))].append((e.get("sequence"), e.get("offset")))
+    for (pid, epoch), pairs in sessions.items():
+        pairs.sort()
+        for (s1, o1), (s2, o2) in itertools.pairwise(pairs):
+            if o2 <= o1:
+                found.add(
+                    "producer-order",
+                    partition,
+                    f"pid {pid} epoch {epoch}: seq {s1} acked at {o1}, seq {s2} at {o2}",
+                )
+    last: dict[tuple[int, int], Record] = {}
+    for r in final:
+        if r.pid < 0 or r.sequence < 0:
+            continue
+        before = last.get((r.pid, r.epoch))
+        if before is not None and r.sequence != (before.sequence + 1) % SEQUENCE_MODULUS:
+            found.add(
+                "producer-order",
+                partition,
+                f"pid {r.pid} epoch {r.epoch}: seq "
+                f"{before.sequence} at {before.offset}, then {r.sequence} at {r.offset}",
+            )
+        last[(r.pid, r.epoch)] = r
+
+
+def _check_consumers(h: _History, partition: int, found: _Found) -> None:
+    expected: dict[str, int | None] = {}
+    for e in h.events:
+        if e.partition != partition:
+            continue
+        if e.f == "seek":
+            expected[e.process] = e.get("offset")
+        elif e.f == "poll":
+            for r in e.records:
+                want = expected.get(e.process)
+                if want is not None and r.offset != want:
+                    what = "skipped to" if r.offset > want else "went back to"
+                    found.add(
+                        "consumer-order",
+                        partition,
+                        f"{e.process} expected offset {want}, {what} {r.offset}",
+                    )
+                expected[e.process] = r.offset + 1
+
+
+def _check_replicas(h: _History, partition: int, final: list[Record], found: _Found) -> None:
+    logs = {"final read": final, **h.replicas.get(partition, {})}
+    for name, records in logs.items():
+        for before, after in itertools.pairwise(records):
+            if after.offset != before.offset + 1:
+                found.add(
+                    "replica-divergence",
+                    partition,
+                    f"{name}: offset {before.offset} then {after.offset}",
+                )
+                break
+    names = sorted(logs)
+    maps = {n: {r.offset: r.value for r in logs[n]} for n in names}
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            for offset in sorted(maps[a].keys() & maps[b].keys()):
+                if maps[a][offset] != maps[b][offset]:
+                    found.add(
+                        "replica-divergence",
+                        partition,
+                        f"offset {offset}: {a} has {maps[a][offset]}, {b} has {maps[b][offset]}",
+                    )
+                    break
+
+
+def _check_fencing(h: _History, found: _Found) -> None:
+    """Per transactional id: nothing from an older session lands after a newer one's first."""
+    sessions: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for e in h.events:
+        txn = e.get("transactional_id")
+        if e.f == "init" and txn:
+            sessions[txn].append((e.get("pid"), e.get("epoch")))
+    for chain in sessions.values():
+        rank = {s: i for i, s in enumerate(chain)}
+        _fenced_sends(h, rank, found)
+        for partition, final in h.final.items():
+            _fenced_in_log(final, rank, partition, found)
+
+
+def _fenced_sends(h: _History, rank: dict[tuple[int, int], int], found: _Found) -> None:
+    first_ack: dict[tuple[int, int], float] = {}  # (rank, partition) -> time of the first ok
+    oks = [
+        e for e in h.outcome.values() if e.type == "ok" and (e.get("pid"), e.get("epoch")) in rank
+    ]
+    for e in sorted(oks, key=lambda e: e.time_ms):
+        key = (rank[(e.get("pid"), e.get("epoch"))], e.partition or 0)
+        first_ack.setdefault(key, e.time_ms)
+    for e in oks:
+        mine = rank[(e.get("pid"), e.get("epoch"))]
+        invoked = h.invoked[e.get("value")].time_ms
+        newer = [t for (r, p), t in first_ack.items() if r > mine and p == e.partition]
+        if newer and invoked > min(newer):
+            found.add(
+                "fenced-write",
+                e.partition,
+                f"{e.get('value')} from epoch {e.get('epoch')}"
+                f" acked after a newer session wrote to the partition",
+            )
+
+
+def _fenced_in_log(
+    final: list[Record], rank: dict[tuple[int, int], int], partition: int, found: _Found
+) -> None:
+    newest = -1
+    for r in final:
+        mine = rank.get((r.pid, r.epoch))
+        if mine is None:
+            continue
+        if mine < newest:
+            found.add(
+                "fenced-write",
+                partition,
+                f"{r.value} of fenced epoch {r.epoch} at "
+                f"{r.offset}, after a newer session's record",
+            )
+        newest = max(newest, mine)
+
+
+def _figures(h: _History) -> dict[str, Any]:
+    outcomes = Counter(e.type for e in h.outcome.values())
+    faults = Counter(
+        e.get("kind") for e in h.events if e.f == "fault" and e.get("phase", "start") == "start"
+    )
+    recovery = _recovery_ms(h)
+    return {
+        "operations": {
+            "attempted": len(h.invoked),
+            "ok": outcomes["ok"],
+            "fail": outcomes["fail"],
+            "info": outcomes["info"],
+            "unfinished": len(h.invoked.keys() - h.outcome.keys()),
+        },
+        "retries": sum(e.get("retries", 0) for e in h.events if e.f == "stats"),
+        # Producers' own counts, plus the resends answered with their original offsets.
+        "dedup_hits": sum(e.get("dedup_hits", 0) for e in h.events if e.f == "stats")
+        + sum(1 for e in h.outcome.values() if e.type == "ok" and e.get("duplicate") is True),
+        "faults": dict(faults),
+        "final_records": {p: len(rs) for p, rs in sorted(h.final.items())},
+        "recovery_ms": {
+            "count": len(recovery),
+            "median": statistics.median(recovery) if recovery else None,
+            "max": max(recovery) if recovery else None,
+        },
+        "longest_write_gap_ms": {p: _longest_gap(h.acked(p)) for p in h.partitions()},
+        "partitions_checked": len(h.partitions()),
+    }
+
+
+def _recovery_ms(h: _History) -> list[float]:
+    """For each kill: until the first acknowledgement of a send issued after it (a reply that
+    was already on its way when the node died does not show that writes resumed)."""
+    oks = sorted(
+        (e.time_ms, h.invoked[e.get("value")].time_ms, e.partition)
+        for e in h.outcome.values()
+        if e.type == "ok" and e.get("value") in h.invoked
+    )
+    out = []
+    for e in h.events:
+        if e.f != "fault" or e.get("kind") not in RECOVERY_FAULTS or e.get("phase") != "start":
+            continue
+        want = e.partition if e.get("kind") == "kill-leader" else None
+        after = (t for t, issued, p in oks if issued > e.time_ms and (want is None or p == want))
+        first = next(after, None)
+        if first is not None:
+            out.append(round(first - e.time_ms, 1))
+    return out
+
+
+def _longest_gap(acked: Iterable[Event]) -> float | None:
+    times = sorted(e.time_ms for e in acked)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    return round(max(gaps), 1) if gaps else None

@@ -1,0 +1,243 @@
+"""The nemesis: faults on a seeded schedule against a local cluster's node processes.
+
+Role: `schedule()` turns a seed into a list of faults (the same seed, the same list: a run can be
+replayed); `Nemesis` carries them out on a `LocalCluster` and records each as a `fault` event
+(phase start / end) in the history. Targets that depend on the live cluster (which node leads a
+partition) are resolved when the fault starts, with the schedule's own random generator, so a
+replay picks the same role (leader, follower) even if not the same node id.
+
+Fault kinds: kill-leader (SIGKILL a partition leader, restart it after a while), pause-leader
+(SIGSTOP, then SIGCONT after a pause shorter or longer than the election timeout), kill-follower,
+pause-follower, kill-meta-leader, rolling-restart (SIGTERM and restart every node in turn),
+and, when the run has its own network namespace (`links.py`), partition-leader (a partition's
+leader cut off from both peers while clients still reach it) and split (a random node cut off:
+a majority and a minority). Without a namespace those two are skipped, and reports say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cluster import local_cluster
+from cluster.chaos.links import LinkCutter
+from cluster.client import Admin, ClientError, Cluster
+
+PROCESS_FAULTS = (
+    "kill-leader",
+    "pause-leader",
+    "kill-leader",
+    "pause-follower",
+    "kill-meta-leader",
+    "pause-leader",
+    "kill-follower",
+    "kill-leader",
+)
+NETWORK_FAULTS = ("partition-leader", "split")
+TARGET_WAIT_S = 5.0  # a fault whose target (a leader) does not exist by then is skipped
+DOWN_S = (1.0, 4.0)  # how long a killed node stays down
+SHORT_PAUSE_S = (0.2, 0.4)  # under the election timeout (500-1000 ms): no election
+LONG_PAUSE_S = (1.5, 4.0)  # past it: the others elect, the paused one comes back deposed
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    at_s: float
+    kind: str
+    partition: int  # which partition's leader or follower (ignored by node-wide kinds)
+    hold_s: float  # how long the node stays down or paused
+
+
+def schedule(
+    seed: int, duration_s: float, partitions: int, interval_s: float, *, network: bool = False
+) -> list[Fault]:
+    """Faults every `interval_s` (with jitter), cycling through every fault kind available.
+
+    A rolling restart comes once, at the middle of runs of two minutes or more.
+    """
+    rng = random.Random(seed)
+    faults: list[Fault] = []
+    at = interval_s / 2
+    kinds = list(PROCESS_FAULTS) + (list(NETWORK_FAULTS) if network else [])
+    rng.shuffle(kinds)
+    i = 0
+    while at < duration_s - interval_s / 2:
+        kind = kinds[i % len(kinds)]
+        i += 1
+        if kind.startswith("pause") and i % 2:
+            hold = rng.uniform(*SHORT_PAUSE_S)
+        elif kind.startswith("pause") or kind in NETWORK_FAULTS:
+            hold = rng.uniform(*LONG_PAUSE_S)
+        else:
+            hold = rng.uniform(*DOWN_S)
+        faults.append(Fault(round(at, 3), kind, rng.randrange(partitions), round(hold, 3)))
+        at += interval_s * rng.uniform(0.7, 1.3)
+    if duration_s >= 120:
+        faults.append(Fault(duration_s / 2, "rolling-restart", 0, 0.0))
+        faults.sort(key=lambda f: f.at_s)
+    return faults
+
+
+Record = Callable[[dict[str, object]], None]
+
+
+class Nemesis:
+    """Carries out faults on a local cluster; every node it stopped is running again after."""
+
+    def __init__(
+        self,
+        cluster: local_cluster.LocalCluster,
+        topic: str,
+        record: Record,
+        cutter: LinkCutter | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self._record = record
+        self._cutter = cutter
+        self._client = Cluster(cluster.bootstrap, request_timeout_s=2.0)
+        self._paused: set[int] = set()
+        self.faults_done: dict[str, int] = {}
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def run(self, faults: list[Fault], started: float, seed: int) -> None:
+        rng = random.Random(seed ^ 0x5EED)
+        loop = asyncio.get_running_loop()
+        for fault in faults:
+            await asyncio.sleep(max(0.0, started + fault.at_s - loop.time()))
+            await self.inject(fault, rng)
+
+    async def inject(self, fault: Fault, rng: random.Random) -> None:
+        if fault.kind == "rolling-restart":
+            await self._rolling_restart()
+            return
+        node = await self._target(fault, rng)
+        deadline = asyncio.get_running_loop().time() + TARGET_WAIT_S
+        while node is None and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.2)  # mid-election: wait for a leader to aim at
+            node = await self._target(fault, rng)
+        if node is None:
+            self._event(fault, None, "skipped", "no target found")
+            return
+        self._event(fault, node, "start")
+        if fault.kind.startswith("pause"):
+            await self._pause(node, fault.hold_s)
+        elif fault.kind in NETWORK_FAULTS:
+            await self._isolate(node, fault.hold_s)
+        else:
+            await self._kill(node, fault.hold_s)
+        self._event(fault, node, "end")
+        self.faults_done[fault.kind] = self.faults_done.get(fault.kind, 0) + 1
+
+    async def heal(self) -> None:
+        """Mend every cut link, SIGCONT every paused node and start every dead one."""
+        if self._cutter is not None:
+            self._cutter.heal()
+        for node_id in list(self._paused):
+            self._signal(node_id, signal.SIGCONT)
+        self._paused.clear()
+        for node in self.cluster.nodes:
+            if not local_cluster.alive(node.pid):
+                self.cluster = local_cluster.restart_node(self.cluster, node.node_id)
+
+    # -- targets ---------------------------------------------------------------------------------
+
+    async def _target(self, fault: Fault, rng: random.Random) -> int | None:
+        group = (
+            "__metadata" if fault.kind == "kill-meta-leader" else f"{self.topic}-{fault.partition}"
+        )
+        leader = await self._leader_of(group)
+        ids = [n.node_id for n in self.cluster.nodes]
+        if fault.kind == "split":
+            return rng.choice(ids)
+        if fault.kind.endswith("follower"):
+            followers = [i for i in ids if i != leader]
+            return rng.choice(followers) if leader is not None else None
+        return leader
+
+    async def _leader_of(self, group: str) -> int | None:
+        for node in self.cluster.nodes:
+            if node.node_id in self._paused or not local_cluster.alive(node.pid):
+                continue
+            try:
+                status = await Admin(self._client).cluster_status(node.client_address)
+            except (ClientError, TimeoutError):
+                continue
+            for g in status.groups:
+                if g.group == group and g.leader_id > 0:
+                    return g.leader_id
+        return None
+
+    # -- actions ---------------------------------------------------------------------------------
+
+    async def _kill(self, node_id: int, down_s: float) -> None:
+        pid = self._pid(node_id)
+        await asyncio.to_thread(local_cluster.kill, pid, signal.SIGKILL, 10.0)
+        await asyncio.sleep(down_s)
+        self.cluster = local_cluster.restart_node(self.cluster, node_id)
+
+    async def _pause(self, node_id: int, pause_s: float) -> None:
+        self._signal(node_id, signal.SIGSTOP)
+        self._paused.add(node_id)
+        try:
+            await asyncio.sleep(pause_s)
+        finally:
+            self._signal(node_id, signal.SIGCONT)
+            self._paused.discard(node_id)
+
+    async def _isolate(self, node_id: int, hold_s: float) -> None:
+        assert self._cutter is not None, "a network fault without a namespace"
+        host = self._host(node_id)
+        self._cutter.isolate(host, [n.host for n in self.cluster.nodes if n.host != host])
+        try:
+            await asyncio.sleep(hold_s)
+        finally:
+            self._cutter.heal()
+
+    def _host(self, node_id: int) -> str:
+        return next(n.host for n in self.cluster.nodes if n.node_id == node_id)
+
+    async def _rolling_restart(self) -> None:
+        fault = Fault(0.0, "rolling-restart", 0, 0.0)
+        self._event(fault, None, "start")
+        for node in self.cluster.nodes:
+            await asyncio.to_thread(
+                local_cluster.kill, self._pid(node.node_id), signal.SIGTERM, 15.0
+            )
+            if local_cluster.alive(self._pid(node.node_id)):
+                await asyncio.to_thread(
+                    local_cluster.kill, self._pid(node.node_id), signal.SIGKILL, 5.0
+                )
+            self.cluster = local_cluster.restart_node(self.cluster, node.node_id)
+            await local_cluster.wait_ready(self.cluster, 60.0)
+        self._event(fault, None, "end")
+        self.faults_done["rolling-restart"] = self.faults_done.get("rolling-restart", 0) + 1
+
+    def _pid(self, node_id: int) -> int:
+        return next(n.pid for n in self.cluster.nodes if n.node_id == node_id)
+
+    def _signal(self, node_id: int, sig: int) -> None:
+        local_cluster.kill(self._pid(node_id), sig)
+
+    def _event(self, fault: Fault, node: int | None, phase: str, note: str = "") -> None:
+        partition = (
+            None if fault.kind in ("kill-meta-leader", "rolling-restart") else fault.partition
+        )
+        event: dict[str, object] = {
+            "type": "info",
+            "process": "nemesis",
+            "f": "fault",
+            "kind": fault.kind,
+            "node": None if node is None else f"node{node}",
+            "partition": partition,
+            "phase": phase,
+            "hold_s": fault.hold_s,
+        }
+        if note:
+            event["note"] = note
+        self._record(event)

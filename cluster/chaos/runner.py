@@ -1,0 +1,225 @@
+"""One chaos run: a fresh local cluster, the workload under the nemesis, heal, drain, check.
+
+Role: compose the pieces and leave a directory a person can audit: `history.jsonl` (every
+operation and fault), `report.json` and `summary.txt` (the checker's verdict and figures), the
+node logs and data under `cluster/`. Nothing is left running: the cluster is stopped by PID in
+a `finally`, on success, failure or cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from cluster import local_cluster
+from cluster import protocol as p
+from cluster.chaos.checker import Report, check_file
+from cluster.chaos.history import HistoryWriter
+from cluster.chaos.links import LinkCutter
+from cluster.chaos.nemesis import NETWORK_FAULTS, Nemesis, schedule
+from cluster.chaos.workload import Clock, Workload, WorkloadSettings
+from cluster.client import Admin, ClientError, Consumer, ConsumerConfig
+from cluster.client import Cluster as ClientCluster
+from statemachine.errors import ErrorCode
+from statemachine.records import RecordBatch
+
+TOPIC = "chaos"
+SETTLE_S = 3.0  # after healing, the workload goes on this long before it stops
+DRAIN_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosOptions:
+    duration_s: float
+    seed: int
+    out_dir: Path
+    partitions: int = 4
+    producers: int = 3
+    fault_interval_s: float = 6.0
+    # The negative control: nodes append retried batches again (cluster/config.py).
+    unsafe_disable_deduplication: bool = False
+    # Why there are no network faults (None: the run has its own namespace and cuts links).
+    no_network_reason: str | None = "not inside a network namespace of its own"
+
+
+Progress = Callable[[str], None]
+
+
+async def run_chaos(options: ChaosOptions, progress: Progress = lambda _: None) -> Report:
+    out = options.out_dir.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    cutter = None
+    if options.no_network_reason is None:
+        cutter = LinkCutter()
+        cutter.prepare()  # loopback up before any node binds to it
+    extra = "unsafe_disable_deduplication = true\n" if options.unsafe_disable_deduplication else ""
+    cluster = local_cluster.up(out / "cluster", 3, extra_toml=extra)
+    nemesis: Nemesis | None = None
+    try:
+        await local_cluster.wait_ready(cluster, 60.0)
+        progress(f"cluster up in {out / 'cluster'}")
+        with HistoryWriter(out / "history.jsonl") as history:
+            nemesis = Nemesis(cluster, TOPIC, history.write, cutter)
+            await _run(options, cluster, nemesis, history.write, progress)
+            cluster = nemesis.cluster
+        report = check_file(out / "history.jsonl")
+        _write_report(out, options, report, nemesis)
+        return report
+    finally:
+        if nemesis is not None:
+            cluster = nemesis.cluster
+            await nemesis.close()
+        local_cluster.down(local_cluster.LocalCluster.load(cluster.data_dir) or cluster)
+
+
+async def _run(
+    options: ChaosOptions,
+    cluster: local_cluster.LocalCluster,
+    nemesis: Nemesis,
+    write: Callable[[dict[str, object]], None],
+    progress: Progress,
+) -> None:
+    client = ClientCluster(cluster.bootstrap, request_timeout_s=5.0)
+    try:
+        admin = Admin(client)
+        await admin.create_topic(TOPIC, options.partitions, 3)
+        await admin.wait_for_leaders(TOPIC, 30.0)
+        clock = Clock()
+
+        def timed(event: dict[str, object]) -> None:
+            event.setdefault("time_ms", clock.ms())
+            write(event)
+
+        nemesis._record = timed  # the nemesis's events get the run's clock
+        settings = WorkloadSettings(TOPIC, options.partitions, options.producers)
+        workload = Workload(client, settings, timed, clock)
+        faults = schedule(
+            options.seed,
+            options.duration_s,
+            options.partitions,
+            options.fault_interval_s,
+            network=options.no_network_reason is None,
+        )
+        progress(
+            f"{len(faults)} faults scheduled over {options.duration_s:.0f} s (seed {options.seed})"
+        )
+        loop = asyncio.get_running_loop()
+        async with asyncio.TaskGroup() as tasks:
+            for i in range(options.producers):
+                tasks.create_task(workload.run_producer(f"p{i}"))
+            tasks.create_task(workload.run_transactional("t0", "chaos-txn"))
+            tasks.create_task(workload.run_consumer("c0"))
+            tasks.create_task(workload.run_resender("r0"))
+            chaos = tasks.create_task(nemesis.run(faults, loop.time(), options.seed))
+            await asyncio.sleep(options.duration_s)
+            chaos.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await chaos
+            await nemesis.heal()
+            progress("healed; letting the workload settle")
+            await local_cluster.wait_ready(nemesis.cluster, 60.0)
+            await asyncio.sleep(SETTLE_S)
+            workload.stopping.set()
+        progress("workload stopped; draining every partition")
+        for partition in range(options.partitions):
+            timed(await _final_read(client, partition))
+        for node in nemesis.cluster.nodes:
+            for partition in range(options.partitions):
+                timed(await _replica_log(client, node, partition))
+    finally:
+        await client.close()
+
+
+async def _final_read(client: ClientCluster, partition: int) -> dict[str, object]:
+    """Every record of a partition, from offset 0 to its high watermark, through the leader."""
+    admin = Admin(client)
+    end = await admin.list_offsets(TOPIC, partition, Consumer.LATEST)
+    consumer = Consumer(client, ConsumerConfig(max_wait_ms=100))
+    await consumer.seek(TOPIC, partition, 0)
+    rows: list[list[object]] = []
+    deadline = asyncio.get_running_loop().time() + DRAIN_TIMEOUT_S
+    while (not rows or rows[-1][0] < end - 1) and end > 0:  # type: ignore[operator]
+        if asyncio.get_running_loop().time() > deadline:
+            break  # the checker then reports what is missing
+        with contextlib.suppress(ClientError, TimeoutError):
+            for r in await consumer.poll():
+                rows.append(
+                    [
+                        r.offset,
+                        (r.value or b"").decode(),
+                        r.producer_id,
+                        r.producer_epoch,
+                        r.sequence,
+                    ]
+                )
+    return {
+        "type": "ok",
+        "process": "final",
+        "f": "final_read",
+        "partition": partition,
+        "records": rows,
+    }
+
+
+async def _replica_log(
+    client: ClientCluster, node: local_cluster.NodeProcess, partition: int
+) -> dict[str, object]:
+    """One replica's committed log, read from that node itself (not through the leader)."""
+    rows: list[list[object]] = []
+    offset = 0
+    while True:
+        request = p.Fetch(0, 4 << 20, (p.FetchPartition(TOPIC, partition, offset, 4 << 20),), True)
+        response = await client.send(node.client_address, request, 10.0)
+        assert isinstance(response, p.FetchResponse)
+        result = response.results[0]
+        if result.error != ErrorCode.NONE or not result.batches:
+            break
+        for fetched in result.batches:
+            batch = RecordBatch.decode(fetched.batch)
+            for i, record in enumerate(batch.records):
+                at = fetched.base_offset + i
+                if at < offset:
+                    continue
+                seq = batch.base_sequence + i if batch.base_sequence >= 0 else -1
+                rows.append(
+                    [
+                        at,
+                        (record.value or b"").decode(),
+                        batch.producer_id,
+                        batch.producer_epoch,
+                        seq,
+                    ]
+                )
+                offset = at + 1
+        if offset >= result.high_watermark:
+            break
+    return {
+        "type": "ok",
+        "process": "final",
+        "f": "replica_log",
+        "node": f"node{node.node_id}",
+        "partition": partition,
+        "records": rows,
+    }
+
+
+def _write_report(out: Path, options: ChaosOptions, report: Report, nemesis: Nemesis) -> None:
+    document: dict[str, Any] = {
+        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
+        "faults_done": nemesis.faults_done,
+        "faults_skipped": skipped_faults(options),
+        **report.to_json(),
+    }
+    (out / "report.json").write_text(json.dumps(document, indent=2))
+    (out / "summary.txt").write_text(report.summary() + "\n")
+
+
+def skipped_faults(options: ChaosOptions) -> dict[str, str]:
+    """Fault kinds this run could not inject, and why."""
+    reason = options.no_network_reason
+    return {} if reason is None else dict.fromkeys(NETWORK_FAULTS, reason)

@@ -1,0 +1,313 @@
+"""The chaos workload: producers and consumers that record every operation in the history.
+
+Role: drive the cluster as users do (the real `Producer` and `Consumer` of `cluster.client`) and
+write what each operation asked and got as history events for the checker. Every value is
+unique (`<process>-<n>`), so the checker can follow each one into the log.
+
+An operation is `fail` only when the broker said, definitely, that it did not happen (a fenced
+epoch, a sequence or request error); a timeout, a lost connection, a leader change or anything
+unknown is `info`: it may or may not have happened, and the checker treats it so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cluster import protocol as p
+from cluster.client import (
+    ClientError,
+    Consumer,
+    ConsumerConfig,
+    Producer,
+    ProducerConfig,
+    RecordMetadata,
+    retrying,
+)
+from cluster.client import Cluster as ClientCluster
+from statemachine.errors import ErrorCode
+from statemachine.records import Record as LogRecord
+from statemachine.records import RecordBatch
+
+Record = Callable[[dict[str, object]], None]
+# Errors after which the record is certainly not in the log.
+DEFINITE = frozenset(
+    {
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.PRODUCER_FENCED,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSettings:
+    topic: str
+    partitions: int
+    producers: int = 3
+    send_interval_s: float = 0.004  # per producer
+    outstanding_max: int = 200  # per producer: sends awaiting their outcome
+    op_timeout_s: float = 20.0  # then the send is `info` (indeterminate)
+    txn_restart_s: float = 8.0  # the transactional producer is replaced this often
+    consumers: int = 1
+
+
+class Clock:
+    """Milliseconds since the run started, for every event."""
+
+    def __init__(self) -> None:
+        self._start = asyncio.get_running_loop().time()
+
+    def ms(self) -> float:
+        return round((asyncio.get_running_loop().time() - self._start) * 1000, 3)
+
+
+class Workload:
+    def __init__(
+        self, cluster: ClientCluster, settings: WorkloadSettings, record: Record, clock: Clock
+    ) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self._record = record
+        self._clock = clock
+        self.stopping = asyncio.Event()
+
+    def event(self, kind: str, process: str, f: str, **fields: object) -> None:
+        self._record(
+            {"type": kind, "time_ms": self._clock.ms(), "process": process, "f": f, **fields}
+        )
+
+    # -- producers -------------------------------------------------------------------------------
+
+    async def run_producer(self, process: str) -> None:
+        config = ProducerConfig(
+            linger_ms=1.0, delivery_timeout_ms=int(self.settings.op_timeout_s * 1000)
+        )
+        async with Producer(self.cluster, config) as producer:
+            self.event("ok", process, "init", pid=producer.producer_id, epoch=producer.epoch)
+            await self._send_loop(process, producer, itertools.count())
+            self.event("ok", process, "stats", **_stats(producer))
+
+    async def _send_loop(
+        self,
+        process: str,
+        producer: Producer,
+        numbers: itertools.count[int],
+        until: asyncio.Event | None = None,
+    ) -> None:
+        s = self.settings
+        limit = asyncio.Semaphore(s.outstanding_max)
+        async with asyncio.TaskGroup() as tasks:
+            while (
+                not self.stopping.is_set()
+                and not (until and until.is_set())
+                and producer.fatal is None
+            ):
+                n = next(numbers)
+                await limit.acquire()
+                tasks.create_task(
+                    self._send_one(process, producer, f"{process}-{n}", n % s.partitions, limit)
+                )
+                await asyncio.sleep(s.send_interval_s)
+
+    async def _send_one(
+        self, process: str, producer: Producer, value: str, partition: int, limit: asyncio.Semaphore
+    ) -> None:
+        self.event("invoke", process, "send", partition=partition, value=value)
+        try:
+            future = await producer.send(self.settings.topic, value.encode(), partition=partition)
+            meta: RecordMetadata = await asyncio.wait_for(future, self.settings.op_timeout_s)
+        except ClientError as exc:
+            kind = "fail" if exc.error in DEFINITE else "info"
+            self.event(
+                kind, process, "send", partition=partition, value=value, error=exc.error.name
+            )
+        except TimeoutError:
+            self.event("info", process, "send", partition=partition, value=value, error="timeout")
+        else:
+            self.event(
+                "ok",
+                process,
+                "send",
+                partition=partition,
+                value=value,
+                offset=meta.offset,
+                pid=meta.producer_id,
+                epoch=meta.producer_epoch,
+                sequence=meta.sequence,
+                node=None,
+                duplicate=meta.duplicate,
+            )
+        finally:
+            limit.release()
+
+    # -- the transactional-id producer, restarted to exercise fencing ----------------------------
+
+    async def run_transactional(self, process: str, transactional_id: str) -> None:
+        """Instances of one transactional id, each replaced after a while; the old one (a
+        zombie) then tries one more send to every partition, which must be fenced."""
+        numbers = itertools.count()
+        previous: Producer | None = None
+        previous_stack: contextlib.AsyncExitStack | None = None
+        while not self.stopping.is_set():
+            stack = contextlib.AsyncExitStack()
+            config = ProducerConfig(
+                transactional_id=transactional_id,
+                linger_ms=1.0,
+                delivery_timeout_ms=int(self.settings.op_timeout_s * 1000),
+            )
+            try:
+                producer = await stack.enter_async_context(Producer(self.cluster, config))
+            except ClientError:
+                await stack.aclose()
+                continue
+            self.event(
+                "ok",
+                process,
+                "init",
+                pid=producer.producer_id,
+                epoch=producer.epoch,
+                transactional_id=transactional_id,
+            )
+            if previous is not None and previous_stack is not None:
+                await self._zombie_sends(process, previous, numbers, producer)
+                with contextlib.suppress(ClientError):
+                    await previous_stack.aclose()
+                self.event("ok", process, "stats", **_stats(previous))
+            restart = asyncio.Event()
+            asyncio.get_running_loop().call_later(self.settings.txn_restart_s, restart.set)
+            await self._send_loop(process, producer, numbers, until=restart)
+            previous, previous_stack = producer, stack
+        if previous_stack is not None:
+            with contextlib.suppress(ClientError):
+                await previous_stack.aclose()
+
+    async def _zombie_sends(
+        self, process: str, zombie: Producer, numbers: itertools.count[int], current: Producer
+    ) -> None:
+        # The new epoch reaches a partition with its first batch there (as in Kafka without
+        # transactions): write one record per partition first, then let the zombie try.
+        limit = asyncio.Semaphore(self.settings.partitions * 2)
+        async with asyncio.TaskGroup() as tasks:
+            for partition in range(self.settings.partitions):
+                await limit.acquire()
+                n = next(numbers)
+                tasks.create_task(
+                    self._send_one(process, current, f"{process}-{n}", partition, limit)
+                )
+        async with asyncio.TaskGroup() as tasks:
+            for partition in range(self.settings.partitions):
+                await limit.acquire()
+                n = next(numbers)
+                tasks.create_task(
+                    self._send_one(process, zombie, f"{process}-{n}", partition, limit)
+                )
+
+    # -- a client whose acknowledgements get lost -------------------------------------------
+
+    async def run_resender(self, process: str) -> None:
+        """Sends each batch, then sends the very same bytes again, as a client does when an
+        acknowledgement is lost: the broker must answer the second with the first's offsets,
+        never append it twice. (The negative control's duplicates come from here for sure.)"""
+        init = await retrying(
+            lambda: self.cluster.send_any(p.InitProducerId("", 60_000, -1, -1)), 30.0
+        )
+        assert isinstance(init, p.InitProducerIdResponse)
+        pid, epoch = init.producer_id, init.epoch
+        self.event("ok", process, "init", pid=pid, epoch=epoch)
+        sequences = [0] * self.settings.partitions
+        for n in itertools.count():
+            if self.stopping.is_set():
+                return
+            partition, value = n % self.settings.partitions, f"{process}-{n}"
+            sequence = sequences[partition]
+            stamp = time.time_ns() // 1_000_000
+            batch = RecordBatch(pid, epoch, sequence, (LogRecord(None, value.encode(), stamp),))
+            self.event("invoke", process, "send", partition=partition, value=value)
+            first = await self._produce_raw(partition, batch.encode())
+            again = await self._produce_raw(partition, batch.encode())
+            if first is None or again is None:
+                self.event(
+                    "info", process, "send", partition=partition, value=value, error="timeout"
+                )
+                return  # the session's sequence is unknown now: stop this process
+            sequences[partition] = sequence + 1
+            self.event(
+                "ok",
+                process,
+                "send",
+                partition=partition,
+                value=value,
+                offset=first.base_offset,
+                pid=pid,
+                epoch=epoch,
+                sequence=sequence,
+                resent_offset=again.base_offset,
+                duplicate=again.duplicate,
+            )
+            await asyncio.sleep(self.settings.send_interval_s * 2)
+
+    async def _produce_raw(self, partition: int, batch: bytes) -> p.ProduceResult | None:
+        """Until acknowledged (retrying retriable errors), or None after the op timeout."""
+        request = p.Produce(5_000, (p.ProduceEntry(self.settings.topic, partition, batch),))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.op_timeout_s
+        while loop.time() < deadline:
+            try:
+                response = await self.cluster.send_to_leader(
+                    self.settings.topic, partition, request, 6.0
+                )
+            except ClientError:
+                await self.cluster.refresh([self.settings.topic])
+                await asyncio.sleep(0.05)
+                continue
+            assert isinstance(response, p.ProduceResponse)
+            result = response.results[0]
+            if result.error == ErrorCode.NONE:
+                return result
+            if result.leader:
+                self.cluster.note_leader(self.settings.topic, partition, result.leader)
+            else:
+                await self.cluster.refresh([self.settings.topic])
+            await asyncio.sleep(0.05)
+        return None
+
+    # -- consumers -------------------------------------------------------------------------------
+
+    async def run_consumer(self, process: str) -> None:
+        consumer = Consumer(self.cluster, ConsumerConfig(max_wait_ms=200))
+        await consumer.assign(
+            self.settings.topic, range(self.settings.partitions), Consumer.EARLIEST
+        )
+        for partition in range(self.settings.partitions):
+            self.event("ok", process, "seek", partition=partition, offset=0)
+        while not self.stopping.is_set():
+            try:
+                records = await asyncio.wait_for(consumer.poll(), self.settings.op_timeout_s)
+            except (ClientError, TimeoutError):
+                continue
+            by_partition: dict[int, list[list[object]]] = {}
+            for r in records:
+                by_partition.setdefault(r.partition, []).append(
+                    [
+                        r.offset,
+                        (r.value or b"").decode(),
+                        r.producer_id,
+                        r.producer_epoch,
+                        r.sequence,
+                    ]
+                )
+            for partition, rows in by_partition.items():
+                self.event("ok", process, "poll", partition=partition, records=rows)
+
+
+def _stats(producer: Producer) -> dict[str, object]:
+    return {"retries": producer.stats["retries"], "dedup_hits": producer.stats["duplicates"]}

@@ -1,0 +1,331 @@
+"""The chaos checker on synthetic histories: clean ones pass, each injected anomaly is caught.
+
+Each test starts from one clean history (two producers, a transactional id restarted once, a
+consumer, three replica logs) and breaks exactly one thing; the checker must report that kind,
+on that partition, and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.chaos.checker import KINDS, Report, check, check_file
+from cluster.chaos.history import HistoryError, HistoryWriter, parse_event, read_history
+
+Row = list[Any]
+
+
+class Story:
+    """A history under construction: sends and their log, in time order."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.log: dict[int, list[Row]] = {0: [], 1: []}
+        self.t = 0.0
+        self.sequences: dict[tuple[int, int, int], int] = {}
+
+    def add(self, type_: str, process: str, f: str, **fields: Any) -> dict[str, Any]:
+        self.t += 1.0
+        event = {"type": type_, "time_ms": self.t, "process": process, "f": f, **fields}
+        self.events.append(event)
+        return event
+
+    def send(self, process: str, value: str, partition: int, pid: int, epoch: int = 0) -> Row:
+        self.add("invoke", process, "send", partition=partition, value=value)
+        key = (pid, epoch, partition)
+        seq = self.sequences.get(key, 0)
+        self.sequences[key] = seq + 1
+        row = [len(self.log[partition]), value, pid, epoch, seq]
+        self.log[partition].append(row)
+        self.add(
+            "ok",
+            process,
+            "send",
+            partition=partition,
+            value=value,
+            offset=row[0],
+            pid=pid,
+            epoch=epoch,
+            sequence=seq,
+        )
+        return row
+
+    def finish(self) -> list[dict[str, Any]]:
+        for partition, rows in self.log.items():
+            self.add("ok", "c0", "seek", partition=partition, offset=0)
+            self.add("ok", "c0", "poll", partition=partition, records=[list(r) for r in rows])
+            self.add(
+                "ok", "final", "final_read", partition=partition, records=[list(r) for r in rows]
+            )
+            for node in ("node1", "node2", "node3"):
+                self.add(
+                    "ok",
+                    "final",
+                    "replica_log",
+                    partition=partition,
+                    node=node,
+                    records=[list(r) for r in rows],
+                )
+        return self.events
+
+
+def clean_story() -> Story:
+    s = Story()
+    s.add("ok", "p0", "init", pid=10, epoch=0)
+    s.add("ok", "p1", "init", pid=11, epoch=0)
+    s.add("ok", "t0", "init", pid=20, epoch=0, transactional_id="txn")
+    for i in range(6):
+        s.send("p0", f"p0-{i}", i % 2, 10)
+        s.send("p1", f"p1-{i}", i % 2, 11)
+        s.send("t0", f"t0-{i}", i % 2, 20)
+    s.add("info", "nemesis", "fault", kind="kill-leader", node="node1", partition=0, phase="start")
+    s.send("p0", "p0-6", 0, 10)
+    s.add("ok", "t0", "init", pid=20, epoch=1, transactional_id="txn")
+    s.send("t0", "t0-new-0", 0, 20, epoch=1)
+    s.send("t0", "t0-new-1", 1, 20, epoch=1)
+    s.add("invoke", "t0", "send", partition=0, value="t0-zombie")
+    s.add("fail", "t0", "send", partition=0, value="t0-zombie", error="INVALID_PRODUCER_EPOCH")
+    s.add("ok", "p0", "stats", retries=3, dedup_hits=1)
+    return s
+
+
+def checked(events: list[dict[str, Any]]) -> Report:
+    return check([parse_event(e) for e in events])
+
+
+def kinds_found(report: Report) -> dict[str, int]:
+    return {k: n for k, n in report.counts_by_kind.items() if n}
+
+
+def test_a_clean_history_has_no_anomaly_and_its_figures() -> None:
+    report = checked(clean_story().finish())
+    assert report.ok, report.summary()
+    assert set(report.counts_by_kind) == set(KINDS)
+    figures = report.figures
+    assert figures["operations"] == {
+        "attempted": 22,
+        "ok": 21,
+        "fail": 1,
+        "info": 0,
+        "unfinished": 0,
+    }
+    assert (figures["retries"], figures["dedup_hits"]) == (3, 1)
+    assert figures["faults"] == {"kill-leader": 1}
+    assert figures["recovery_ms"]["count"] == 1 and figures["recovery_ms"]["median"] == 2.0
+    assert figures["final_records"] == {0: 11, 1: 10}
+    assert figures["partitions_checked"] == 2
+
+
+def broken(edit: Callable[[list[dict[str, Any]]], None]) -> Report:
+    events = clean_story().finish()
+    edit(events)
+    return checked(events)
+
+
+def final_of(events: list[dict[str, Any]], partition: int) -> list[Row]:
+    rows: list[Row] = next(
+        e["records"] for e in events if e["f"] == "final_read" and e["partition"] == partition
+    )
+    return rows
+
+
+def every_view(events: list[dict[str, Any]], partition: int) -> list[list[Row]]:
+    return [
+        e["records"] for e in events if e.get("records") is not None and e["partition"] == partition
+    ]
+
+
+def test_lost_an_acknowledged_value_missing_from_the_log() -> None:
+    def edit(events: list[dict[str, Any]]) -> None:
+        for rows in every_view(events, 1):
+            rows.pop()  # the last record of partition 1, from every view
+
+    assert kinds_found(broken(edit)) == {"lost": 1}
+
+
+def test_duplicate_a_retry_appended_twice() -> None:
+    def edit(events: list[dict[str, Any]]) -> None:
+        for rows in every_view(events, 0):
+            again = list(rows[2])
+            rows.append([len(rows), *again[1:]])
+
+    report = broken(edit)
+    assert report.counts_by_kind["duplicate"] == 1
+    assert report.anomalies[0].partition == 0
+    assert "producer-order" in kinds_found(report)  # the sequence repeats in the log, too
+
+
+def test_duplicate_the_same_producer_sequence_at_two_offsets() -> None:
+    def edit(events: list[dict[str, Any]]) -> None:
+        for rows in every_view(events, 1):
+            rows.append([len(rows), "p0-1-copy", *rows[0][2:]])
+        events.insert(
+            0,
+            {
+                "type": "invoke",
+                "time_ms": 0.5,
+                "process": "p0",
+                "f": "send",
+                "partition": 1,
+                "value": "p0-1-copy",
+            },
+        )
+
+    assert broken(edit).counts_by_kind["duplicate"] == 1
+
+
+def test_inconsistent_offset_two_views_disagree() -> None:
+    def edit(events: list[dict[str, Any]]) -> None:
+        poll = next(e for e in events if e["f"] == "poll" and e["partition"] == 0)
+        poll["records"][3][1] = "p1-4"  # the consumer saw another (real) value there
+
+    assert "inconsistent-offset" in kinds_found(broken(edit))
+
+
+def test_ack_mismatch_acknowledged_offset_holds_another_value() -> None:
+    def edit(events: list[dict[str, Any]]) -> None:
+        ack = next(e for e in events if e["type"] == "ok" and e.get("value") == "p0-2")
+        ack["offset"] = 0
+
+    found = kinds_found(broken(edit))
+    assert found["ack-mismatch"] == 1
+    assert set(found) <= {"ack-mismatch", "producer-order"}  # its offset also fell below seq 0's
+
+
+def test_unexpected_a_value_nobody_sent() -> None:
+    def edit(events: list[dict[str, Any]]) -> None:
+        for rows in every_view(events, 1):
+            rows.append([len(rows), "ghost", -1, -1, -1])
+
+    assert kinds_found(broken(edit)) == {"unexpected": 1}
+
+
+def test_aborted_read_a_failed_send_in_the_log() -> None:
+    def edit(events: list[dict[str, Any]]) -> None:
+        for e in events:
+            if e.get("value") == "p1-3" and e["type"] == "ok":
+                for name in ("offset", "pid", "epoch", "sequence"):
+                    del e[name]
+                e.update(type="fail", error="OUT_OF_ORDER_SEQUENCE_NUMBER")
+
+    assert kinds_found(broken(edit)) == {"aborted-read": 1}
+
+
+def test_producer_order_a_gap_in_a_sessions_sequences() -> None:
+    def edit(events: list[dict[str, Any]]) -> None:
+        for rows in every_view(events, 1):
+            for row in rows:
+                if row[1] == "p0-5":
+                    row[4] += 1
+
+    assert kinds_found(broken(edit)) == {"producer-order": 1}
+
+
+def test_producer_order_offsets_fall_as_sequences_rise() -> None:
+    def edit(events: list[dict[str, Any]]) -> None:
+        for e in events:
+            if e["type"] == "ok" and e.get("value") in ("p1-0", "p1-2"):
+                e["sequence"] = 1 if e["value"] == "p1-0" else 0
+
+    assert "producer-order" in kinds_found(broken(edit))
+
+
+@pytest.mark.parametrize("jump", [2, -2])
+def test_consumer_order_a_skip_or_a_step_back(jump: int) -> None:
+    def edit(events: list[dict[str, Any]]) -> None:
+        poll = next(e for e in events if e["f"] == "poll" and e["partition"] == 1)
+        rows = poll["records"]
+        poll["records"] = rows[:4] + rows[4 + jump :] if jump > 0 else rows[:4] + rows[2:]
+
+    report = broken(edit)
+    assert kinds_found(report) == {"consumer-order": 1}
+    assert ("skipped" if jump > 0 else "went back") in report.anomalies[0].detail
+
+
+def test_replica_divergence_a_replica_holds_another_value() -> None:
+    def edit(events: list[dict[str, Any]]) -> None:
+        log = next(e for e in events if e["f"] == "replica_log" and e["node"] == "node2")
+        log["records"][1] = [1, "p0-0", 10, 0, 0]
+
+    assert "replica-divergence" in kinds_found(broken(edit))
+
+
+def test_replica_divergence_a_hole_in_a_replica_log() -> None:
+    def edit(events: list[dict[str, Any]]) -> None:
+        log = next(e for e in events if e["f"] == "replica_log" and e["node"] == "node3")
+        del log["records"][2]
+
+    assert kinds_found(broken(edit)) == {"replica-divergence": 1}
+
+
+def test_fenced_write_an_old_epoch_acked_after_the_new_one_reached_the_partition() -> None:
+    events = clean_story()
+    events.send("t0", "t0-late", 0, 20, epoch=0)  # the zombie, after epoch 1 wrote there
+    report = checked(events.finish())
+    found = kinds_found(report)
+    assert found.pop("fenced-write") == 2  # the acknowledgement, and the record in the log
+    assert found == {}
+
+
+def test_a_zombie_write_before_the_new_epoch_reached_that_partition_is_fine() -> None:
+    s = Story()
+    s.add("ok", "t0", "init", pid=20, epoch=0, transactional_id="txn")
+    s.send("t0", "old-0", 0, 20)
+    s.add("ok", "t0", "init", pid=20, epoch=1, transactional_id="txn")
+    s.send("t0", "old-1", 1, 20)  # partition 1 has not heard of epoch 1 yet: accepted
+    s.send("t0", "new-0", 1, 20, epoch=1)
+    assert checked(s.finish()).ok
+
+
+def test_summary_and_json_name_the_anomaly(tmp_path: Path) -> None:
+    events = clean_story().finish()
+    for rows in every_view(events, 1):
+        rows.pop()
+    path = tmp_path / "history.jsonl"
+    with HistoryWriter(path) as history:
+        for e in events:
+            history.write(e)
+    report = check_file(path)
+    assert "ANOMALIES FOUND" in report.summary() and "lost" in report.summary()
+    document = json.loads(json.dumps(report.to_json()))
+    assert document["anomalies_by_kind"]["lost"] == 1 and document["ok"] is False
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "not json",
+        json.dumps({"type": "ok", "time_ms": 1, "process": "p", "f": "send", "partition": 0}),
+        json.dumps({"type": "maybe", "time_ms": 1, "process": "p", "f": "stats"}),
+        json.dumps({"type": "ok", "time_ms": 1, "process": "p", "f": "teleport"}),
+        json.dumps(
+            {
+                "type": "ok",
+                "time_ms": 1,
+                "process": "c",
+                "f": "poll",
+                "partition": 0,
+                "records": [[0, "v", 1, 0]],
+            }
+        ),
+    ],
+)
+def test_a_malformed_line_is_an_error_naming_the_line(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "history.jsonl"
+    good = json.dumps({"type": "ok", "time_ms": 0, "process": "p", "f": "stats"})
+    path.write_text(good + "\n" + line + "\n")
+    with pytest.raises(HistoryError, match="line 2"):
+        read_history(path)
+
+
+def test_ack_mismatch_a_resent_batch_answered_with_other_offsets() -> None:
+    def edit(events: list[dict[str, Any]]) -> None:
+        ack = next(e for e in events if e["type"] == "ok" and e.get("value") == "p1-1")
+        ack["resent_offset"] = ack["offset"] + 7  # a retry the broker appended again
+
+    assert kinds_found(broken(edit)) == {"ack-mismatch": 1}
