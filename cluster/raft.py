@@ -258,6 +258,9 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         self.raftbroker_mesh = mesh
         self.raftbroker_group = spec.route
         self.raftbroker_tick_errors = 0
+        self.raftbroker_leading = False
+        # Called on the driver thread when this replica stops leading (set by RaftGroup).
+        self.raftbroker_on_deposed: Callable[[], None] | None = None
         super().__init__(
             spec.self_address,
             list(spec.peer_addresses),
@@ -376,6 +379,10 @@ class RaftDriver:
     def _tick(group: _PatchedSyncObj) -> None:
         try:
             group.doTick(0.0)
+            leading = bool(group._isLeader())
+            if group.raftbroker_leading and not leading and group.raftbroker_on_deposed:
+                group.raftbroker_on_deposed()
+            group.raftbroker_leading = leading
         except Exception:
             # pysyncobj's own tick thread logs and carries on; we do the same but count it,
             # so a replica that fails on every tick shows up as unhealthy, not silent.
@@ -466,6 +473,24 @@ class RaftGroup:
         self._stall_since: float | None = None
         self._last_applied_seen = 0
         self._follower_seen: dict[str, tuple[int, float]] = {}
+        self._waiting: set[asyncio.Future[object]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        sync.raftbroker_on_deposed = self._on_deposed
+
+    def _on_deposed(self) -> None:  # on the driver thread
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                self._loop.call_soon_threadsafe(self._fail_waiting)
+
+    def _fail_waiting(self) -> None:
+        """A deposed leader cannot tell whether its pending entries will commit: fail them
+        retriably now (SEMANTICS.md, "Leadership") rather than when the client times out; a
+        retry that meets a committed original is deduplicated."""
+        for future in self._waiting:
+            if not future.done():
+                future.set_exception(
+                    ProposalError(ErrorCode.NOT_LEADER_OR_FOLLOWER, self.leader_address)
+                )
 
     @property
     def name(self) -> str:
@@ -497,7 +522,7 @@ class RaftGroup:
             raise ProposalError(ErrorCode.NOT_LEADER_OR_FOLLOWER, self.leader_address)
         if self._pending >= self._max_pending:
             raise ProposalError(ErrorCode.REQUEST_TIMED_OUT, None)
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         future: asyncio.Future[object] = loop.create_future()
 
         def on_applied(result: object, error: int) -> None:  # runs on the driver thread
@@ -505,6 +530,8 @@ class RaftGroup:
                 loop.call_soon_threadsafe(_settle, future, result, error)
 
         self._pending += 1
+        if not forward:
+            self._waiting.add(future)
         try:
             self._sync.apply_command(command, callback=on_applied)
             return await asyncio.wait_for(future, timeout_s)
@@ -512,6 +539,7 @@ class RaftGroup:
             raise ProposalError(ErrorCode.REQUEST_TIMED_OUT, self.leader_address) from None
         finally:
             self._pending -= 1
+            self._waiting.discard(future)
 
     async def read(self, fn: Callable[[], T]) -> T:
         """Run `fn` on the driver thread, between applies (a consistent view of the machine)."""
