@@ -85,7 +85,7 @@ class Connection:
 
     async def request(self, request: p.Request, timeout_s: float) -> p.Response:
         """Send and await the answer; ClientError for an error answer or a broken connection."""
-        if self.closed:
+        if self.closed or self._writer.is_closing():
             raise ClientError(ErrorCode.NETWORK_EXCEPTION, f"connection to {self.address} closed")
         correlation_id = next(self._ids) & 0x7FFF_FFFF
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -95,7 +95,9 @@ class Connection:
             await asyncio.wait_for(self._writer.drain(), timeout_s)
             response: p.Response = await asyncio.wait_for(future, timeout_s)
             return response
-        except (ConnectionError, OSError) as exc:
+        except (ConnectionError, OSError, RuntimeError) as exc:
+            # RuntimeError: uvloop's answer to a write on a transport the peer just closed,
+            # before our reader noticed (found by the chaos harness).
             await self.close()
             raise ClientError(ErrorCode.NETWORK_EXCEPTION, str(exc)) from exc
         finally:
