@@ -102,6 +102,8 @@ class Connection:
             raise ClientError(ErrorCode.NETWORK_EXCEPTION, str(exc)) from exc
         finally:
             self._waiting.pop(correlation_id, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # failed by close() while we raise our own: retrieved
 
     async def _read_responses(self) -> None:
         try:
