@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo walkthrough test check lint typecheck bench clean
+.PHONY: demo walkthrough test check lint typecheck bench bench-apply clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,9 @@ typecheck: $(STAMP)
 check: lint typecheck
 
 bench: $(STAMP)
+	$(BIN)/python -m bench
+
+bench-apply: $(STAMP)
 	$(BIN)/python -m bench.apply
 
 clean:

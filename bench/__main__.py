@@ -1,0 +1,65 @@
+"""`python -m bench`: raftbroker and NATS JetStream side by side, in one run, on this machine.
+
+Role: run the raftbroker cluster benchmark (`bench.cluster`) and then the JetStream one
+(`bench.jetstream`), one after the other so neither disturbs the other, each in its own process
+(so each starts and stops its own servers by PID), then put their numbers side by side with the
+ratios the goals are stated in. Prints one JSON object; unless `--quick`, also writes the
+markdown report `bench/RESULTS.md`. Exit status 1 if either side failed a scenario (a goal
+missed is a result, not a failure).
+
+Method notes (also in the report): the same workload on both (100-byte values, a unique id per
+message: raftbroker's idempotent producer, JetStream's `Nats-Msg-Id`; every publish acknowledged
+by a majority; 3 nodes, 3 replicas, on 127.0.0.2-4); CPU of every server and of the client
+process is recorded, so a CPU-bound result shows as one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench import compare
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+
+
+def run_side(module: str, quick: bool, scratch: Path) -> dict[str, Any]:
+    """One side's benchmark in its own process; its JSON (with `errors` if it failed)."""
+    out = scratch / f"{module.rpartition('.')[2]}.json"
+    argv = [sys.executable, "-m", module, "--out", str(out), *(["--quick"] if quick else [])]
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, check=False)
+    if not out.exists():
+        return {"errors": {"run": f"{module} exited {done.returncode} without a report"}}
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help="seconds per scenario (CI smoke)")
+    parser.add_argument("--out", type=Path, help="also write the combined JSON here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="raftbroker-bench-") as tmp:
+        ours = run_side("bench.cluster", args.quick, Path(tmp))
+        peer = run_side("bench.jetstream", args.quick, Path(tmp))
+    combined = compare.combine(ours, peer)
+    text = json.dumps(combined, indent=2)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    if not args.quick:
+        RESULTS.write_text(compare.markdown(combined))
+    sys.stdout.write(text + "\n")
+    return 1 if ours.get("errors") or peer.get("errors") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

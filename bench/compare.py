@@ -1,0 +1,189 @@
+"""Side by side: raftbroker's benchmark JSON and JetStream's, as ratios against the goals.
+
+Role: pure functions from the two reports (`bench.cluster`, `bench.jetstream`) to one combined
+JSON object and its markdown rendering; no I/O. A figure one side did not produce is `None`
+and its goal is "not measured", never a guess.
+
+Pairing: a raftbroker partition and a JetStream stream are each one Raft group, so the goal
+ratios pair one partition with one stream; raftbroker's scaling over 4 and 16 partitions is
+shown beside them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+GOALS = {
+    "pipelined": ("acknowledged records/s, pipelined, one partition vs one stream", 5.0, "min"),
+    "sequential_p50": ("sequential publish p50 latency, ms", 1.0, "max"),
+    "failover": ("failover: SIGKILL of the leader -> next ack, median ms", 0.5, "max"),
+    "consume": ("consume from the start, records/s", 3.0, "min"),
+}
+
+
+def dig(report: dict[str, Any] | None, *keys: str) -> Any:
+    """report[k1][k2]... or None where any step is missing."""
+    value: Any = report
+    for key in keys:
+        if not (isinstance(value, dict) and key in value):
+            return None
+        value = value[key]
+    return value
+
+
+def ours_pipelined(ours: dict[str, Any], partitions: int = 1) -> dict[str, Any] | None:
+    cases = [c for c in dig(ours, "throughput", "cases") or [] if c["partitions"] == partitions]
+    return max(cases, key=lambda c: c["records_per_s"], default=None)
+
+
+def ours_figures(ours: dict[str, Any]) -> dict[str, Any]:
+    sequential: dict[str, Any] = next(
+        (
+            c
+            for c in dig(ours, "latency", "cases") or []
+            if c["mode"] == "sequential" and c["linger_ms"] == 0
+        ),
+        {},
+    )
+    consume = [c for c in dig(ours, "consume", "cases") or [] if c["partitions"] == 1]
+    best = ours_pipelined(ours)
+    return {
+        "pipelined": None if best is None else best["records_per_s"],
+        "pipelined_case": best,
+        "sequential_p50": sequential.get("p50_ms"),
+        "sequential_p99": sequential.get("p99_ms"),
+        "failover": dig(ours, "failover", "resume_median_ms"),
+        "failover_lost": dig(ours, "failover", "delivery", "lost"),
+        "failover_duplicated": dig(ours, "failover", "delivery", "duplicated"),
+        "consume": max((c["records_per_s"] for c in consume), default=None),
+    }
+
+
+def peer_figures(peer: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "pipelined": dig(peer, "pipelined", "msgs_per_s"),
+        "pipelined_case": dig(peer, "pipelined"),
+        "sequential_p50": dig(peer, "sequential", "p50_ms"),
+        "sequential_p99": dig(peer, "sequential", "p99_ms"),
+        "failover": dig(peer, "failover", "resume_median_ms"),
+        "failover_lost": dig(peer, "failover", "lost"),
+        "failover_duplicated": dig(peer, "failover", "duplicated"),
+        "consume": dig(peer, "consume", "msgs_per_s"),
+    }
+
+
+def goal(name: str, ours: float | None, peer: float | None) -> dict[str, Any]:
+    what, target, direction = GOALS[name]
+    if ours is None or peer is None or peer == 0:
+        return {"what": what, "ratio": None, "target": target, "met": None}
+    ratio = ours / peer
+    met = ratio >= target if direction == "min" else ratio <= target
+    return {"what": what, "ratio": round(ratio, 2), "target": target, "met": met}
+
+
+def combine(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
+    a, b = ours_figures(ours), peer_figures(peer)
+    return {
+        "benchmark": "raftbroker vs NATS JetStream, same machine, same run",
+        "machine": ours.get("machine") or peer.get("machine"),
+        "raftbroker": {k: v for k, v in a.items() if not k.endswith("_case")},
+        "jetstream": {k: v for k, v in b.items() if not k.endswith("_case")},
+        "goals": {name: goal(name, a[name], b[name]) for name in GOALS},
+        "scaling": {
+            str(p): (ours_pipelined(ours, p) or {}).get("records_per_s") for p in (1, 4, 16)
+        },
+        "idle_cpu_percent_per_group": dig(ours, "idle", "cpu_percent_per_partition_group"),
+        "cpu_in_pipelined": {
+            "raftbroker": dig(a, "pipelined_case", "cpu"),
+            "jetstream": dig(b, "pipelined_case", "cpu"),
+        },
+        "versions": {"jetstream": peer.get("versions"), "python": dig(ours, "machine", "python")},
+        "fsync_before_ack": {
+            "raftbroker": "no (default fsync = false; an ack means a majority's page cache)",
+            "jetstream": dig(peer, "config", "fsync") or "no (NATS 2.9 syncs every 2 min)",
+        },
+        "errors": {"raftbroker": ours.get("errors") or {}, "jetstream": peer.get("errors") or {}},
+        "reports": {"raftbroker": ours, "jetstream": peer},
+    }
+
+
+def _n(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and digits:
+        return f"{value:,.{digits}f}"
+    return f"{value:,.0f}" if isinstance(value, int | float) else str(value)
+
+
+def _cpu(cpu: dict[str, Any] | None) -> str:
+    if not cpu:
+        return "-"
+    servers = sum(v["cpu_percent"] for k, v in cpu.items() if k.startswith(("node", "server")))
+    client = dig(cpu, "client", "cpu_percent")
+    return f"servers {servers:.0f}%, client {_n(client)}%"
+
+
+def markdown(c: dict[str, Any]) -> str:
+    a, b, goals = c["raftbroker"], c["jetstream"], c["goals"]
+    machine = c.get("machine") or {}
+    rows = [
+        ("pipelined, acked records/s (1 partition / 1 stream)", "pipelined", 0),
+        ("sequential publish p50, ms", "sequential_p50", 2),
+        ("sequential publish p99, ms", "sequential_p99", 2),
+        ("failover, kill -> next ack, median ms", "failover", 0),
+        ("consume from the start, records/s", "consume", 0),
+        ("failover: lost / duplicated", None, 0),
+    ]
+    lines = [
+        "# raftbroker vs NATS JetStream",
+        "",
+        "Generated by `python -m bench` (do not edit by hand). Same machine, one after the "
+        "other, in one run.",
+        "",
+        f"- Machine: {machine.get('cpu_count', '?')} CPUs, {machine.get('platform', '?')}, "
+        f"Python {machine.get('python', '?')}.",
+        f"- JetStream: {_n(dig(c, 'versions', 'jetstream'))}.",
+        f"- fsync before ack: raftbroker {c['fsync_before_ack']['raftbroker']}; JetStream "
+        f"{c['fsync_before_ack']['jetstream']}.",
+        "- Workload: 100-byte values, a unique id per message (idempotent producer / "
+        "`Nats-Msg-Id`), every publish acknowledged by a majority of 3 replicas on 127.0.0.2-4.",
+        "",
+        "| measure | raftbroker | JetStream | ratio | goal | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, key, digits in rows:
+        if key is None:
+            lines.append(
+                f"| {label} | {_n(a['failover_lost'])} / {_n(a['failover_duplicated'])} | "
+                f"{_n(b['failover_lost'])} / {_n(b['failover_duplicated'])} | | 0 / 0 | |"
+            )
+            continue
+        g = goals.get(key)
+        goal_text = (
+            ""
+            if g is None
+            else f"{'>=' if key in ('pipelined', 'consume') else '<='} {g['target']}x"
+        )
+        met = "" if g is None or g["met"] is None else ("yes" if g["met"] else "**no**")
+        ratio = "" if g is None else _n(g["ratio"], 2)
+        lines.append(
+            f"| {label} | {_n(a[key], digits)} | {_n(b[key], digits)} | {ratio} | {goal_text} "
+            f"| {met} |"
+        )
+    cpu = c["cpu_in_pipelined"]
+    lines += [
+        "",
+        f"CPU during the pipelined run: raftbroker {_cpu(cpu['raftbroker'])}; JetStream "
+        f"{_cpu(cpu['jetstream'])} (% of one core; the machine has "
+        f"{machine.get('cpu_count', '?')} cores).",
+        "",
+        "raftbroker scaling, acked records/s with one producer: "
+        + ", ".join(f"{p} partitions {_n(v)}" for p, v in c["scaling"].items())
+        + f"; idle CPU per partition group per node: "
+        f"{_n(dig(c, 'idle_cpu_percent_per_group', 'node1'), 2)}% of a core.",
+        "",
+        "Errors: " + (json.dumps(c["errors"]) if any(c["errors"].values()) else "none") + ".",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,50 @@
+"""bench/compare.py: the pairing of the two reports and the goal arithmetic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench import compare
+
+
+def ours() -> dict[str, Any]:
+    case = {"partitions": 1, "batch_size_bytes": 16384, "records_per_s": 100_000, "cpu": {}}
+    return {
+        "throughput": {"cases": [case, {**case, "partitions": 4, "records_per_s": 150_000}]},
+        "consume": {"cases": [{"partitions": 1, "records_per_s": 300_000}]},
+        "latency": {
+            "cases": [{"mode": "sequential", "linger_ms": 0.0, "p50_ms": 1.2, "p99_ms": 3}]
+        },
+        "failover": {"resume_median_ms": 800.0, "delivery": {"lost": 0, "duplicated": 0}},
+    }
+
+
+def peer() -> dict[str, Any]:
+    return {
+        "pipelined": {"msgs_per_s": 15_000},
+        "sequential": {"p50_ms": 0.7, "p99_ms": 2},
+        "consume": {"msgs_per_s": 120_000},
+        "failover": {"resume_median_ms": 5_000.0, "lost": 0, "duplicated": 0},
+    }
+
+
+def test_ratios_pair_one_partition_with_one_stream_and_judge_each_goal() -> None:
+    goals = compare.combine(ours(), peer())["goals"]
+    assert goals["pipelined"]["ratio"] == 6.67 and goals["pipelined"]["met"] is True
+    assert goals["sequential_p50"]["ratio"] == 1.71 and goals["sequential_p50"]["met"] is False
+    assert goals["failover"]["ratio"] == 0.16 and goals["failover"]["met"] is True
+    assert goals["consume"]["ratio"] == 2.5 and goals["consume"]["met"] is False
+
+
+def test_a_missing_side_is_not_measured_never_guessed() -> None:
+    combined = compare.combine(ours(), {"errors": {"run": "nats-server missing"}})
+    assert all(g["ratio"] is None and g["met"] is None for g in combined["goals"].values())
+    text = compare.markdown(combined)
+    assert "nats-server missing" in text and "| - |" in text
+
+
+def test_the_markdown_shows_both_sides_and_the_verdicts() -> None:
+    text = compare.markdown(compare.combine(ours(), peer()))
+    assert "| pipelined, acked records/s (1 partition / 1 stream) | 100,000 | 15,000 | 6.67" in text
+    assert "**no**" in text and "yes" in text
+    assert "4 partitions 150,000" in text
