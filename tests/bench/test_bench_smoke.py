@@ -1,0 +1,43 @@
+"""The side-by-side benchmark suite still runs end to end (numbers come from full runs only).
+
+`python -m bench --quick` runs raftbroker's and JetStream's scenarios for a few seconds each,
+one after the other; this checks that both sides produced every figure the comparison needs,
+that neither lost or duplicated anything in its failover, and that no server is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.procs import REPO
+
+
+@pytest.mark.timeout(400)
+def test_the_quick_comparison_produces_every_figure_on_both_sides(tmp_path: Path) -> None:
+    if shutil.which("nats-server") is None:
+        pytest.skip("nats-server is not installed (Debian package nats-server)")
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=380,
+        check=False,
+    )
+    assert out.exists(), done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["errors"] == {"raftbroker": {}, "jetstream": {}}, report["errors"]
+    for side in ("raftbroker", "jetstream"):
+        figures = report[side]
+        for name in ("pipelined", "sequential_p50", "failover", "consume"):
+            assert figures[name] is not None and figures[name] > 0, (side, name, figures)
+        assert (figures["failover_lost"], figures["failover_duplicated"]) == (0, 0), side
+    assert all(g["ratio"] is not None for g in report["goals"].values())
+    assert subprocess.run(["pgrep", "-x", "nats-server"], check=False).returncode == 1
