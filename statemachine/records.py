@@ -50,9 +50,11 @@ def next_sequence(sequence: int) -> int:
     return (sequence + 1) % SEQUENCE_MODULUS
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One message: optional key and value, string-keyed headers, a producer timestamp."""
+class Record(NamedTuple):
+    """One message: optional key and value, string-keyed headers, a producer timestamp.
+
+    A NamedTuple: producers make one per record sent and consumers one per record read, and a
+    frozen dataclass's __init__ costs several times as much."""
 
     key: bytes | None
     value: bytes | None
@@ -105,7 +107,7 @@ class RecordBatch:
         if not self.records:
             raise BatchFormatError("a batch holds at least one record")
         for r in self.records:  # refuse here what verify_batch would refuse at the leader
-            _record((r.timestamp_ms, r.key, r.value, r.headers), DEFAULT_LIMITS)
+            _check_record(r.timestamp_ms, r.key, r.value, r.headers, DEFAULT_LIMITS)
         try:
             body = pack(
                 [
@@ -243,6 +245,13 @@ def _record(item: object, limits: StateLimits) -> Record:
     if not (isinstance(item, tuple) and len(item) == 4):
         raise BatchFormatError("a record is [timestamp_ms, key, value, headers]")
     timestamp_ms, key, value, headers = item
+    _check_record(timestamp_ms, key, value, headers, limits)
+    return Record(key, value, timestamp_ms, headers)
+
+
+def _check_record(
+    timestamp_ms: object, key: object, value: object, headers: object, limits: StateLimits
+) -> None:
     if type(timestamp_ms) is not int or not 0 <= timestamp_ms <= INT64_MAX:
         raise BatchFormatError(f"invalid record timestamp {timestamp_ms!r}")
     if not (_is_optional_bytes(key) and _is_optional_bytes(value)):
@@ -257,7 +266,6 @@ def _record(item: object, limits: StateLimits) -> Record:
             and isinstance(header[1], bytes)
         ):
             raise BatchFormatError("a record header is [str, bytes]")
-    return Record(key, value, timestamp_ms, headers)
 
 
 def _is_optional_bytes(value: object) -> bool:

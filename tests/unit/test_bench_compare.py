@@ -47,4 +47,4 @@ def test_the_markdown_shows_both_sides_and_the_verdicts() -> None:
     text = compare.markdown(compare.combine(ours(), peer()))
     assert "| pipelined, acked records/s (1 partition / 1 stream) | 100,000 | 15,000 | 6.67" in text
     assert "**no**" in text and "yes" in text
-    assert "4 partitions 150,000" in text
+    assert "4 partition(s) 150,000" in text
