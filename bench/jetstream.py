@@ -17,9 +17,9 @@ bytes, a 12-digit index then random letters. CPU per server and of this client p
 
 Scenarios:
 - sequential: each publish awaited before the next, for a few seconds: rate, latency.
-- pipelined: `publish_async` with up to 4,000 publishes pending (nats-py's default window; the
-  fastest of the modes tried: plain `publish` in concurrent tasks was slower), every PubAck
-  awaited, for 10 s after a ramp: acknowledged msgs/s, MB/s, CPU.
+- pipelined: `publish_async` with up to 4,000 publishes pending (nats-py's default window, its
+  own pipelining path; other windows are not tried yet), every PubAck awaited, for 10 s after a
+  ramp: acknowledged msgs/s, MB/s, CPU.
 - consume: the stream filled by the pipelined load, read from the start by one pull consumer
   (ephemeral, AckNone: like a Kafka consumer, no ack per message) in batches of 1,000.
 - failover: a publish every 2 ms, each retried with the same `Nats-Msg-Id` until acknowledged;
