@@ -380,9 +380,14 @@ def _figures(h: _History) -> dict[str, Any]:
             "unfinished": len(h.invoked.keys() - h.outcome.keys()),
         },
         "retries": sum(e.get("retries", 0) for e in h.events if e.f == "stats"),
-        # Producers' own counts, plus the resends answered with their original offsets.
+        # Producers' own counts (per batch), plus the resends answered with their original
+        # offsets (a producer's records also say `duplicate`: counting those would count twice).
         "dedup_hits": sum(e.get("dedup_hits", 0) for e in h.events if e.f == "stats")
-        + sum(1 for e in h.outcome.values() if e.type == "ok" and e.get("duplicate") is True),
+        + sum(
+            1
+            for e in h.outcome.values()
+            if e.type == "ok" and "resent_offset" in e.fields and e.get("duplicate") is True
+        ),
         "faults": dict(faults),
         "final_records": {p: len(rs) for p, rs in sorted(h.final.items())},
         "recovery_ms": {

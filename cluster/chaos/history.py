@@ -107,6 +107,9 @@ def parse_event(obj: object) -> Event:
             raise HistoryError(f"{f}: missing or mistyped {name!r}")
     if "records" in required:
         _check_records(obj["records"])
+    for counter in ("retries", "dedup_hits"):
+        if f == "stats" and not isinstance(obj.get(counter, 0), int):
+            raise HistoryError(f"stats: {counter!r} must be an integer")
     fields = {k: v for k, v in obj.items() if k not in ("type", "time_ms", "process", "f")}
     return Event(obj["type"], float(time_ms), obj["process"], f, fields)
 

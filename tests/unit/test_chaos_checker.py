@@ -303,6 +303,7 @@ def test_summary_and_json_name_the_anomaly(tmp_path: Path) -> None:
         json.dumps({"type": "ok", "time_ms": 1, "process": "p", "f": "send", "partition": 0}),
         json.dumps({"type": "maybe", "time_ms": 1, "process": "p", "f": "stats"}),
         json.dumps({"type": "ok", "time_ms": 1, "process": "p", "f": "teleport"}),
+        json.dumps({"type": "ok", "time_ms": 1, "process": "p", "f": "stats", "retries": "3"}),
         json.dumps(
             {
                 "type": "ok",
@@ -329,3 +330,13 @@ def test_ack_mismatch_a_resent_batch_answered_with_other_offsets() -> None:
         ack["resent_offset"] = ack["offset"] + 7  # a retry the broker appended again
 
     assert kinds_found(broken(edit)) == {"ack-mismatch": 1}
+
+
+def test_dedup_hits_count_a_duplicate_batch_once() -> None:
+    events = clean_story().finish()
+    for e in events:
+        if e["type"] == "ok" and e.get("value") in ("p0-1", "p1-1"):
+            e["duplicate"] = True  # records of a batch the producer's stats already counted
+        if e["type"] == "ok" and e.get("value") == "t0-1":
+            e.update(duplicate=True, resent_offset=e["offset"])  # a resend answered alike
+    assert checked(events).figures["dedup_hits"] == 1 + 1
