@@ -69,7 +69,9 @@ def peer_figures(peer: dict[str, Any]) -> dict[str, Any]:
         "failover": dig(peer, "failover", "resume_median_ms"),
         "failover_lost": dig(peer, "failover", "lost"),
         "failover_duplicated": dig(peer, "failover", "duplicated"),
-        "consume": dig(peer, "consume", "msgs_per_s"),
+        # The peer's fastest consumer (nats-py's ordered push consumer reads 3x its pull one),
+        # so the ratio is against the best a JetStream user gets, not the slowest mode.
+        "consume": dig(peer, "consume", "fastest_msgs_per_s") or dig(peer, "consume", "msgs_per_s"),
     }
 
 
@@ -135,7 +137,7 @@ def markdown(c: dict[str, Any]) -> str:
         ("sequential publish p50, ms", "sequential_p50", 2),
         ("sequential publish p99, ms", "sequential_p99", 2),
         ("failover, kill -> next ack, median ms", "failover", 0),
-        ("consume from the start, records/s", "consume", 0),
+        ("consume from the start, records/s (JetStream: its fastest consumer)", "consume", 0),
         ("failover: lost / duplicated", None, 0),
     ]
     lines = [

@@ -18,14 +18,21 @@ bytes, a 12-digit index then random letters. CPU per server and of this client p
 Scenarios:
 - sequential: each publish awaited before the next, for a few seconds: rate, latency.
 - pipelined: `publish_async` (nats-py's own pipelining path) with up to 16,000 publishes
-  pending, a deep window (nats-py's default of 4,000 gave 28k msgs/s against 33k in a trial),
-  every PubAck awaited, for 10 s after a ramp: acknowledged msgs/s, MB/s, CPU.
-- consume: the stream filled by the pipelined load, read from the start by one pull consumer
-  (ephemeral, AckNone: like a Kafka consumer, no ack per message) in batches of 1,000.
+  pending, every PubAck awaited, for 10 s after a ramp: acknowledged msgs/s, MB/s, CPU. The
+  fastest mode found: plain `js.publish` calls bounded by a semaphore were about a third
+  slower, and the window's depth (4,000-32,000) made no difference beyond noise.
+- consume: the stream filled by the pipelined load, read from the start, each message only
+  counted (as `bench.cluster` reads back), twice: by one pull consumer (ephemeral, AckNone: like
+  a Kafka consumer, no ack per message) in fetches of 1,000, the headline figure; then by an
+  ordered push consumer (AckNone, flow control), about 3x faster through nats-py, reported
+  beside it with the faster mode named. Part of the pipelined scenario (`--scenarios consume`
+  runs that one).
 - failover: a publish every 2 ms, each retried with the same `Nats-Msg-Id` until acknowledged;
-  SIGKILL of the stream leader (from `stream_info`), restart, 3 times; kill -> first ack of a
-  publish issued after the kill; then the stream read back: acknowledged values missing, and
-  values present twice.
+  SIGKILL of the stream leader (from `stream_info`), restart, and wait until the stream's leader
+  reports it a current replica again, 3 times; kill -> first ack of a publish issued after the
+  kill; then the stream read back: acknowledged values missing, and values present twice. NATS's
+  Raft waits 4-9 s (its default election timeout) before a follower campaigns: that, not the
+  client, sets the resume time.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -55,6 +62,7 @@ from nats.js import api as js_api
 
 from bench import apply as apply_bench
 from bench.cluster import (
+    VALUE_BYTES,
     cpu_report,
     latency_summary_ms,
     load_average,
@@ -69,9 +77,16 @@ NODES = 3
 STREAM = "BENCH"
 SUBJECT = "bench.v"
 DUPLICATE_WINDOW_S = 120.0
-ASYNC_WINDOW = 16_000  # publishes pending; 4,000 (nats-py's default) gave 28k/s against 33k here
+READY_TIMEOUT_S = 60.0
+STEADY_BEFORE_KILL_S = 1.0
+# publishes pending. Paired trials here (6 s each, quiet machine): windows of 4,000 (nats-py's
+# default) to 32,000 all gave 26-32k acks/s, within run-to-run noise, the client at 80-90% of
+# a core; plain `js.publish` calls, 1,000 at a time under a semaphore, gave 18-22k/s.
+ASYNC_WINDOW = 16_000
 FETCH_BATCH = 1_000
+CONSUME_TIMEOUT_S = 120.0
 REQUEST_TIMEOUT_S = 5.0
+LOG_TAIL_LINES = 8
 
 
 def progress(message: str) -> None:
@@ -177,9 +192,13 @@ async def fresh_cluster() -> AsyncIterator[JetStreamCluster]:
     try:
         for server in servers:
             server.start()
+        await wait_listening(cluster)
         await connect(cluster)
         await create_stream(cluster)
         yield cluster
+    except BaseException as exc:
+        exc.add_note(log_tails(servers))
+        raise
     finally:
         if cluster.nc is not None:
             with contextlib.suppress(Exception):
@@ -189,6 +208,46 @@ async def fresh_cluster() -> AsyncIterator[JetStreamCluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def log_tails(servers: Sequence[Server]) -> str:
+    tails = []
+    for server in servers:
+        with contextlib.suppress(OSError):
+            lines = server.log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            tails.append(f"--- {server.log.name}\n" + "\n".join(lines))
+    return "\n".join(tails)
+
+
+async def accepts(host: str, port: int) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
+    except OSError:  # refused, or TimeoutError (an OSError since 3.11)
+        return False
+    writer.close()
+    return True
+
+
+async def wait_listening(cluster: JetStreamCluster) -> None:
+    """Until every server accepts clients (so nats-py's first connect is not refused); a
+    server that exited fails at once, its log in the error's notes."""
+
+    async def listening() -> bool:
+        for server in cluster.servers:
+            assert server.proc is not None
+            if server.proc.poll() is not None:
+                raise RuntimeError(f"{server.name} exited with {server.proc.returncode}")
+            if not await accepts(server.host, cluster.client_port):
+                return False
+        return True
+
+    await poll_until(listening, "nats-servers listening", READY_TIMEOUT_S)
+
+
+async def connection_error(exc: Exception) -> None:
+    """nats-py's error callback: one line (its default prints a traceback per failed connect,
+    three at every cluster start before the servers listen, more at every kill)."""
+    progress(f"nats-py: {exc!r}")
+
+
 async def connect(cluster: JetStreamCluster) -> None:
     cluster.nc = await nats.connect(
         servers=cluster.urls,
@@ -196,6 +255,7 @@ async def connect(cluster: JetStreamCluster) -> None:
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.1,
         allow_reconnect=True,
+        error_cb=connection_error,
     )
     cluster.js = cluster.nc.jetstream(
         timeout=REQUEST_TIMEOUT_S, publish_async_max_pending=ASYNC_WINDOW
@@ -273,15 +333,20 @@ async def pipelined_load(
     window_start = start + ramp_s
     before = None
     acked_at_start = 0
-    while time.monotonic() < window_start + seconds:
-        if before is None and time.monotonic() >= window_start:
-            before, acked_at_start = sample_cpu(pids), acked
-        future = await js.publish_async(
-            SUBJECT, value_of(index), headers={"Nats-Msg-Id": f"p{index}"}
-        )
-        future.add_done_callback(done)
-        pending.add(future)
-        index += 1
+    # The wait for window space has no deadline (the futures have no timer of their own), so
+    # one deadline bounds the loop: a stalled cluster fails the scenario instead of hanging it.
+    # Not publish_async's wait_stall: its wait_for makes a task per publish, which yields to
+    # the loop every message, so nats-py flushes tiny writes: half the rate, in trials here.
+    async with asyncio.timeout(ramp_s + seconds + REQUEST_TIMEOUT_S):
+        while time.monotonic() < window_start + seconds:
+            if before is None and time.monotonic() >= window_start:
+                before, acked_at_start = sample_cpu(pids), acked
+            future = await js.publish_async(
+                SUBJECT, value_of(index), headers={"Nats-Msg-Id": f"p{index}"}
+            )
+            future.add_done_callback(done)
+            pending.add(future)
+            index += 1
     after, acked_in_window = sample_cpu(pids), acked - acked_at_start
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(js.publish_async_completed(), 30)
@@ -292,36 +357,110 @@ async def pipelined_load(
         "seconds": seconds,
         "acked_in_window": acked_in_window,
         "msgs_per_s": round(rate),
-        "mb_per_s": round(rate * 100 / 1e6, 2),
+        "mb_per_s": round(rate * VALUE_BYTES / 1e6, 2),
         "sent_in_total": index,
         "acked_in_total": acked,
         "cpu": cpu_report(before, after),
     }
 
 
-async def read_all(
-    cluster: JetStreamCluster, expected: int, timeout_s: float
-) -> tuple[Counter[bytes], float]:
-    """Every message of the stream through one pull consumer; (values, seconds taken)."""
+def ignore_batch(_msgs: list[Any]) -> None:
+    return None
+
+
+async def pull_read(
+    cluster: JetStreamCluster,
+    expected: int,
+    timeout_s: float,
+    on_batch: Callable[[list[Any]], None] = ignore_batch,
+) -> int:
+    """The stream from the start through one pull consumer (ephemeral, AckNone: like a Kafka
+    consumer, no ack per message), `on_batch` called per fetched batch; messages read."""
     config = js_api.ConsumerConfig(
         ack_policy=js_api.AckPolicy.NONE, deliver_policy=js_api.DeliverPolicy.ALL
     )
     sub = await cluster.js.pull_subscribe("bench.>", config=config)
-    values: Counter[bytes] = Counter()
-    start = time.monotonic()
+    deadline = time.monotonic() + timeout_s
     count = 0
-    while count < expected and time.monotonic() - start < timeout_s:
-        try:
-            msgs = await sub.fetch(FETCH_BATCH, timeout=1.0)
-        except nats.errors.TimeoutError:
-            continue
-        for msg in msgs:
-            values[msg.data] += 1
-        count += len(msgs)
-    elapsed = time.monotonic() - start
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(sub.unsubscribe(), 5)
-    return values, elapsed
+    try:
+        while count < expected and time.monotonic() < deadline:
+            try:
+                msgs = await sub.fetch(FETCH_BATCH, timeout=1.0)
+            except nats.errors.TimeoutError:
+                continue
+            on_batch(msgs)
+            count += len(msgs)
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(sub.unsubscribe(), 5)
+    return count
+
+
+async def ordered_push_read(cluster: JetStreamCluster, expected: int, timeout_s: float) -> int:
+    """The stream from the start through an ordered push consumer (ephemeral, AckNone, flow
+    controlled: nats-py's path for reading a whole stream); messages read."""
+    count = 0
+    done = asyncio.Event()
+
+    async def on_msg(_msg: Any) -> None:
+        nonlocal count
+        count += 1
+        if count >= expected:
+            done.set()
+
+    sub = await cluster.js.subscribe("bench.>", cb=on_msg, ordered_consumer=True)
+    try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), timeout_s)
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(sub.unsubscribe(), 5)
+    return count
+
+
+async def read_values(cluster: JetStreamCluster, timeout_s: float) -> Counter[bytes]:
+    """Every value in the stream, counted (for lost and duplicated messages)."""
+    info = await cluster.js.stream_info(STREAM)
+    values: Counter[bytes] = Counter()
+    await pull_read(
+        cluster,
+        int(info.state.messages),
+        timeout_s,
+        lambda msgs: values.update(m.data for m in msgs),
+    )
+    return values
+
+
+Reader = Callable[[JetStreamCluster, int, float], Awaitable[int]]
+# (label, reader): the mode the comparison reports first, then nats-py's faster path
+READERS: dict[str, tuple[str, Reader]] = {
+    "pull_fetch": (f"one pull consumer, AckNone, fetch batches of {FETCH_BATCH}", pull_read),
+    "ordered_push": (
+        "one ordered push consumer (AckNone, flow control), a callback",
+        ordered_push_read,
+    ),
+}
+
+
+async def consume_case(cluster: JetStreamCluster, mode: str, expected: int) -> dict[str, Any]:
+    """Read the whole stream in one mode, counting only (as bench.cluster's read-back), with
+    the CPU it cost; an incomplete read is a failure, as there."""
+    label, reader = READERS[mode]
+    pids = {**cluster.pids(), "client": os.getpid()}
+    before = sample_cpu(pids)
+    count = await reader(cluster, expected, CONSUME_TIMEOUT_S)
+    after = sample_cpu(pids)
+    if count < expected:
+        raise AssertionError(f"{mode}: read {count} of {expected} messages")
+    seconds = after.wall_s - before.wall_s
+    return {
+        "consumer": label,
+        "messages": count,
+        "seconds": round(seconds, 3),
+        "msgs_per_s": round(count / seconds),
+        "mb_per_s": round(count * VALUE_BYTES / seconds / 1e6, 2),
+        "cpu": cpu_report(before, after),
+    }
 
 
 async def pipelined_scenario(settings: Settings) -> dict[str, Any]:
@@ -329,18 +468,15 @@ async def pipelined_scenario(settings: Settings) -> dict[str, Any]:
         load = await pipelined_load(cluster, settings.ramp_s, settings.pipelined_s)
         info = await cluster.js.stream_info(STREAM)
         stored = int(info.state.messages)
-        pids = {**cluster.pids(), "client": os.getpid()}
-        before = sample_cpu(pids)
-        values, elapsed = await read_all(cluster, stored, 120.0)
-        after = sample_cpu(pids)
-        read = sum(values.values())
+        modes = {mode: await consume_case(cluster, mode, stored) for mode in READERS}
+    fastest = max(modes, key=lambda mode: modes[mode]["msgs_per_s"])
     consume = {
-        "consumer": f"one pull consumer, AckNone, fetch batches of {FETCH_BATCH}",
-        "messages": read,
+        **modes["pull_fetch"],  # the headline stays the pull consumer the comparison asked for
         "stored": stored,
-        "seconds": round(elapsed, 3),
-        "msgs_per_s": round(read / elapsed) if elapsed > 0 else None,
-        "cpu": cpu_report(before, after),
+        "per_message_work": "none: counted only, as bench.cluster's read-back",
+        "modes": modes,
+        "fastest_mode": fastest,
+        "fastest_msgs_per_s": modes[fastest]["msgs_per_s"],
     }
     return {"pipelined": load, "consume": consume}
 
@@ -382,36 +518,77 @@ async def publish_until_acked(js: Any, index: int, load: Steady) -> None:
     load.failed += 1
 
 
-async def stream_leader(cluster: JetStreamCluster) -> str | None:
+@dataclass(frozen=True, slots=True)
+class StreamGroup:
+    """The stream's Raft group as its leader reports it (typed: nats-py's objects stay here)."""
+
+    leader: str | None
+    followers_current: dict[str, bool]  # server_name -> caught up and online
+
+    @property
+    def all_current(self) -> bool:
+        return (
+            self.leader is not None
+            and len(self.followers_current) == NODES - 1
+            and all(self.followers_current.values())
+        )
+
+
+async def stream_group(cluster: JetStreamCluster) -> StreamGroup | None:
+    """None while no leader answers (mid-election, or the client moving to a survivor)."""
     try:
         info = await cluster.js.stream_info(STREAM)
     except Exception:
         return None
-    leader: str | None = getattr(getattr(info, "cluster", None), "leader", None)
-    return leader
+    group: Any = getattr(info, "cluster", None)
+    peers: list[Any] = getattr(group, "replicas", None) or []
+    return StreamGroup(
+        getattr(group, "leader", None),
+        {str(peer.name): bool(peer.current) and not peer.offline for peer in peers},
+    )
+
+
+async def wait_group(
+    cluster: JetStreamCluster, ready: Callable[[StreamGroup], bool], what: str
+) -> StreamGroup:
+    """Poll the stream's group (with a deadline) until `ready`; that view of it."""
+    seen: list[StreamGroup] = []
+
+    async def check() -> bool:
+        group = await stream_group(cluster)
+        seen[:] = [] if group is None else [group]
+        return group is not None and ready(group)
+
+    await poll_until(check, what, READY_TIMEOUT_S)
+    return seen[0]
 
 
 async def kill_leader_once(cluster: JetStreamCluster, load: Steady) -> dict[str, Any]:
-    await asyncio.sleep(1.0)  # steady load before the kill
-    leader = None
-    while leader is None:
-        leader = await stream_leader(cluster)
-    server = cluster.by_name(leader)
+    """SIGKILL the stream leader under load; time to the first ack of a publish issued after
+    the kill; then restart it and wait until it is a current replica again, so each kill starts
+    from a whole group (as bench.cluster waits for the restarted node to catch up)."""
+    await asyncio.sleep(STEADY_BEFORE_KILL_S)
+    before = await wait_group(cluster, lambda g: g.leader is not None, "the stream's leader")
+    assert before.leader is not None
+    server = cluster.by_name(before.leader)
     killed_at = time.monotonic()
     server.kill(signal.SIGKILL)
 
     async def resumed() -> bool:
         return any(issued > killed_at for issued, _ in load.ack_times)
 
-    await poll_until(resumed, "an ack after the leader kill", 60.0)
+    await poll_until(resumed, "an ack after the leader kill", READY_TIMEOUT_S)
     first = min(acked for issued, acked in load.ack_times if issued > killed_at)
+    after = await wait_group(cluster, lambda g: g.leader is not None, "the new leader")
+    restarted_at = time.monotonic()
     server.start()
-
-    async def back() -> bool:
-        return await stream_leader(cluster) is not None
-
-    await poll_until(back, "the stream to have a leader again", 60.0)
-    return {"killed": leader, "resume_ms": round((first - killed_at) * 1000, 1)}
+    await wait_group(cluster, lambda g: g.all_current, f"{server.name} a current replica again")
+    return {
+        "killed": before.leader,
+        "new_leader": after.leader,
+        "resume_ms": round((first - killed_at) * 1000, 1),
+        "restart_to_current_s": round(time.monotonic() - restarted_at, 2),
+    }
 
 
 async def failover_scenario(settings: Settings) -> dict[str, Any]:
@@ -426,8 +603,7 @@ async def failover_scenario(settings: Settings) -> dict[str, Any]:
                 progress(f"failover: killed {kill['killed']}, resumed in {kill['resume_ms']} ms")
             await asyncio.sleep(1.0)
             stop.set()
-        info = await cluster.js.stream_info(STREAM)
-        values, _ = await read_all(cluster, int(info.state.messages), 60.0)
+        values = await read_values(cluster, CONSUME_TIMEOUT_S)
     expected = {value_of(i) for i in load.acked}
     resumes = [k["resume_ms"] for k in kills]
     return {
@@ -449,6 +625,9 @@ SCENARIOS = {
     "pipelined": pipelined_scenario,
     "failover": failover_scenario,
 }
+# consume reads back what the pipelined load wrote (as bench.cluster reads back each throughput
+# topic): naming either runs that one scenario, which reports both
+ALIASES = {"consume": "pipelined"}
 
 
 def nats_versions() -> dict[str, str]:
@@ -506,9 +685,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a few seconds per scenario")
     parser.add_argument("--out", type=Path, help="also write the JSON to this file")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated, of {', '.join([*SCENARIOS, *ALIASES])}",
+    )
     args = parser.parse_args(argv)
-    names = [n for n in args.scenarios.split(",") if n]
+    names = list(dict.fromkeys(ALIASES.get(n, n) for n in args.scenarios.split(",") if n))
     unknown = set(names) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios: {sorted(unknown)}")
