@@ -1131,22 +1131,32 @@ async def run(settings: Settings, names: Iterable[str]) -> dict[str, Any]:
     }
 
 
-async def main_async(settings: Settings, names: Sequence[str]) -> dict[str, Any]:
-    """`run`, cancelled (so every cluster is stopped by its `finally`) on SIGTERM."""
+async def _cancelled_on_sigterm(coro: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    """`coro`, cancelled (so every cluster is stopped by its `finally`) on SIGTERM."""
     task = asyncio.current_task()
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    return await run(settings, names)
+    return await coro
 
 
 def run_loop(coro: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    """Run a benchmark on uvloop where available, cancelled on SIGTERM."""
     try:
         import uvloop  # noqa: PLC0415 - optional, as in cli.runtime
 
-        result: dict[str, Any] = uvloop.run(coro)
+        result: dict[str, Any] = uvloop.run(_cancelled_on_sigterm(coro))
     except ImportError:
-        result = asyncio.run(coro)
+        result = asyncio.run(_cancelled_on_sigterm(coro))
     return result
+
+
+def emit(report: dict[str, Any], out: Path | None) -> int:
+    """Print the report as JSON (and write it to `out`); exit status 1 if a scenario failed."""
+    text = json.dumps(report, indent=2)
+    if out is not None:
+        out.write_text(text + "\n")
+    sys.stdout.write(text + "\n")
+    return 1 if report["errors"] else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1169,12 +1179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(names) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios: {sorted(unknown)}")
-    report = run_loop(main_async(Settings.of(args.quick), names))
-    text = json.dumps(report, indent=2)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    sys.stdout.write(text + "\n")
-    return 1 if report["errors"] else 0
+    return emit(run_loop(run(Settings.of(args.quick), names)), args.out)
 
 
 if __name__ == "__main__":

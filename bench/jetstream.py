@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -64,6 +63,7 @@ from bench import apply as apply_bench
 from bench.cluster import (
     VALUE_BYTES,
     cpu_report,
+    emit,
     latency_summary_ms,
     load_average,
     poll_until,
@@ -670,13 +670,6 @@ async def run(settings: Settings, names: Sequence[str]) -> dict[str, Any]:
     }
 
 
-async def main_async(settings: Settings, names: Sequence[str]) -> dict[str, Any]:
-    task = asyncio.current_task()
-    assert task is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    return await run(settings, names)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.jetstream",
@@ -695,12 +688,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(names) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios: {sorted(unknown)}")
-    report = run_loop(main_async(Settings.of(args.quick), names))
-    text = json.dumps(report, indent=2)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    sys.stdout.write(text + "\n")
-    return 1 if report["errors"] else 0
+    return emit(run_loop(run(Settings.of(args.quick), names)), args.out)
 
 
 if __name__ == "__main__":

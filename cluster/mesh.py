@@ -156,7 +156,10 @@ class _Link:
         self.opened_at = now
 
     def queue(self, payload: bytes) -> None:
-        frame = self.sealer.seal(payload)
+        self.queue_frame(self.sealer.seal(payload))
+
+    def queue_frame(self, frame: bytes) -> None:
+        """Queue one frame as it is (the hello is the only one sent in clear)."""
         self.out.append(_LENGTH.pack(len(frame)))
         self.out.append(frame)
         self.out_bytes += len(frame) + _LENGTH.size
@@ -375,8 +378,7 @@ class Mesh:
         if code or event & ERROR:
             raise LinkError(f"connect: {os.strerror(code) if code else 'error'}")
         link.state = _State.HELLO
-        link.out.append(self._hello(link))
-        link.out_bytes += len(link.out[-1])
+        link.queue_frame(self._hello(link))
         self._write(link)
 
     def _write(self, link: _Link) -> None:
@@ -412,8 +414,7 @@ class Mesh:
     # -- handshake and routing -------------------------------------------------------------------
 
     def _hello(self, link: _Link) -> bytes:
-        body = pack((MAGIC, VERSION, self.settings.self_address, link.peer, link.nonce))
-        return _LENGTH.pack(len(body)) + body
+        return pack((MAGIC, VERSION, self.settings.self_address, link.peer, link.nonce))
 
     def _receive(self, link: _Link, frame: bytes) -> None:
         if link.state is _State.HELLO:
@@ -441,8 +442,7 @@ class Mesh:
             if sender not in self.settings.peer_addresses or target != me or not sender < me:
                 raise LinkError(f"a hello from {sender!r} for {target!r}: not a peer of {me}")
             link.peer = sender
-            link.out.append(self._hello(link))
-            link.out_bytes += len(link.out[-1])
+            link.queue_frame(self._hello(link))
         self._key(link, nonce)
         link.state = _State.AUTH
         if link.dialer:

@@ -143,6 +143,10 @@ class _History:
         self.observed: list[tuple[str, int, Record]] = []  # (source, partition, record)
         for e in self.events:
             self._index(e)
+        self._acked: dict[int, list[Event]] = defaultdict(list)  # ok sends, by partition
+        for e in self.outcome.values():
+            if e.type == "ok" and e.partition is not None:
+                self._acked[e.partition].append(e)
 
     def _index(self, e: Event) -> None:
         if e.f == "send":
@@ -165,7 +169,7 @@ class _History:
         return sorted(sent | set(self.final) | set(self.replicas))
 
     def acked(self, partition: int) -> list[Event]:
-        return [e for e in self.outcome.values() if e.type == "ok" and e.partition == partition]
+        return self._acked.get(partition, [])
 
 
 def _check_partition(h: _History, partition: int, found: _Found) -> None:
@@ -332,13 +336,16 @@ def _fenced_sends(h: _History, rank: dict[tuple[int, int], int], found: _Found) 
         e for e in h.outcome.values() if e.type == "ok" and (e.get("pid"), e.get("epoch")) in rank
     ]
     for e in sorted(oks, key=lambda e: e.time_ms):
-        key = (rank[(e.get("pid"), e.get("epoch"))], e.partition or 0)
-        first_ack.setdefault(key, e.time_ms)
+        first_ack.setdefault((rank[(e.get("pid"), e.get("epoch"))], e.get("partition")), e.time_ms)
+    # (rank, partition) -> when a newer session first reached that partition: once, not per send
+    fenced_at: dict[tuple[int, int], float] = {}
+    for r, p in first_ack:
+        newer = [t for (r2, p2), t in first_ack.items() if r2 > r and p2 == p]
+        if newer:
+            fenced_at[(r, p)] = min(newer)
     for e in oks:
-        mine = rank[(e.get("pid"), e.get("epoch"))]
-        invoked = h.invoked[e.get("value")].time_ms
-        newer = [t for (r, p), t in first_ack.items() if r > mine and p == e.partition]
-        if newer and invoked > min(newer):
+        fence = fenced_at.get((rank[(e.get("pid"), e.get("epoch"))], e.get("partition")))
+        if fence is not None and h.invoked[e.get("value")].time_ms > fence:
             found.add(
                 "fenced-write",
                 e.partition,

@@ -64,8 +64,14 @@ async def run_chaos(options: ChaosOptions, progress: Progress = lambda _: None) 
         await local_cluster.wait_ready(cluster, 60.0)
         progress(f"cluster up in {out / 'cluster'}")
         with HistoryWriter(out / "history.jsonl") as history:
-            nemesis = Nemesis(cluster, TOPIC, history.write, cutter)
-            await _run(options, cluster, nemesis, history.write, progress)
+            clock = Clock()  # the history's time starts when its file does
+
+            def timed(event: dict[str, object]) -> None:
+                event.setdefault("time_ms", clock.ms())
+                history.write(event)
+
+            nemesis = Nemesis(cluster, TOPIC, timed, cutter)
+            await _run(options, cluster, nemesis, timed, progress)
             cluster = nemesis.cluster
         report = check_file(out / "history.jsonl")
         _write_report(out, options, report, nemesis)
@@ -81,7 +87,7 @@ async def _run(
     options: ChaosOptions,
     cluster: local_cluster.LocalCluster,
     nemesis: Nemesis,
-    write: Callable[[dict[str, object]], None],
+    timed: Callable[[dict[str, object]], None],
     progress: Progress,
 ) -> None:
     client = ClientCluster(cluster.bootstrap, request_timeout_s=5.0)
@@ -89,15 +95,8 @@ async def _run(
         admin = Admin(client)
         await admin.create_topic(TOPIC, options.partitions, 3)
         await admin.wait_for_leaders(TOPIC, 30.0)
-        clock = Clock()
-
-        def timed(event: dict[str, object]) -> None:
-            event.setdefault("time_ms", clock.ms())
-            write(event)
-
-        nemesis._record = timed  # the nemesis's events get the run's clock
         settings = WorkloadSettings(TOPIC, options.partitions, options.producers)
-        workload = Workload(client, settings, timed, clock)
+        workload = Workload(client, settings, timed)
         faults = schedule(
             options.seed,
             options.duration_s,

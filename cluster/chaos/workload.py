@@ -71,27 +71,28 @@ class Clock:
 
 
 class Workload:
-    def __init__(
-        self, cluster: ClientCluster, settings: WorkloadSettings, record: Record, clock: Clock
-    ) -> None:
+    """`record` takes each event and stamps it with the run's clock (runner.py)."""
+
+    def __init__(self, cluster: ClientCluster, settings: WorkloadSettings, record: Record) -> None:
         self.cluster = cluster
         self.settings = settings
         self._record = record
-        self._clock = clock
         self.stopping = asyncio.Event()
 
     def event(self, kind: str, process: str, f: str, **fields: object) -> None:
-        self._record(
-            {"type": kind, "time_ms": self._clock.ms(), "process": process, "f": f, **fields}
-        )
+        self._record({"type": kind, "process": process, "f": f, **fields})
 
     # -- producers -------------------------------------------------------------------------------
 
-    async def run_producer(self, process: str) -> None:
-        config = ProducerConfig(
-            linger_ms=1.0, delivery_timeout_ms=int(self.settings.op_timeout_s * 1000)
+    def _producer_config(self, transactional_id: str = "") -> ProducerConfig:
+        return ProducerConfig(
+            transactional_id=transactional_id,
+            linger_ms=1.0,
+            delivery_timeout_ms=int(self.settings.op_timeout_s * 1000),
         )
-        async with Producer(self.cluster, config) as producer:
+
+    async def run_producer(self, process: str) -> None:
+        async with Producer(self.cluster, self._producer_config()) as producer:
             self.event("ok", process, "init", pid=producer.producer_id, epoch=producer.epoch)
             await self._send_loop(process, producer, itertools.count())
             self.event("ok", process, "stats", **_stats(producer))
@@ -159,11 +160,7 @@ class Workload:
         previous_stack: contextlib.AsyncExitStack | None = None
         while not self.stopping.is_set():
             stack = contextlib.AsyncExitStack()
-            config = ProducerConfig(
-                transactional_id=transactional_id,
-                linger_ms=1.0,
-                delivery_timeout_ms=int(self.settings.op_timeout_s * 1000),
-            )
+            config = self._producer_config(transactional_id)
             try:
                 producer = await stack.enter_async_context(Producer(self.cluster, config))
             except ClientError:
@@ -232,8 +229,9 @@ class Workload:
             stamp = time.time_ns() // 1_000_000
             batch = RecordBatch(pid, epoch, sequence, (LogRecord(None, value.encode(), stamp),))
             self.event("invoke", process, "send", partition=partition, value=value)
-            first = await self._produce_raw(partition, batch.encode())
-            again = await self._produce_raw(partition, batch.encode())
+            encoded = batch.encode()
+            first = await self._produce_raw(partition, encoded)
+            again = await self._produce_raw(partition, encoded)
             if first is None or again is None:
                 self.event(
                     "info", process, "send", partition=partition, value=value, error="timeout"
