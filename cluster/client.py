@@ -91,9 +91,10 @@ class Connection:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[correlation_id] = (type(request), future)
         try:
-            self._writer.write(p.encode_request(correlation_id, request))
-            await asyncio.wait_for(self._writer.drain(), timeout_s)
-            response: p.Response = await asyncio.wait_for(future, timeout_s)
+            async with asyncio.timeout(timeout_s):  # no task per await, unlike wait_for
+                self._writer.write(p.encode_request(correlation_id, request))
+                await self._writer.drain()
+                response: p.Response = await future
             return response
         except (ConnectionError, OSError, RuntimeError) as exc:
             # RuntimeError: uvloop's answer to a write on a transport the peer just closed,
@@ -659,7 +660,10 @@ class _PartitionSender:
         for batch in window:
             batch.retry = batch.out_of_order = False
             batch.failed = None
-        await asyncio.gather(*(self._send(batch) for batch in window))
+        if len(window) == 1:
+            await self._send(window[0])  # the common case: no task to create and wait for
+        else:
+            await asyncio.gather(*(self._send(batch) for batch in window))
         # OUT_OF_ORDER is only final for the batch that was the first unacknowledged one when
         # the window went out; for a later one its predecessor was still in flight: retry it.
         await self._settle(session_lost=window[0].out_of_order)
@@ -779,8 +783,9 @@ class _PartitionSender:
 # -- Consumer --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumedRecord:
+class ConsumedRecord(NamedTuple):
+    """One record as a consumer sees it (a named tuple: a consumer makes one per record)."""
+
     topic: str
     partition: int
     offset: int
@@ -896,31 +901,29 @@ class Consumer:
         topic: str, partition: int, fetched: p.FetchedBatch, position: _Position
     ) -> list[ConsumedRecord]:
         batch = RecordBatch.decode(fetched.batch)  # verifies the CRC end to end
-        out = []
-        for i, record in enumerate(batch.records):
-            offset = fetched.base_offset + i
-            if offset < position.offset:
-                continue  # the batch started before our position
-            sequence = (
-                (batch.base_sequence + i) % SEQUENCE_MODULUS if batch.base_sequence >= 0 else -1
+        records, base = batch.records, fetched.base_offset
+        first = max(0, position.offset - base)  # the batch may start before our position
+        if first >= len(records):
+            return []
+        position.offset = base + len(records)
+        pid, epoch, sequence = batch.producer_id, batch.producer_epoch, batch.base_sequence
+        append_time_ms = fetched.append_time_ms
+        return [
+            ConsumedRecord(
+                topic,
+                partition,
+                base + i,
+                records[i].timestamp_ms,
+                append_time_ms,
+                records[i].key,
+                records[i].value,
+                records[i].headers,
+                pid,
+                epoch,
+                (sequence + i) % SEQUENCE_MODULUS if sequence >= 0 else -1,
             )
-            out.append(
-                ConsumedRecord(
-                    topic,
-                    partition,
-                    offset,
-                    record.timestamp_ms,
-                    fetched.append_time_ms,
-                    record.key,
-                    record.value,
-                    record.headers,
-                    batch.producer_id,
-                    batch.producer_epoch,
-                    sequence,
-                )
-            )
-            position.offset = offset + 1
-        return out
+            for i in range(first, len(records))
+        ]
 
     def lag(self) -> int:
         return sum(max(0, pos.high_watermark - pos.offset) for pos in self.positions.values())

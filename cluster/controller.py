@@ -9,7 +9,7 @@
   then deletes its segments below that offset in apply.
 - Restoration: a replica that installed a snapshot past its local log (see replica.py) fetches
   the records it missed from a peer replica, verifies each batch's CRC, and splices them in
-  front of its log on the driver thread.
+  front of its log between two applies.
 - Expiry: time enters the log only through leaders. The leader of each group this node leads
   proposes an expiry entry stamped with its clock, and only when something would expire, so an
   idle cluster writes nothing. Every replica then expires the same producers at the same index.

@@ -104,6 +104,8 @@ class Broker:
 
     async def produce(self, request: p.Produce) -> p.ProduceResponse:
         timeout_s = min(request.timeout_ms / 1000, self._timeout_s) or self._timeout_s
+        if len(request.entries) == 1:  # the common case: no task group to set up
+            return p.ProduceResponse((await self._produce_one(request.entries[0], timeout_s),))
         async with asyncio.TaskGroup() as tasks:
             pending = [tasks.create_task(self._produce_one(e, timeout_s)) for e in request.entries]
         return p.ProduceResponse(tuple(t.result() for t in pending))
@@ -373,7 +375,7 @@ class Broker:
 
 
 def _describe(handle: PartitionHandle) -> tuple[p.ProducerDescription, ...]:
-    """On the driver thread: the producer table as DescribeProducers shows it."""
+    """Between applies: the producer table as DescribeProducers shows it."""
     return tuple(
         p.ProducerDescription(
             pid,

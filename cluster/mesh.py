@@ -6,7 +6,7 @@ load, and a port per group. `Mesh` replaces it. Every Raft group of the process 
 a frame names its group, and `cluster/raft.py` plugs one thin endpoint per group into pysyncobj.
 
 Rules:
-- Runs on the Raft driver thread only, driven by the driver's poller; it never blocks (sockets
+- Runs on the Raft driver's event loop only, driven by its poller; it never blocks (sockets
   are non-blocking, sends are queued and written by `flush`) and never raises out of a poller
   callback: a peer that misbehaves loses its link, the node carries on.
 - Of each pair the node with the smaller address dials; the other accepts. Both send a hello
@@ -303,6 +303,16 @@ class Mesh:
             ):
                 self._dial(address, now)
 
+    def receive_waiting(self) -> None:
+        """Take in what already arrived on every open link, without waiting for the poller.
+
+        The driver calls it before its timed ticks: after the loop was busy for a while, a
+        leader's heartbeats may sit unread in a socket, and a tick that ran first would see an
+        expired election timeout and depose a live leader.
+        """
+        for link in list(self._open.values()):
+            self._guarded(link, self._take_input)
+
     # -- connections -----------------------------------------------------------------------------
 
     def _dial(self, address: str, now: float) -> None:
@@ -361,17 +371,22 @@ class Mesh:
             self._finish_connect(link, event)
             return
         if event & READ:
-            alive = link.read(self.settings.recv_bytes_per_event)
-            link.last_recv = time.monotonic()
-            while (frame := link.next_frame(self._frame_limit(link))) is not None:
-                self._receive(link, frame)
-            link.compact()
-            if not alive:
-                raise LinkError("closed by the peer")
+            self._take_input(link)
         elif event & ERROR:
             raise LinkError("socket error")
         if event & WRITE:
             self._write(link)
+
+    def _take_input(self, link: _Link) -> None:
+        before = len(link.inbuf)
+        alive = link.read(self.settings.recv_bytes_per_event)
+        if len(link.inbuf) != before:
+            link.last_recv = time.monotonic()
+        while (frame := link.next_frame(self._frame_limit(link))) is not None:
+            self._receive(link, frame)
+        link.compact()
+        if not alive:
+            raise LinkError("closed by the peer")
 
     def _finish_connect(self, link: _Link, event: int) -> None:
         code = link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)

@@ -113,7 +113,6 @@ class Node:
         self.lease = PidBlockLease()
         self.pid_block_wanted = asyncio.Event()
         self._metadata: RaftGroup | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._reconcile_now = asyncio.Event()
         self._start_after: dict[PartitionKey, float] = {}
         self._peers = {p.node_id: p for p in config.peers}
@@ -128,7 +127,6 @@ class Node:
     async def start(self) -> None:
         if self.config.unsafe_disable_deduplication:
             log.warning("UNSAFE: deduplication is disabled (a test switch): retries duplicate")
-        self._loop = asyncio.get_running_loop()
         self.driver.start()
         me = self.config.self_peer
         spec = GroupSpec(
@@ -143,7 +141,7 @@ class Node:
         )
 
     async def stop(self) -> None:
-        await asyncio.to_thread(self.driver.stop)
+        self.driver.stop()
         for handle in self.partitions.values():
             handle.replica.store.close()
         self.partitions.clear()
@@ -232,19 +230,17 @@ class Node:
             )
         log.info("stopped partition %s-%d", *key)
 
-    def _partition_listener(self, handle: PartitionHandle) -> Callable[[PartitionResult], None]:
-        loop = self._loop
-        assert loop is not None
-
-        def on_applied(result: PartitionResult) -> None:  # on the driver thread
+    @staticmethod
+    def _partition_listener(handle: PartitionHandle) -> Callable[[PartitionResult], None]:
+        def on_applied(result: PartitionResult) -> None:  # in a Raft tick, on the loop
             if isinstance(result, Appended) and handle.waiters:
-                loop.call_soon_threadsafe(handle.data_arrived)
+                handle.data_arrived()
 
         return on_applied
 
-    def _on_metadata_applied(self, result: MetadataResult) -> None:  # on the driver thread
-        if isinstance(result, TopicCreated | TopicDeleted) and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._reconcile_now.set)
+    def _on_metadata_applied(self, result: MetadataResult) -> None:  # in a Raft tick
+        if isinstance(result, TopicCreated | TopicDeleted):
+            self._reconcile_now.set()
 
     # -- views for the server --------------------------------------------------------------------
 

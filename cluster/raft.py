@@ -5,10 +5,11 @@ A `RaftGroup` replicates `bytes` commands and applies them, in log order, to a
 `ProposalError` with a retriable `ErrorCode` when leadership is lost, the queue is full or the
 proposal times out. Commands travel as one `bytes` value, so pysyncobj's pickling is a memcpy.
 
-Threads: one `RaftDriver` thread per process ticks every group (pysyncobj with
-`autoTick=False`) over one shared poller, so idle cost grows per group by a few dict lookups, not
-by a thread. Machines are applied and snapshotted only on that thread; other threads reach a
-machine through `RaftDriver.call`.
+Threads: none of its own. One `RaftDriver` per process ticks every group (pysyncobj with
+`autoTick=False`) on the asyncio loop that serves clients, and watches the mesh's sockets there:
+idle cost grows per group by a few dict lookups, not by a thread, and a write crosses no thread
+on its way from the client to the log and back. Machines are applied, snapshotted and read only
+on that loop, so a read between two awaits sees a machine between two applies.
 
 Hardening of pysyncobj 0.3.17 (pinned in pyproject.toml; see DESIGN.md):
 - its leader sets a follower's next index to the index in each successful reply, so under
@@ -27,26 +28,21 @@ Hardening of pysyncobj 0.3.17 (pinned in pyproject.toml; see DESIGN.md):
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import os
-import queue
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.node import TCPNode
-from pysyncobj.poller import POLL_EVENT_TYPE, createPoller
 from pysyncobj.transport import Transport
 
-from cluster import mesh as mesh_module
 from cluster.config import Timing
-from cluster.mesh import Mesh, MeshSettings
+from cluster.mesh import ERROR, READ, WRITE, Mesh, MeshSettings
 from statemachine.codec import CodecError, pack, unpack
 from statemachine.errors import ErrorCode
 
@@ -54,11 +50,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SNAPSHOT_FORMAT = 1
-assert (mesh_module.READ, mesh_module.WRITE, mesh_module.ERROR) == (
-    POLL_EVENT_TYPE.READ,
-    POLL_EVENT_TYPE.WRITE,
-    POLL_EVENT_TYPE.ERROR,
-), "the mesh's poller event bits must be pysyncobj's"
 _NOT_LEADER = frozenset(
     {
         FAIL_REASON.MISSING_LEADER,
@@ -67,12 +58,14 @@ _NOT_LEADER = frozenset(
         FAIL_REASON.LEADER_CHANGED,
     }
 )
+# A leader tells followers of new commits this long after applying them (all of that moment's).
+COMMIT_NEWS_DELAY_S = 0.001
 # A replica whose applied index trails its commit index for this long is reported unhealthy.
 STALL_REPORT_S = 5.0
 
 
 class ReplicatedMachine(Protocol):
-    """What a Raft group applies: deterministic, called only on the driver thread."""
+    """What a Raft group applies: deterministic, called only by the driver, on its loop."""
 
     def apply(self, command: bytes) -> object: ...
 
@@ -156,26 +149,58 @@ def _sync_conf(
     )
 
 
-class _DriverPolls:
-    """The shared poller as a group sees it: it registers sockets, but never polls.
+class _GroupPolls:
+    """The poller a group sees: it never polls, and nothing it registers is ever watched.
 
-    Every group's `doTick` ends with a `poll` of its poller. On the shared poller that would
-    handle other groups' events in the middle of the tick loop, after their commit step, and
-    the driver would then sleep a whole tick before acting on them (25 ms stalls, measured).
-    Only the driver polls, and then ticks every group.
+    Every group's `doTick` ends with a `poll` of its own poller, and its pipe notifier registers
+    there; both are the driver's business (it watches the mesh's sockets on the event loop and
+    is told of proposals directly), so this poller only absorbs the calls.
     """
 
-    def __init__(self, poller: Any) -> None:
-        self._poller = poller
-
     def subscribe(self, descr: int, callback: Any, event_mask: int) -> None:
-        self._poller.subscribe(descr, callback, event_mask)
+        pass
 
     def unsubscribe(self, descr: int) -> None:
-        self._poller.unsubscribe(descr)
+        pass
 
     def poll(self, timeout: float) -> None:
         pass
+
+
+class _LoopPoller:
+    """The mesh's poller on the event loop: readiness callbacks from `add_reader`/`add_writer`.
+
+    After every callback the driver is told (`after_event`), so what arrived is acted on in the
+    same turn of the loop. An error on a socket shows as readable, and the read then fails.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, after_event: Callable[[], None]) -> None:
+        self._loop = loop
+        self._after_event = after_event
+        self._masks: dict[int, int] = {}
+
+    def subscribe(self, descr: int, callback: Callable[[int, int], None], mask: int) -> None:
+        old = self._masks.get(descr, 0)
+        self._masks[descr] = mask
+        wants_read, wanted_read = bool(mask & (READ | ERROR)), bool(old & (READ | ERROR))
+        if wants_read and not wanted_read:
+            self._loop.add_reader(descr, self._fire, callback, descr, READ)
+        elif wanted_read and not wants_read:
+            self._loop.remove_reader(descr)
+        if mask & WRITE and not old & WRITE:
+            self._loop.add_writer(descr, self._fire, callback, descr, WRITE)
+        elif old & WRITE and not mask & WRITE:
+            self._loop.remove_writer(descr)
+
+    def unsubscribe(self, descr: int) -> None:
+        if self._masks.pop(descr, None) is not None:
+            self._loop.remove_reader(descr)
+            self._loop.remove_writer(descr)
+
+    def _fire(self, callback: Callable[[int, int], None], descr: int, event: int) -> None:
+        if descr in self._masks:  # not unsubscribed by an earlier callback of this turn
+            callback(descr, event)
+            self._after_event()
 
 
 class _MeshTransport(Transport):  # type: ignore[misc]
@@ -186,7 +211,7 @@ class _MeshTransport(Transport):  # type: ignore[misc]
     """
 
     def __init__(self, sync_obj: Any, self_node: Any, other_nodes: Any) -> None:
-        sync_obj._poller = _DriverPolls(sync_obj.raftbroker_poller)
+        sync_obj._poller = _GroupPolls()
         super().__init__(sync_obj, self_node, other_nodes)
         self._sync_obj = sync_obj
         self._mesh: Mesh = sync_obj.raftbroker_mesh
@@ -215,21 +240,24 @@ class _MeshTransport(Transport):  # type: ignore[misc]
         node = self._nodes.get(address)
         if node is not None:
             self._onNodeConnected(node)
+            self._sync_obj.raftbroker_wake()
 
     def peer_disconnected(self, address: str) -> None:
         node = self._nodes.get(address)
         if node is not None:
             self._onNodeDisconnected(node)
+            self._sync_obj.raftbroker_wake()
 
     def deliver(self, address: str, message: dict[str, Any]) -> None:
         node = self._nodes.get(address)
         if node is None:
             return
+        self._sync_obj.raftbroker_wake()
         try:
             self._onMessageReceived(node, message)
         except Exception:
             # A peer holds the secret, so this is a bug or a broken replica, not an attack; it
-            # must not take the driver thread (and every other group) down with it, and it
+            # must not take the driver (and every other group) down with it, and it
             # must show: it counts as a failed tick, which makes the group report unhealthy.
             self._sync_obj.raftbroker_tick_errors += 1
             _log_failure(self._sync_obj, f"group {self._group}: a message from {address} failed")
@@ -242,6 +270,11 @@ def _log_failure(sync_obj: Any, what: str) -> None:
         log.exception("%s (%d failures so far)", what, count)
 
 
+class _Notifier:
+    def __init__(self, notify: Callable[[], None]) -> None:
+        self.notify = notify
+
+
 class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
     """A SyncObj applying bytes to one machine, with the next-index rewind fixed."""
 
@@ -250,23 +283,34 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         machine: ReplicatedMachine,
         spec: GroupSpec,
         conf: SyncObjConf,
-        poller: Any,
         mesh: Mesh,
+        *,
+        wake: Callable[[_PatchedSyncObj], None],
+        commit_news: Callable[[_PatchedSyncObj], None],
     ) -> None:
         self.raftbroker_machine = machine
-        self.raftbroker_poller = poller
         self.raftbroker_mesh = mesh
         self.raftbroker_group = spec.route
         self.raftbroker_tick_errors = 0
         self.raftbroker_leading = False
-        # Called on the driver thread when this replica stops leading (set by RaftGroup).
+        self.raftbroker_live = False  # until constructed: the driver ticks only live groups
+        # Called when this replica stops leading (set by RaftGroup).
         self.raftbroker_on_deposed: Callable[[], None] | None = None
+        self.raftbroker_wake = partial(wake, self)
+        self.raftbroker_commit_news = commit_news
         super().__init__(
             spec.self_address,
             list(spec.peer_addresses),
             conf,
             transportClass=_MeshTransport,
         )
+        # pysyncobj wakes its ticking thread with a pipe per group when a command is queued;
+        # here the proposer is on the driver's own loop and marks the group due instead.
+        stock: Any = vars(self)["_SyncObj__pipeNotifier"]
+        os.close(stock._PipeNotifier__pipeR)
+        os.close(stock._PipeNotifier__pipeW)
+        self._SyncObj__pipeNotifier = _Notifier(self.raftbroker_wake)
+        self.raftbroker_live = True
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_command(self, command: bytes) -> object:
@@ -287,6 +331,20 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         if before is not None and next_index.get(node, before) < before:
             next_index[node] = before
 
+    def _SyncObj__applyLogEntries(self) -> bool:  # noqa: N802
+        # Unbatched, the stock leader sends every follower an append right after each apply,
+        # only to tell it the new commit index: two sends in the same tick, before the
+        # proposer hears its result. The driver sends that news a moment later instead, for
+        # every apply of that moment at once (`RaftDriver._tell_commits`).
+        if SyncObj._SyncObj__applyLogEntries(self) and self._isLeader():
+            self.raftbroker_commit_news(self)
+        return False
+
+    def send_commit_index(self) -> None:
+        """On a leader: an append to every follower, which carries the commit index."""
+        if self._isLeader():
+            self._SyncObj__sendAppendEntries()
+
     def follower_match_indexes(self) -> dict[str, int]:
         """On a leader: each follower's replicated index, by Raft address (a copy)."""
         if not self._isLeader():
@@ -295,101 +353,131 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         return {str(node.address): index for node, index in list(match.items())}
 
     @property
+    def log_index(self) -> int:
+        index: int = self._SyncObj__getCurrentLogIndex()
+        return index
+
+    @property
     def noop_index(self) -> int | None:
         index: int | None = self._SyncObj__noopIDx
         return index
 
 
 class RaftDriver:
-    """The one thread that ticks every Raft group of a process."""
+    """Ticks every Raft group of a process, on the event loop that serves its clients.
+
+    A group is ticked when something concerns it (a message, a proposal, a peer coming or
+    going), in the same turn of the loop, and every group on a timer; a group whose indexes
+    moved in a tick is ticked once more, because pysyncobj commits and applies at the start of
+    a tick what the end of the previous one appended. One thread for clients and Raft: no
+    hand-offs between threads on the path of a write (they were a third of its latency).
+    """
 
     def __init__(self, timing: Timing, mesh: MeshSettings, compaction_entries: int = 2_000) -> None:
         self.timing = timing
         self.compaction_entries = compaction_entries
         # A message carries entries up to half a mesh frame, so one more entry still fits.
         self.entries_bytes_max = mesh.frame_bytes_max // 2
-        self._poller = createPoller("auto")
-        self.mesh = Mesh(mesh, self._poller)
+        self._mesh_settings = mesh
+        self._mesh: Mesh | None = None
         self._groups: dict[str, _PatchedSyncObj] = {}
-        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
-        self._calls = queue.SimpleQueue()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._poller.subscribe(self._wake_r, self._drain_wakeups, POLL_EVENT_TYPE.READ)
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="raft-driver", daemon=True)
+        self._due: dict[_PatchedSyncObj, None] = {}  # ordered, so ticks follow arrival order
+        self._cycle_soon: asyncio.Handle | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._news: dict[_PatchedSyncObj, None] = {}
+        self._news_timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.tick_s = min(timing.heartbeat_ms / 4000, 0.025)
 
+    @property
+    def mesh(self) -> Mesh:
+        assert self._mesh is not None, "driver not started"
+        return self._mesh
+
     def start(self) -> None:
-        """Bind the Raft port (OSError if it is taken) and start the driver thread."""
-        self.mesh.bind()
-        self._thread.start()
+        """On the event loop: bind the Raft port (OSError if it is taken) and start ticking."""
+        loop = self._loop = asyncio.get_running_loop()
+        self._mesh = Mesh(self._mesh_settings, _LoopPoller(loop, self._after_event))
+        self._mesh.bind()
+        self._timer = loop.call_later(self.tick_s, self._on_timer)
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stopping.set()
-        self._wake()
-        self._thread.join(timeout_s)
-
-    def call(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
-        """Run `fn` on the driver thread; its result or exception lands in the future."""
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._calls.put((fn, future))
-        self._wake()
-        return future
-
-    def _wake(self) -> None:
-        with contextlib.suppress(BlockingIOError):  # a full pipe: the driver is awake already
-            os.write(self._wake_w, b"w")
-
-    def _drain_wakeups(self, _descr: int, _event: int) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            self._run_calls()
-            for group in list(self._groups.values()):
-                self._tick(group)
-            self.mesh.tick(time.monotonic())
-            self.mesh.flush()
-            self._poller.poll(self.tick_s)
-            self.mesh.flush()  # replies sent while handling what arrived, without a tick's delay
+    def stop(self) -> None:
+        for handle in (self._timer, self._cycle_soon, self._news_timer):
+            if handle is not None:
+                handle.cancel()
+        if self._news and self._mesh is not None:
+            self._tell_commits()  # followers learn the last commits before the links close
         for group in list(self._groups.values()):
+            group.raftbroker_live = False
             group.destroy()
         self._groups.clear()
-        self.mesh.close()
+        self._due.clear()
+        if self._mesh is not None:
+            self._mesh.close()
 
-    def _run_calls(self) -> None:
-        while True:
-            try:
-                fn, future = self._calls.get_nowait()
-            except queue.Empty:
-                return
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn())
-                except BaseException as exc:  # delivered to the caller, who decides
-                    future.set_exception(exc)
+    def _wake(self, group: _PatchedSyncObj) -> None:
+        self._due[group] = None
+        self._schedule()
+
+    def _after_event(self) -> None:
+        # Replies a message produced (a follower's acknowledgement) leave now, not after ticks.
+        self.mesh.flush()
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._cycle_soon is None and self._loop is not None:
+            self._cycle_soon = self._loop.call_soon(self._cycle)
+
+    def _commit_news(self, group: _PatchedSyncObj) -> None:
+        self._news[group] = None
+        if self._news_timer is None and self._loop is not None:
+            self._news_timer = self._loop.call_later(COMMIT_NEWS_DELAY_S, self._tell_commits)
+
+    def _tell_commits(self) -> None:
+        self._news_timer = None
+        news, self._news = self._news, {}
+        for group in news:
+            if group.raftbroker_live:
+                self._guarded_step(group, group.send_commit_index)
+        self.mesh.flush()
+
+    def _on_timer(self) -> None:
+        assert self._loop is not None
+        self._timer = self._loop.call_later(self.tick_s, self._on_timer)
+        self._due.update(dict.fromkeys(self._groups.values()))
+        self.mesh.receive_waiting()  # heard before the election deadlines are checked
+        self.mesh.tick(time.monotonic())  # dials, pings and timeouts: the timer's business
+        self._cycle()
+
+    def _cycle(self) -> None:
+        self._cycle_soon = None
+        due, self._due = self._due, {}
+        for group in due:
+            if group.raftbroker_live:
+                before = _progress(group)
+                self._tick(group)
+                if _progress(group) != before:
+                    self._due[group] = None
+        self.mesh.flush()
+        if self._due:
+            self._schedule()
+
+    def _tick(self, group: _PatchedSyncObj) -> None:
+        self._guarded_step(group, group.doTick)
+        leading = bool(group._isLeader())
+        if group.raftbroker_leading and not leading and group.raftbroker_on_deposed:
+            group.raftbroker_on_deposed()
+        group.raftbroker_leading = leading
 
     @staticmethod
-    def _tick(group: _PatchedSyncObj) -> None:
+    def _guarded_step(group: _PatchedSyncObj, step: Callable[[], None]) -> None:
         try:
-            group.doTick(0.0)
-            leading = bool(group._isLeader())
-            if group.raftbroker_leading and not leading and group.raftbroker_on_deposed:
-                group.raftbroker_on_deposed()
-            group.raftbroker_leading = leading
+            step()
         except Exception:
             # pysyncobj's own tick thread logs and carries on; we do the same but count it,
             # so a replica that fails on every tick shows up as unhealthy, not silent.
             group.raftbroker_tick_errors += 1
             _log_failure(group, f"group {group.raftbroker_group}: a tick failed")
-
-    # -- used on the driver thread only --
 
     def _add(self, spec: GroupSpec, machine: ReplicatedMachine) -> _PatchedSyncObj:
         assert spec.name not in self._groups, f"group {spec.name} exists"
@@ -403,23 +491,32 @@ class RaftDriver:
             serializer=snapshots.serialize,
             deserializer=snapshots.deserialize,
         )
-        group = _PatchedSyncObj(machine, spec, conf, self._poller, self.mesh)
+        try:
+            group = _PatchedSyncObj(
+                machine, spec, conf, self.mesh, wake=self._wake, commit_news=self._commit_news
+            )
+        except BaseException:
+            self.mesh.unregister(spec.route)  # pysyncobj may have readied its transport
+            raise
         self._groups[spec.name] = group
+        self._wake(group)
         return group
-
-    def _remove(self, name: str) -> None:
-        group = self._groups.pop(name, None)
-        if group is not None:
-            group.destroy()
 
     async def add_group(
         self, spec: GroupSpec, machine: ReplicatedMachine, max_pending: int
     ) -> RaftGroup:
-        sync = await asyncio.wrap_future(self.call(lambda: self._add(spec, machine)))
-        return RaftGroup(spec, sync, self, max_pending)
+        return RaftGroup(spec, self._add(spec, machine), max_pending)
 
     async def remove_group(self, name: str) -> None:
-        await asyncio.wrap_future(self.call(lambda: self._remove(name)))
+        group = self._groups.pop(name, None)
+        if group is not None:
+            self._due.pop(group, None)
+            group.raftbroker_live = False
+            group.destroy()
+
+
+def _progress(group: _PatchedSyncObj) -> tuple[int, int, int]:
+    return group.raftCommitIndex, group.raftLastApplied, group.log_index
 
 
 class _SnapshotFile:
@@ -462,25 +559,16 @@ class _SnapshotFile:
 class RaftGroup:
     """The event-loop side of one group: propose, and read its leadership and progress."""
 
-    def __init__(
-        self, spec: GroupSpec, sync: _PatchedSyncObj, driver: RaftDriver, max_pending: int
-    ) -> None:
+    def __init__(self, spec: GroupSpec, sync: _PatchedSyncObj, max_pending: int) -> None:
         self.spec = spec
         self._sync = sync
-        self._driver = driver
         self._max_pending = max_pending
         self._pending = 0
         self._stall_since: float | None = None
         self._last_applied_seen = 0
         self._follower_seen: dict[str, tuple[int, float]] = {}
         self._waiting: set[asyncio.Future[object]] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        sync.raftbroker_on_deposed = self._on_deposed
-
-    def _on_deposed(self) -> None:  # on the driver thread
-        if self._loop is not None:
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                self._loop.call_soon_threadsafe(self._fail_waiting)
+        sync.raftbroker_on_deposed = self._fail_waiting
 
     def _fail_waiting(self) -> None:
         """A deposed leader cannot tell whether its pending entries will commit: fail them
@@ -522,28 +610,27 @@ class RaftGroup:
             raise ProposalError(ErrorCode.NOT_LEADER_OR_FOLLOWER, self.leader_address)
         if self._pending >= self._max_pending:
             raise ProposalError(ErrorCode.REQUEST_TIMED_OUT, None)
-        loop = self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         future: asyncio.Future[object] = loop.create_future()
-
-        def on_applied(result: object, error: int) -> None:  # runs on the driver thread
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                loop.call_soon_threadsafe(_settle, future, result, error)
-
+        timer = loop.call_later(timeout_s, self._expire, future)
         self._pending += 1
         if not forward:
             self._waiting.add(future)
         try:
-            self._sync.apply_command(command, callback=on_applied)
-            return await asyncio.wait_for(future, timeout_s)
-        except TimeoutError:
-            raise ProposalError(ErrorCode.REQUEST_TIMED_OUT, self.leader_address) from None
+            self._sync.apply_command(command, callback=partial(_settle, future))
+            return await future
         finally:
+            timer.cancel()
             self._pending -= 1
             self._waiting.discard(future)
 
+    def _expire(self, future: asyncio.Future[object]) -> None:
+        if not future.done():
+            future.set_exception(ProposalError(ErrorCode.REQUEST_TIMED_OUT, self.leader_address))
+
     async def read(self, fn: Callable[[], T]) -> T:
-        """Run `fn` on the driver thread, between applies (a consistent view of the machine)."""
-        return await asyncio.wrap_future(self._driver.call(fn))
+        """`fn`'s result: a view of the machine between applies (it runs on the same loop)."""
+        return fn()
 
     def status(self) -> GroupStatus:
         sync = self._sync
@@ -595,6 +682,7 @@ class RaftGroup:
 
 
 def _settle(future: asyncio.Future[object], result: object, error: int) -> None:
+    """pysyncobj's verdict on a proposal, delivered to its proposer."""
     if future.done():
         return  # timed out or cancelled already
     if error == FAIL_REASON.SUCCESS:

@@ -2,8 +2,9 @@
 
 `PartitionReplica` applies an entry to the `PartitionStateMachine` and carries out the effect
 it returns (append the batch to the segment store, move the log start); `MetadataReplica`
-applies to the `MetadataStateMachine`. Both run only on the Raft driver thread and report every
-result to `on_applied`, which the node uses to wake long-polls and to start or stop groups.
+applies to the `MetadataStateMachine`. Both run only in the Raft driver's ticks, on the loop,
+and report every result to `on_applied`, which the node uses to wake long-polls and to start or
+stop groups.
 
 A storage failure after the state machine has applied an entry would leave the machine ahead of
 its data; the replica then calls `fatal`, which stops the process, rather than go on diverged
@@ -119,7 +120,7 @@ class PartitionReplica(_Notifying[PartitionResult]):
         return self.store.log_start_offset > self.machine.log_start_offset
 
     def adopt_backfill(self, side: PartitionStore) -> None:
-        """On the driver thread: splice restored records in front of the local log."""
+        """Between applies: splice restored records in front of the local log."""
         assert side.next_offset == self.store.log_start_offset, "backfill must end at the log"
         side.flush()
         side.close()

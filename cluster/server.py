@@ -103,9 +103,8 @@ class Server:
         idle_s = self._timing.client_idle_timeout_ms / 1000
         while True:
             try:
-                body = await asyncio.wait_for(
-                    read_frame(reader, self._limits.frame_bytes_max), idle_s
-                )
+                async with asyncio.timeout(idle_s):  # no task per frame, unlike wait_for
+                    body = await read_frame(reader, self._limits.frame_bytes_max)
             except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
                 return  # the client left, or was silent for too long
             except ProtocolError as exc:  # an oversize frame: its body was never read
@@ -142,7 +141,8 @@ class Server:
                 continue  # keep draining, so the reader never blocks on a full queue
             try:
                 writer.write(response)
-                await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
+                async with asyncio.timeout(WRITE_TIMEOUT_S):
+                    await writer.drain()
             except (ConnectionError, TimeoutError, RuntimeError):  # uvloop: RuntimeError
                 broken = True  # the client left or stopped reading: the reader sees EOF next
                 writer.close()

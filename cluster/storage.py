@@ -1,9 +1,9 @@
 """Segment files of one partition: an append-only log on disk, a sparse offset index, recovery.
 
 Role: `PartitionStore` keeps the batches a partition's state machine accepted (the `Appended`
-effects of apply) and serves them to Fetch. The Raft driver thread appends, truncates and
-deletes; the asyncio thread reads. Records live on disk only: nothing here keeps batch bytes
-after an append returns.
+effects of apply) and serves them to Fetch. The Raft driver appends, truncates and deletes
+in apply, Fetch reads, both on the node's event loop (the locks keep it safe for any thread).
+Records live on disk only: nothing here keeps batch bytes after an append returns.
 
 Layout: one directory per partition, holding segment files named by the offset of their first
 record, zero-padded to 20 digits (`00000000000000000000.log`). Only the newest (active) segment

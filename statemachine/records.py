@@ -136,14 +136,9 @@ class RecordBatch:
 
     @classmethod
     def decode(cls, data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> RecordBatch:
-        """Decode and fully verify a batch (CRC, header, every record)."""
-        header = verify_batch(data, limits)
-        return cls(
-            header.producer_id,
-            header.producer_epoch,
-            header.base_sequence,
-            _decode_records(data, header, limits),
-        )
+        """Decode and fully verify a batch (CRC, header, every record), decoding it once."""
+        header, records = _verified(data, limits)
+        return cls(header.producer_id, header.producer_epoch, header.base_sequence, records)
 
 
 def _header_of(data: bytes) -> BatchHeader:
@@ -216,6 +211,10 @@ def read_header(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> BatchHeade
 
 def verify_batch(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> BatchHeader:
     """Everything the leader checks before a batch may enter the log."""
+    return _verified(data, limits)[0]
+
+
+def _verified(data: bytes, limits: StateLimits) -> tuple[BatchHeader, tuple[Record, ...]]:
     header = read_header(data, limits)
     crc = int.from_bytes(data[1:_CRC_END], "big")
     if zlib.crc32(memoryview(data)[_CRC_END:]) != crc:
@@ -223,7 +222,7 @@ def verify_batch(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> BatchHead
     records = _decode_records(data, header, limits)
     if max(r.timestamp_ms for r in records) != header.max_timestamp_ms:
         raise BatchFormatError("header max timestamp disagrees with the records")
-    return header
+    return header, records
 
 
 def decode_records(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> tuple[Record, ...]:

@@ -59,16 +59,20 @@ async def propose_all(group: RaftGroup, commands: int, size: int, window: int) -
 
     async def one(i: int) -> None:
         nonlocal failures
-        async with semaphore:
-            try:
-                await group.propose(i.to_bytes(8, "big") * (size // 8), timeout_s=30)
-            except ProposalError as exc:
-                failures += 1
-                if failures == 1:
-                    print("first failed proposal:", exc.error.name, flush=True)
+        try:
+            await group.propose(i.to_bytes(8, "big") * (size // 8), timeout_s=30)
+        except ProposalError as exc:
+            failures += 1
+            if failures == 1:
+                print("first failed proposal:", exc.error.name, flush=True)
+        finally:
+            semaphore.release()
 
     async with asyncio.TaskGroup() as tasks:
         for i in range(commands):
+            # A window of tasks, not all of them at once: like a node, whose connections bound
+            # what is in flight, this process drives Raft on the same loop and must not stall it.
+            await semaphore.acquire()
             tasks.create_task(one(i))
     return failures
 

@@ -1,0 +1,81 @@
+"""Fixtures for the Spark connector tests: one real 3-node cluster and one local[2] Spark
+session for the whole run (both are slow to start), stopped afterwards (the nodes by PID).
+
+Tests that need them are marked `spark`; the option and offset tests need neither."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from cluster import local_cluster
+from cluster.sync_client import SyncClient
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+READY_TIMEOUT_S = 60.0
+_topic_numbers = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[local_cluster.LocalCluster]:
+    data_dir: Path = tmp_path_factory.mktemp("pipeline-cluster")
+    cluster = local_cluster.up(data_dir, 3)
+    try:
+        asyncio.run(local_cluster.wait_ready(cluster, READY_TIMEOUT_S))
+        yield cluster
+    finally:
+        local_cluster.down(local_cluster.LocalCluster.load(data_dir) or cluster)
+
+
+@pytest.fixture(scope="session")
+def bootstrap(broker: local_cluster.LocalCluster) -> str:
+    return ",".join(broker.bootstrap)
+
+
+@pytest.fixture(scope="session")
+def client(broker: local_cluster.LocalCluster) -> Iterator[SyncClient]:
+    with SyncClient(broker.bootstrap) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    pytest.importorskip("pyspark")
+    from pipeline.session import local_session  # noqa: PLC0415  (needs the spark extra)
+
+    session = local_session("raftbroker-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def new_topic(client: SyncClient, partitions: int, prefix: str = "t") -> str:
+    """A fresh topic (names are never reused within a run), replicated 3 times."""
+    name = f"{prefix}{next(_topic_numbers)}"
+    client.create_topic(name, partitions=partitions, replication_factor=3)
+    return name
+
+
+def produce(
+    client: SyncClient,
+    topic: str,
+    values: list[bytes],
+    *,
+    partition: int | None = None,
+    headers: tuple[tuple[str, bytes], ...] = (),
+) -> list[int]:
+    """Send through one idempotent producer; the offsets, once all are acknowledged."""
+    with client.producer() as producer:
+        futures = [
+            producer.send(topic, v, key=v, partition=partition, headers=headers) for v in values
+        ]
+        producer.flush()
+        return [f.result(30).offset for f in futures]
