@@ -22,6 +22,7 @@ from cluster.server import HandlerError
 from cluster.storage import StorageError
 from statemachine.commands import (
     AppendBatch,
+    AppendFencedBatch,
     CreateTopic,
     DeleteTopic,
     InitTransactionalProducer,
@@ -80,6 +81,8 @@ class Broker:
                 return await self.delete_topic(request)
             case p.ClusterStatus():
                 return self.cluster_status()
+            case p.FencedProduce():
+                return await self.fenced_produce(request)
         raise HandlerError(ErrorCode.INVALID_REQUEST, f"unsupported {type(request).__name__}")
 
     # -- partitions: where they are ----------------------------------------------------------
@@ -110,7 +113,17 @@ class Broker:
             pending = [tasks.create_task(self._produce_one(e, timeout_s)) for e in request.entries]
         return p.ProduceResponse(tuple(t.result() for t in pending))
 
-    async def _produce_one(self, entry: p.ProduceEntry, timeout_s: float) -> p.ProduceResult:
+    async def fenced_produce(self, request: p.FencedProduce) -> p.ProduceResponse:
+        timeout_s = min(request.timeout_ms / 1000, self._timeout_s) or self._timeout_s
+        fence = (request.sink, request.writer, request.batch_id, request.part)
+        return p.ProduceResponse((await self._produce_one(request.entry, timeout_s, fence),))
+
+    async def _produce_one(
+        self,
+        entry: p.ProduceEntry,
+        timeout_s: float,
+        fence: tuple[str, int, int, int] | None = None,
+    ) -> p.ProduceResult:
         def failed(error: ErrorCode) -> p.ProduceResult:
             hint = self._leader_hint(entry.topic, entry.partition)
             return p.ProduceResult(entry.topic, entry.partition, error, -1, -1, -1, False, hint)
@@ -122,7 +135,11 @@ class Broker:
             verify_batch(entry.batch, self.node.limits)
         except BatchFormatError:
             return failed(ErrorCode.CORRUPT_MESSAGE)
-        command = AppendBatch(now_ms(), entry.batch).encode()
+        command = (
+            AppendBatch(now_ms(), entry.batch).encode()
+            if fence is None
+            else AppendFencedBatch(now_ms(), entry.batch, *fence).encode()
+        )
         try:
             result = await handle.group.propose(command, timeout_s)
         except ProposalError as exc:

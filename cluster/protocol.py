@@ -293,6 +293,7 @@ class Op(IntEnum):
     INIT_PRODUCER_ID = 22
     DESCRIBE_PRODUCERS = 61
     CLUSTER_STATUS = 1_000  # raftbroker's own: Raft group health
+    FENCED_PRODUCE = 1_001  # raftbroker's own: a streaming sink's part, appended once
 
 
 class Request(Struct):
@@ -457,6 +458,27 @@ class Produce(Request):
     RESPONSE: ClassVar[type[Response]] = ProduceResponse
     timeout_ms: int = _rule(_TIMEOUT)
     entries: tuple[ProduceEntry, ...] = _many(ProduceEntry, _per_request)
+
+
+_PRODUCE_ENTRY = StructRule(ProduceEntry)
+
+
+@dataclass(frozen=True, slots=True)
+class FencedProduce(Request):
+    """One part of a streaming sink's micro-batch: appended once however often it is replayed.
+
+    The fence `(sink, writer, batch_id, part)` is checked in apply (statemachine/sink_fences.py);
+    a part an earlier run appended comes back as a duplicate with offsets -1.
+    """
+
+    OP: ClassVar[Op] = Op.FENCED_PRODUCE
+    RESPONSE: ClassVar[type[Response]] = ProduceResponse
+    timeout_ms: int = _rule(_TIMEOUT)
+    entry: ProduceEntry = _rule(_PRODUCE_ENTRY)  # noqa: RUF009 - a field spec, not a default
+    sink: str = _name()
+    writer: int = _rule(_PARTITION)
+    batch_id: int = _rule(_OFFSET)
+    part: int = _rule(_SEQUENCE)
 
 
 # Fetch
@@ -631,6 +653,7 @@ REQUEST_TYPES: tuple[type[Request], ...] = (
     ListOffsets,
     DescribeProducers,
     ClusterStatus,
+    FencedProduce,
 )
 
 

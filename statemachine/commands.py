@@ -106,8 +106,25 @@ class AppendBatch(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class AppendFencedBatch(Command):
+    """A part of a streaming sink's micro-batch: appended once, however often it is replayed.
+
+    `(sink, writer, batch_id, part)` is its fence (statemachine/sink_fences.py); the batch is
+    checked against the producer table as an AppendBatch's is, first.
+    """
+
+    TAG: ClassVar[int] = 4
+    now_ms: int = _int(*_TIME_MS)
+    batch: bytes = _of(bytes)
+    sink: str = _of(str)
+    writer: int = _int(0, INT32_MAX)
+    batch_id: int = _int(0, INT64_MAX)
+    part: int = _int(0, INT32_MAX)
+
+
+@dataclass(frozen=True, slots=True)
 class ExpireProducers(Command):
-    """Forget producers whose last batch is older than `now_ms - producer_id_expiration_ms`."""
+    """Forget producers (and sink writers) idle since `now_ms - producer_id_expiration_ms`."""
 
     TAG: ClassVar[int] = 2
     now_ms: int = _int(*_TIME_MS)
@@ -183,7 +200,7 @@ class ExpireTransactionalIds(Command):
     transactional_id_expiration_ms: int = _int(*_INTERVAL_MS)
 
 
-PartitionCommand = Noop | AppendBatch | ExpireProducers | AdvanceLogStart
+PartitionCommand = Noop | AppendBatch | AppendFencedBatch | ExpireProducers | AdvanceLogStart
 MetadataCommand = (
     Noop
     | RegisterBroker
@@ -196,6 +213,7 @@ MetadataCommand = (
 COMMAND_TYPES: tuple[type[Command], ...] = (
     Noop,
     AppendBatch,
+    AppendFencedBatch,
     ExpireProducers,
     AdvanceLogStart,
     RegisterBroker,

@@ -25,6 +25,7 @@ class StateLimits:
     batch_records_max: int = 65_536
     record_headers_max: int = 64
     producers_per_partition_max: int = 20_000
+    sink_writers_per_partition_max: int = 10_000
     brokers_max: int = 256
     topics_max: int = 10_000
     partitions_per_topic_max: int = 1_024

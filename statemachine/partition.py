@@ -3,8 +3,8 @@
 `apply(entry) -> result` is deterministic and does no I/O. An accepted batch comes back as an
 `Appended` effect (the exact bytes to append and the base offset they get), which the storage
 layer carries out; duplicates and rejections are committed no-ops whose result goes back to the
-client. The state is small: offsets, the logical clock and the producer table; records live in
-storage, never here.
+client. The state is small: offsets, the logical clock, the producer table and the sink fences
+(statemachine/sink_fences.py); records live in storage, never here.
 
 A malformed entry is answered with a rejection rather than a crash: every replica sees the same
 bytes and rejects them alike, whereas an assert would turn one bad entry into a crash loop of
@@ -15,10 +15,18 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from statemachine.codec import expect_int, pack, unpack_snapshot
+from statemachine.codec import (
+    CodecError,
+    SnapshotError,
+    expect_int,
+    pack,
+    unpack,
+    unpack_snapshot,
+)
 from statemachine.commands import (
     AdvanceLogStart,
     AppendBatch,
+    AppendFencedBatch,
     CommandDecodeError,
     ExpireProducers,
     Noop,
@@ -28,8 +36,9 @@ from statemachine.errors import ErrorCode, Rejected
 from statemachine.limits import DEFAULT_LIMITS, StateLimits
 from statemachine.producer_state import ProducerTable
 from statemachine.records import NO_PRODUCER_ID, BatchFormatError, BatchHeader, read_header
+from statemachine.sink_fences import SinkFenceTable
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2  # 2 added the sink fences; a version-1 snapshot restores with none
 _new_result = tuple.__new__  # a NamedTuple's own __new__ is a Python function: skip its frame
 
 
@@ -43,7 +52,11 @@ class Appended(NamedTuple):
 
 
 class Duplicate(NamedTuple):
-    """A retry of a retained batch: nothing appended; these are the original offsets."""
+    """A retry of a retained batch: nothing appended; these are the original offsets.
+
+    A sink part its fence turned away was appended by an earlier run whose offsets the fence
+    does not keep: offsets -1, and the time of that earlier append.
+    """
 
     base_offset: int
     last_offset: int
@@ -77,6 +90,7 @@ class PartitionStateMachine:
         "_log_end_offset",
         "_log_start_offset",
         "producers",
+        "sinks",
     )
 
     def __init__(self, limits: StateLimits = DEFAULT_LIMITS, *, deduplicate: bool = True) -> None:
@@ -90,6 +104,7 @@ class PartitionStateMachine:
         # leader's clock is behind the old one's.
         self._clock_ms = 0
         self.producers = ProducerTable(limits.producers_per_partition_max)
+        self.sinks = SinkFenceTable(limits.sink_writers_per_partition_max)
 
     @property
     def log_start_offset(self) -> int:
@@ -105,8 +120,11 @@ class PartitionStateMachine:
         return self._clock_ms
 
     def expiry_due(self, now_ms: int, expiration_ms: int) -> bool:
-        """Whether ExpireProducers stamped `now_ms` would remove a producer."""
-        return self.producers.expiry_due(max(self._clock_ms, now_ms), expiration_ms)
+        """Whether ExpireProducers stamped `now_ms` would remove a producer or a sink writer."""
+        now_ms = max(self._clock_ms, now_ms)
+        return self.producers.expiry_due(now_ms, expiration_ms) or self.sinks.expiry_due(
+            now_ms, expiration_ms
+        )
 
     def apply(self, entry: bytes) -> PartitionResult:
         try:
@@ -119,8 +137,11 @@ class PartitionStateMachine:
         match cls(*values):
             case AppendBatch(now_ms=now_ms, batch=batch):
                 return self._append(now_ms, batch)
+            case AppendFencedBatch(now_ms, batch, sink, writer, batch_id, part):
+                return self._append_fenced(now_ms, batch, (sink, writer, batch_id, part))
             case ExpireProducers(now_ms=now_ms, producer_id_expiration_ms=expiration_ms):
                 self._advance_clock(now_ms)
+                self.sinks.expire(self._clock_ms, expiration_ms)
                 return ProducersExpired(self.producers.expire(self._clock_ms, expiration_ms))
             case AdvanceLogStart(log_start_offset=offset):
                 target = min(max(self._log_start_offset, offset), self._log_end_offset)
@@ -153,6 +174,35 @@ class PartitionStateMachine:
             return Duplicate(verdict.base_offset, verdict.last_offset, verdict.timestamp_ms)
         return self._assign_offsets(header, batch)
 
+    def _append_fenced(
+        self, now_ms: int, batch: bytes, fence: tuple[str, int, int, int]
+    ) -> PartitionResult:
+        """The producer table first (a retry of an appended part is its duplicate, with offsets),
+        then the fence (a replay by a later run: a duplicate without offsets), then append."""
+        sink, writer, batch_id, part = fence
+        if not 0 < len(sink.encode()) <= self._limits.name_length_max:
+            return Rejected(ErrorCode.INVALID_REQUEST)
+        try:
+            header = read_header(batch, self._limits)
+        except BatchFormatError:
+            return Rejected(ErrorCode.CORRUPT_MESSAGE)
+        self._clock_ms = max(self._clock_ms, now_ms)
+        if header.producer_id != NO_PRODUCER_ID:
+            verdict = self.producers.check(header)
+            if isinstance(verdict, ErrorCode):
+                return Rejected(verdict)
+            if verdict is not None:
+                return Duplicate(verdict.base_offset, verdict.last_offset, verdict.timestamp_ms)
+        seen = self.sinks.check(sink, writer, batch_id, part)
+        if isinstance(seen, ErrorCode):
+            return Rejected(seen)
+        if seen:
+            stored = self.sinks.get(sink, writer)
+            assert stored is not None
+            return Duplicate(-1, -1, stored.last_update_ms)
+        self.sinks.record(sink, writer, batch_id, part, self._clock_ms)
+        return self._assign_offsets(header, batch)
+
     def _assign_offsets(self, header: BatchHeader, batch: bytes) -> Appended:
         base_offset = self._log_end_offset
         self._log_end_offset = base_offset + header.record_count
@@ -171,6 +221,7 @@ class PartitionStateMachine:
                 self._log_end_offset,
                 self._clock_ms,
                 self.producers.to_data(),
+                self.sinks.to_data(),
             ]
         )
 
@@ -178,11 +229,23 @@ class PartitionStateMachine:
     def restore(
         cls, data: bytes, limits: StateLimits = DEFAULT_LIMITS, *, deduplicate: bool = True
     ) -> PartitionStateMachine:
-        fields = unpack_snapshot(data, SNAPSHOT_VERSION, 4, "partition")
+        fields = _snapshot_fields(data)
         log_start, log_end, clock_ms = (expect_int(v, "partition snapshot") for v in fields[:3])
         machine = cls(limits, deduplicate=deduplicate)
         machine._log_start_offset = log_start
         machine._log_end_offset = log_end
         machine._clock_ms = clock_ms
         machine.producers = ProducerTable.from_data(fields[3], limits.producers_per_partition_max)
+        machine.sinks = SinkFenceTable.from_data(fields[4], limits.sink_writers_per_partition_max)
         return machine
+
+
+def _snapshot_fields(data: bytes) -> tuple[object, ...]:
+    """A version-2 snapshot's five fields; a version-1 one's four and no sink fences."""
+    try:
+        raw = unpack(data, size_max=len(data))
+    except CodecError as exc:
+        raise SnapshotError(f"partition snapshot: {exc}") from exc
+    if isinstance(raw, tuple) and raw[:1] == (1,):
+        return (*unpack_snapshot(data, 1, 4, "partition"), ())
+    return unpack_snapshot(data, SNAPSHOT_VERSION, 5, "partition")

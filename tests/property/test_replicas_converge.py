@@ -3,6 +3,7 @@
 For random logs of partition entries (contiguous batches from several producers, retries, gaps,
 epoch bumps, fenced epochs, producers crossing the sequence wrap, non-idempotent batches,
 corrupted batches, `ExpireProducers` stamped by lagging leaders, `AdvanceLogStart`, `Noop`,
+fenced sink parts (new, replayed, out of order, an empty sink name),
 metadata commands sent to the wrong group, garbage bytes) and random logs of metadata entries
 (`RegisterBroker`, `CreateTopic`, `DeleteTopic`, `AllocatePidBlock`,
 `InitTransactionalProducer` with no, current, previous, stale, and half-given expected
@@ -32,6 +33,7 @@ from statemachine.commands import (
     AdvanceLogStart,
     AllocatePidBlock,
     AppendBatch,
+    AppendFencedBatch,
     Command,
     CreateTopic,
     DeleteTopic,
@@ -50,6 +52,7 @@ SEQ_MAX = 2**31 - 1
 PIDS = 2
 SETTINGS = settings(max_examples=120, deadline=None)
 GARBAGE = st.binary(max_size=40)
+PLAIN_BATCH = RecordBatch(-1, -1, -1, (Record(None, b"v", 1),)).encode()
 
 
 class Replica(Protocol):
@@ -192,6 +195,20 @@ PARTITION_OPS: st.SearchStrategy[PartitionOp] = st.one_of(
     st.builds(Raw, st.builds(lambda m: Noop(m).encode(), st.integers(0, 9))),
     st.builds(Raw, st.just(DeleteTopic("orders").encode())),
     st.builds(Raw, GARBAGE),
+    # A streaming sink's fenced parts: new, replayed and out of order, from two sinks.
+    st.builds(
+        Raw,
+        st.builds(
+            lambda sink, writer, batch_id, part, now_ms: AppendFencedBatch(
+                now_ms, PLAIN_BATCH, sink, writer, batch_id, part
+            ).encode(),
+            st.sampled_from(["orders-sink", "audit", ""]),
+            st.integers(0, 1),
+            st.integers(0, 3),
+            st.integers(0, 2),
+            st.integers(0, 9_000),
+        ),
+    ),
 )
 
 
