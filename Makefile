@@ -4,8 +4,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# PySpark (pipeline/ and its tests, and the type check of both) is big: the demo goes without.
+SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: demo walkthrough test check lint typecheck bench bench-apply clean
+.PHONY: demo walkthrough test test-spark check lint typecheck bench bench-apply clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,20 +15,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+$(SPARK_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	touch $(SPARK_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/raftbroker demo
 
 walkthrough: $(STAMP)
 	$(BIN)/raftbroker walkthrough
 
-test: $(STAMP)
+test: $(SPARK_STAMP)
 	$(BIN)/pytest
+
+test-spark: $(SPARK_STAMP)
+	$(BIN)/pytest -m spark tests/pipeline
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(STAMP)
+typecheck: $(SPARK_STAMP)
 	$(BIN)/mypy --strict
 
 check: lint typecheck

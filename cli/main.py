@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from cli import chaos_cmd, cluster_cmd, io_cmd, runtime, topic_cmd
+from cli import chaos_cmd, cluster_cmd, io_cmd, pipeline_cmd, runtime, topic_cmd
 from cli import walkthrough as walkthrough_scenes
 from cli.demo import DemoReport, demo_in_temporary_directory
 from cluster.config import ConfigError
@@ -34,6 +34,7 @@ app.add_typer(cluster_cmd.app, name="cluster")
 app.add_typer(topic_cmd.topics, name="topic")
 app.add_typer(topic_cmd.producers, name="producers")
 app.add_typer(chaos_cmd.app, name="chaos")
+app.add_typer(pipeline_cmd.app, name="pipeline")
 app.command()(io_cmd.produce)
 app.command()(io_cmd.consume)
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 
 pytest.importorskip("pyspark")
 
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from cluster.sync_client import SyncClient
@@ -47,7 +49,7 @@ def test_batch_read_between_starting_and_ending_offsets(
     )
     assert df.columns == [
         "key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
-        "headers", "producerId", "sequence",
+        "headers", "producerId", "producerEpoch", "sequence",
     ]  # fmt: skip
     rows = rows_of(df)
     got = [(r["partition"], r["offset"], r["key"], r["value"]) for r in rows]
@@ -89,27 +91,26 @@ def test_subscribe_pattern_and_assign(
     assert rows_of(assigned) == []
 
 
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        ({}, "exactly one of subscribe, subscribePattern, assign is needed"),
-        ({"subscribe": "no-such-topic"}, "topic(s) do not exist: no-such-topic"),
-        ({"startingOffsets": "latest"}, "startingOffsets='latest' is not allowed in a batch read"),
-        ({"endingOffsets": '{"T": {"0": 999}}'}, "past its committed end"),
-        ({"startingOffsets": '{"T": {"1": 0}}'}, "must give an offset for every partition"),
-    ],
-)
+BAD_OPTIONS: list[tuple[dict[str, str], str]] = [
+    ({}, "exactly one of subscribe, subscribePattern, assign is needed"),
+    ({"subscribe": "no-such-topic"}, "topic(s) do not exist: no-such-topic"),
+    (
+        {"subscribe": "TOPIC", "startingOffsets": "latest"},
+        "'latest' is not allowed in a batch read",
+    ),
+    ({"subscribe": "TOPIC", "endingOffsets": '{"TOPIC": {"0": 999}}'}, "past its committed end 0"),
+    (
+        {"subscribe": "TOPIC", "startingOffsets": '{"TOPIC": {"1": 0}}'},
+        "an offset for every partition",
+    ),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_OPTIONS)
 def test_bad_options_fail_with_a_clear_message(
     spark: SparkSession, client: SyncClient, bootstrap: str, options: dict[str, str], message: str
 ) -> None:
     topic = new_topic(client, 1)
-    options = {"subscribe": topic} | {k: v.replace('"T"', f'"{topic}"') for k, v in options.items()}
-    if "no-such-topic" in options.get("subscribe", ""):
-        options["subscribe"] = "no-such-topic"
-    if not any(k in options for k in ("startingOffsets", "endingOffsets", "subscribe")) or (
-        message.startswith("exactly one")
-    ):
-        options.pop("subscribe", None)
-    with pytest.raises(Exception, match=None) as caught:
-        reader(spark, bootstrap, **options).collect()
-    assert message in str(caught.value)
+    named = {k: v.replace("TOPIC", topic) for k, v in options.items()}
+    with pytest.raises(PySparkException, match=re.escape(message)):
+        reader(spark, bootstrap, **named).collect()

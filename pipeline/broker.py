@@ -1,0 +1,287 @@
+"""The data source's conversations with the cluster: topics, offsets, reading ranges, producing.
+
+Role: the only module of `pipeline/` that talks to brokers. It wraps `cluster.sync_client`
+(one event loop on a thread) in a `BrokerSession` that a Spark task opens and closes itself.
+
+Rules:
+- A session is opened inside `read()` / `write()` / the driver's offset calls and closed there:
+  readers and writers are pickled to executors, so nothing here lives in their `__init__`.
+- Only committed data is ever offered: LATEST is the high watermark the leader reports, and
+  Fetch serves only applied entries. A range ending above the committed end means data loss
+  (or a leader not yet caught up): it is waited for up to the request timeout, then reported.
+- A start offset below the log start is data loss: with `failOnDataLoss` it fails with a
+  message that says how to skip, otherwise reading skips ahead to the log start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from cluster.client import (
+    ClientError,
+    ConsumedRecord,
+    Consumer,
+    ConsumerConfig,
+    Producer,
+    ProducerConfig,
+    RecordMetadata,
+)
+from cluster.sync_client import SyncClient
+from pipeline.offsets import OffsetRange, Offsets
+from pipeline.options import EARLIEST, LATEST, OffsetSpec, Subscription, TopicPartition
+
+FETCH_WAIT_MS = 200  # a fetch of committed data answers at once; this only paces a stall
+SEND_CHUNK = 1_000  # records handed to the producer per hop onto the client's loop
+
+
+class DataLossError(RuntimeError):
+    """Records the query expected are gone (deleted by retention, or never committed)."""
+
+
+class TopicError(ValueError):
+    """A topic or partition the options name does not exist."""
+
+
+def data_loss(message: str) -> DataLossError:
+    return DataLossError(
+        f"{message}. Some data may have been lost. If you want the query to go on, skipping "
+        "what is missing, set the source option failOnDataLoss to false."
+    )
+
+
+class BrokerSession:
+    """A client for one task or one driver call: `with BrokerSession(...) as session:`."""
+
+    def __init__(self, bootstrap: Iterable[str], request_timeout_s: float) -> None:
+        self._bootstrap = list(bootstrap)
+        self.request_timeout_s = request_timeout_s
+        self._client: SyncClient | None = None
+
+    def __enter__(self) -> BrokerSession:
+        self._client = SyncClient(self._bootstrap, request_timeout_s=self.request_timeout_s)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    @property
+    def client(self) -> SyncClient:
+        assert self._client is not None, "use `with BrokerSession(...)`"
+        return self._client
+
+    # -- topics and offsets ----------------------------------------------------------------
+
+    def topic_partitions(
+        self, subscription: Subscription, *, must_exist: bool
+    ) -> list[TopicPartition]:
+        """The partitions a subscription covers now. With `must_exist`, a named topic or an
+        assigned partition that does not exist is an error (a streaming subscribe waits)."""
+        names = () if subscription.kind == "subscribePattern" else self._named(subscription)
+        meta = self.client.describe_topics(names)
+        found = {
+            t.name: [pm.partition for pm in t.partitions]
+            for t in meta.topics
+            if t.error == 0 and subscription.matches(t.name)
+        }
+        if subscription.kind == "assign":
+            return self._check_assigned(subscription, found)
+        missing = sorted(set(names) - set(found))
+        if missing and must_exist:
+            raise TopicError(f"topic(s) do not exist: {', '.join(missing)}")
+        return sorted((t, n) for t, parts in found.items() for n in parts)
+
+    @staticmethod
+    def _named(subscription: Subscription) -> tuple[str, ...]:
+        if subscription.kind == "assign":
+            return tuple(sorted({t for t, _ in subscription.assigned}))
+        return subscription.topics
+
+    @staticmethod
+    def _check_assigned(
+        subscription: Subscription, found: dict[str, list[int]]
+    ) -> list[TopicPartition]:
+        missing = [(t, n) for t, n in subscription.assigned if n not in found.get(t, [])]
+        if missing:
+            raise TopicError(f"assign names partitions that do not exist: {missing}")
+        return list(subscription.assigned)
+
+    def list_offsets(self, partitions: Iterable[TopicPartition], spec: int) -> Offsets:
+        """EARLIEST (log start) or LATEST (committed end, the high watermark) per partition."""
+        admin = self.client.admin
+        return {
+            (t, n): self.client.call(admin.list_offsets(t, n, spec), self.request_timeout_s)
+            for t, n in partitions
+        }
+
+    def resolve(self, spec: OffsetSpec, partitions: list[TopicPartition], name: str) -> Offsets:
+        """Concrete offsets for `partitions`: every -2 / -1 looked up, specific ones checked."""
+        specific = spec.as_dict()
+        if specific is not None and set(specific) != set(partitions):
+            raise TopicError(
+                f"{name} must give an offset for every partition read (-2 earliest, -1 "
+                f"latest): missing {sorted(set(partitions) - set(specific))}, "
+                f"not read {sorted(set(specific) - set(partitions))}"
+            )
+        wanted = specific if specific is not None else dict.fromkeys(partitions, spec.default)
+        earliest = self.list_offsets([tp for tp, o in wanted.items() if o == EARLIEST], EARLIEST)
+        latest = self.list_offsets([tp for tp, o in wanted.items() if o == LATEST], LATEST)
+        return {tp: earliest.get(tp, latest.get(tp, o)) for tp, o in wanted.items()}
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read_range(
+        self, r: OffsetRange, *, fail_on_data_loss: bool
+    ) -> Iterator[list[ConsumedRecord]]:
+        """The records of `[r.start, r.end)` in offset order, in chunks as fetched."""
+        position = self._first_offset(r, fail_on_data_loss)
+        if position >= r.end:
+            return
+        consumer = Consumer(self.client.cluster, ConsumerConfig(max_wait_ms=FETCH_WAIT_MS))
+        self.client.call(consumer.seek(r.topic, r.partition, position))
+        progress_at = time.monotonic()
+        while position < r.end:
+            records = self._poll(consumer, r, fail_on_data_loss)
+            wanted = [rec for rec in records if rec.offset < r.end]
+            if wanted:
+                progress_at = time.monotonic()
+                yield wanted
+            position = consumer.positions[(r.topic, r.partition)].offset
+            if not records and time.monotonic() - progress_at > self.request_timeout_s:
+                if fail_on_data_loss:
+                    raise data_loss(
+                        f"{r.topic}-{r.partition}: offsets up to {r.end} were planned but the "
+                        f"committed end stayed at {position} for {self.request_timeout_s:.0f} s"
+                    )
+                return
+
+    def _first_offset(self, r: OffsetRange, fail_on_data_loss: bool) -> int:
+        log_start = self.list_offsets([(r.topic, r.partition)], EARLIEST)[(r.topic, r.partition)]
+        if r.start == EARLIEST or r.start >= log_start:
+            return max(r.start, log_start)
+        if fail_on_data_loss:
+            raise data_loss(
+                f"{r.topic}-{r.partition}: the read starts at offset {r.start} but the log now "
+                f"starts at {log_start}"
+            )
+        return log_start
+
+    def _poll(
+        self, consumer: Consumer, r: OffsetRange, fail_on_data_loss: bool
+    ) -> list[ConsumedRecord]:
+        try:
+            return self.client.call(consumer.poll(), self.request_timeout_s + 10)
+        except ClientError as exc:
+            if exc.error.name != "OFFSET_OUT_OF_RANGE":
+                raise
+        # Retention deleted records under our position mid-read: skip or fail, as at the start.
+        position = consumer.positions[(r.topic, r.partition)].offset
+        skip_to = self._first_offset(
+            OffsetRange(r.topic, r.partition, position, r.end), fail_on_data_loss
+        )
+        self.client.call(consumer.seek(r.topic, r.partition, skip_to))
+        return []
+
+    # -- producing -----------------------------------------------------------------------------
+
+    def producer(self, config: ProducerConfig) -> RecordSender:
+        return RecordSender(self.client, Producer(self.client.cluster, config))
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingRecord:
+    topic: str
+    value: bytes | None
+    key: bytes | None
+    partition: int | None
+    headers: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(slots=True)
+class SendStats:
+    """What one producer wrote: touched only on the client's loop, read after a flush."""
+
+    records: int = 0
+    duplicates: int = 0
+    # (topic, partition) -> [first offset, last offset] acknowledged
+    ranges: dict[TopicPartition, list[int]] = field(default_factory=dict)
+    errors: list[BaseException] = field(default_factory=list)
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+    def acknowledged(self, done: asyncio.Future[RecordMetadata]) -> None:
+        if done.cancelled():
+            self.errors.append(asyncio.CancelledError())
+            return
+        error = done.exception()
+        if error is not None:
+            self.errors.append(error)
+            return
+        meta = done.result()
+        self.records += 1
+        self.duplicates += meta.duplicate
+        self.producer_id, self.producer_epoch = meta.producer_id, meta.producer_epoch
+        span = self.ranges.setdefault((meta.topic, meta.partition), [meta.offset, meta.offset])
+        span[0], span[1] = min(span[0], meta.offset), max(span[1], meta.offset)
+
+
+class RecordSender:
+    """One idempotent producer fed from a synchronous iterator, in chunks.
+
+    Records are handed to the loop `SEND_CHUNK` at a time (one thread hop per chunk, not per
+    record); the producer's own buffer limit gives back-pressure. A batch writer uses one per
+    task; a streaming writer can use one per task and epoch the same way."""
+
+    def __init__(self, client: SyncClient, producer: Producer) -> None:
+        self._client = client
+        self._producer = producer
+        self.stats = SendStats()
+        self._chunk: list[OutgoingRecord] = []
+
+    def __enter__(self) -> RecordSender:
+        self._client.call(self._producer.__aenter__())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._client.call(self._producer.__aexit__(exc_type, exc, tb))
+
+    def send(self, record: OutgoingRecord) -> None:
+        self._chunk.append(record)
+        if len(self._chunk) >= SEND_CHUNK:
+            self._send_chunk()
+
+    def flush(self) -> SendStats:
+        """Until every record is acknowledged; raises the first failure of any record."""
+        self._send_chunk()
+        self._client.call(self._producer.flush())
+        self._client.call(asyncio.sleep(0))  # let acknowledgement callbacks already queued run
+        if self.stats.errors:
+            raise self.stats.errors[0]
+        return self.stats
+
+    def _send_chunk(self) -> None:
+        chunk, self._chunk = self._chunk, []
+        if chunk:
+            self._client.call(self._queue(chunk))
+
+    async def _queue(self, chunk: list[OutgoingRecord]) -> None:
+        for r in chunk:
+            future = await self._producer.send(
+                r.topic, r.value, r.key, headers=r.headers, partition=r.partition
+            )
+            future.add_done_callback(self.stats.acknowledged)
