@@ -10,6 +10,9 @@ extra (`pip install 'raftbroker[spark]'`) and Java 17+; without them they say so
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,34 @@ from cluster.client import Cluster
 app = typer.Typer(help="Spark jobs on the raftbroker data source.", no_args_is_help=True)
 run_app = typer.Typer(help="Run a job on a local Spark session.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
+
+
+_ERROR_LINE = re.compile(r"\s*([\w.]*(?:Error|Exception)): (.+)")
+_NOT_OURS = ("java.", "org.", "py4j", "pyspark", "scala.")
+
+
+def spark_error_line(exc: BaseException) -> str:
+    """The line of a Spark failure that says what went wrong in our code (a Python error
+    raised in an executor reaches the driver wrapped in JVM exceptions and their traces)."""
+    for line in reversed(str(exc).splitlines()):
+        found = _ERROR_LINE.match(line)
+        if found and not found.group(1).startswith(_NOT_OURS):
+            return f"{found.group(1).rsplit('.', 1)[-1]}: {found.group(2).strip()}"
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+@contextmanager
+def _spark_job(app_name: str) -> Iterator[Any]:
+    """A local Spark session for one job; a failure of the job becomes one line."""
+    spark = _spark(app_name)
+    try:
+        yield spark
+    except (CliError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # Spark wraps everything: say what matters, in one line
+        raise CliError(spark_error_line(exc)) from exc
+    finally:
+        spark.stop()
 
 
 def _spark(app_name: str) -> Any:
@@ -59,13 +90,10 @@ def audit_command(
 ) -> None:
     """Read TOPIC completely; report duplicates, gaps and producers; exit 1 unless clean."""
     addresses = resolve_bootstrap(bootstrap, data_dir)
-    spark = _spark("raftbroker-audit")
-    try:
+    with _spark_job("raftbroker-audit") as spark:
         from pipeline.jobs.audit import audit  # noqa: PLC0415 - needs PySpark
 
         report = audit(spark, ",".join(addresses), topic, business_key)
-    finally:
-        spark.stop()
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
     else:
@@ -109,8 +137,7 @@ def settlement_totals_command(
 ) -> None:
     """Per-merchant totals of settlement events, to a topic (fenced) and to parquet."""
     addresses = resolve_bootstrap(bootstrap, data_dir)
-    spark = _spark("raftbroker-settlement-totals")
-    try:
+    with _spark_job("raftbroker-settlement-totals") as spark:
         from pipeline.jobs import settlement_totals as job  # noqa: PLC0415 - needs PySpark
 
         spec = job.TotalsJob(
@@ -123,8 +150,6 @@ def settlement_totals_command(
             available_now,
         )
         job.run(spark, spec)
-    finally:
-        spark.stop()
 
 
 @app.command("generate")

@@ -11,8 +11,11 @@ from collections import Counter
 
 import pytest
 
+from cluster import local_cluster
 from cluster.client import Admin, Cluster, Consumer
 from cluster.fenced import FencedWriter, FencedWriterConfig, SinkRecord
+from tests.cluster.conftest import wait_ready
+from tests.cluster.test_cluster import kill_and_restart, leader_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -79,3 +82,24 @@ async def test_a_run_cut_off_mid_batch_is_completed_by_the_rerun(client: Cluster
     assert rerun.appended_records > 0
     assert rerun.replayed_records + rerun.appended_records == 4_000
     assert await values_in(client, "fenced-cut") == Counter(r.value for r in batch)
+
+
+async def test_a_fenced_write_rides_out_a_leader_kill(
+    client: Cluster, three_nodes: local_cluster.LocalCluster
+) -> None:
+    await Admin(client).create_topic("fenced-kill", 1, 3)
+    batch = records("fenced-kill", 0, 6_000)
+    small = FencedWriterConfig(part_bytes_max=1_024)  # a few hundred parts, one at a time
+    writing = asyncio.create_task(FencedWriter(client, "sink", 0, small).write(0, batch))
+    admin = Admin(client)
+    deadline = asyncio.get_running_loop().time() + 30
+    while await admin.list_offsets("fenced-kill", 0, Consumer.LATEST) < 500:
+        assert asyncio.get_running_loop().time() < deadline, "the write made no progress"
+        await asyncio.sleep(0.005)  # polling the partition's end
+    leader = await leader_of(client, "fenced-kill", 0)
+    assert not writing.done(), "the write must still be going when its leader dies"
+    restarted = await kill_and_restart(three_nodes, leader)
+    report = await asyncio.wait_for(writing, 60)
+    assert report.appended_records + report.replayed_records == 6_000
+    await wait_ready(restarted)
+    assert await values_in(client, "fenced-kill") == Counter(r.value for r in batch)
