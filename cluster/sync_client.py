@@ -20,7 +20,7 @@ import concurrent.futures
 import threading
 from collections.abc import Coroutine, Iterable, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from cluster import protocol as p
 from cluster.client import (
@@ -125,7 +125,7 @@ class SyncProducer:
         self._client = client
         self._producer = producer
 
-    def __enter__(self) -> SyncProducer:
+    def __enter__(self) -> Self:
         self._client.call(self._producer.__aenter__())
         return self
 

@@ -19,7 +19,6 @@ import asyncio
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from types import TracebackType
 
 from cluster.client import (
     ClientError,
@@ -30,7 +29,7 @@ from cluster.client import (
     ProducerConfig,
     RecordMetadata,
 )
-from cluster.sync_client import SyncClient
+from cluster.sync_client import SyncClient, SyncProducer
 from pipeline.offsets import OffsetRange, Offsets
 from pipeline.options import EARLIEST, LATEST, OffsetSpec, Subscription, TopicPartition
 
@@ -235,37 +234,24 @@ class SendStats:
         span[0], span[1] = min(span[0], meta.offset), max(span[1], meta.offset)
 
 
-class RecordSender:
+class RecordSender(SyncProducer):
     """One idempotent producer fed from a synchronous iterator, in chunks.
 
     Records are handed to the loop `SEND_CHUNK` at a time (one thread hop per chunk, not per
-    record); the producer's own buffer limit gives back-pressure. A batch writer uses one per
-    task; a streaming writer can use one per task and epoch the same way."""
+    record, unlike `SyncProducer.send`); the producer's own buffer limit gives back-pressure.
+    A batch writer uses one per task (`with`: the producer's session and its flush)."""
 
     def __init__(self, client: SyncClient, producer: Producer) -> None:
-        self._client = client
-        self._producer = producer
+        super().__init__(client, producer)
         self.stats = SendStats()
         self._chunk: list[OutgoingRecord] = []
 
-    def __enter__(self) -> RecordSender:
-        self._client.call(self._producer.__aenter__())
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._client.call(self._producer.__aexit__(exc_type, exc, tb))
-
-    def send(self, record: OutgoingRecord) -> None:
+    def add(self, record: OutgoingRecord) -> None:
         self._chunk.append(record)
         if len(self._chunk) >= SEND_CHUNK:
             self._send_chunk()
 
-    def flush(self) -> SendStats:
+    def finish(self) -> SendStats:
         """Until every record is acknowledged; raises the first failure of any record."""
         self._send_chunk()
         self._client.call(self._producer.flush())

@@ -79,8 +79,8 @@ def write_rows(options: WriteOptions, columns: WriteColumns, rows: Iterator[Row]
         session.producer(producer_config(options)) as sender,
     ):
         for row in rows:
-            sender.send(columns.record(row))
-        return WriteSummary.of(sender.flush())
+            sender.add(columns.record(row))
+        return WriteSummary.of(sender.finish())
 
 
 class BatchWriter(DataSourceWriter):

@@ -20,13 +20,20 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 READY_TIMEOUT_S = 60.0
+# Small segments and a quick retention check, so a test can watch retention delete records.
+CLUSTER_TOML = """
+[limits]
+segment_bytes_max = 65536
+[timing]
+retention_check_interval_ms = 300
+"""
 _topic_numbers = itertools.count()
 
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[local_cluster.LocalCluster]:
     data_dir: Path = tmp_path_factory.mktemp("pipeline-cluster")
-    cluster = local_cluster.up(data_dir, 3)
+    cluster = local_cluster.up(data_dir, 3, CLUSTER_TOML)
     try:
         asyncio.run(local_cluster.wait_ready(cluster, READY_TIMEOUT_S))
         yield cluster

@@ -4,27 +4,21 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 pytest.importorskip("pyspark")
 
 from cluster.sync_client import SyncClient
+from tests.cluster.test_cli import raftbroker as cli_run
 from tests.pipeline.conftest import new_topic
 
 pytestmark = pytest.mark.spark
 EVENT_ID = "get_json_object(CAST(value AS STRING), '$.event_id')"
 
 
-def raftbroker(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+def raftbroker(*args: str) -> subprocess.CompletedProcess[str]:
+    return cli_run(*args, timeout_s=180)  # a Spark session starts in the command
 
 
 def test_generate_then_audit_reports_a_clean_topic(client: SyncClient, bootstrap: str) -> None:
