@@ -17,6 +17,11 @@ Rules:
 - Parts also carry a producer session (id, epoch, sequence), so a retry after a lost answer is
   recognised with its offsets; a session the broker no longer knows is simply replaced: the
   fence, not the session, is what makes a rerun safe.
+- The session belongs to the transactional id `raftbroker-sink/<sink>/<writer>`: every run of
+  a writer bumps the epoch of one producer id, so a partition keeps one producer entry per
+  writer however many micro-batches a query runs (a fresh id per run would fill its producer
+  table), and a run overtaken by a newer one of the same writer (a zombie Spark task) is
+  fenced: it stops with ProducerFencedError instead of writing on.
 """
 
 from __future__ import annotations
@@ -29,7 +34,13 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from cluster import protocol as p
-from cluster.client import ClientError, Cluster, retrying, stable_partition
+from cluster.client import (
+    ClientError,
+    Cluster,
+    ProducerFencedError,
+    retrying,
+    stable_partition,
+)
 from statemachine.errors import ErrorCode
 from statemachine.limits import DEFAULT_LIMITS
 from statemachine.records import (
@@ -41,14 +52,13 @@ from statemachine.records import (
 )
 
 # Answers after which a new producer session is started and the part sent again.
-_SESSION_LOST = frozenset(
-    {
-        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-        ErrorCode.UNKNOWN_PRODUCER_ID,
-        ErrorCode.INVALID_PRODUCER_EPOCH,
-    }
-)
+_SESSION_LOST = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID})
+# A newer run of this writer took its transactional id: this one must stop.
+_OVERTAKEN = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
+TRANSACTIONAL_ID_PREFIX = "raftbroker-sink/"
+_TRANSACTION_TIMEOUT_MS = 60_000
 _RECORD_OVERHEAD_BYTES = 32
+SINK_BYTES_MAX = 200  # room in a transactional id for the prefix and the writer number
 
 
 class SinkRecord(NamedTuple):
@@ -110,10 +120,11 @@ class FencedWriter:
         writer: int,
         config: FencedWriterConfig | None = None,
     ) -> None:
-        if not 0 < len(sink.encode()) <= DEFAULT_LIMITS.name_length_max:
-            raise ValueError(f"a sink id is 1 to {DEFAULT_LIMITS.name_length_max} bytes")
         if writer < 0:
             raise ValueError("a writer number is not negative")
+        self.transactional_id = f"{TRANSACTIONAL_ID_PREFIX}{sink}/{writer}"
+        if not sink or len(self.transactional_id.encode()) > DEFAULT_LIMITS.name_length_max:
+            raise ValueError(f"a sink id is 1 to {SINK_BYTES_MAX} bytes")
         self.cluster = cluster
         self.sink = sink
         self.writer = writer
@@ -129,11 +140,14 @@ class FencedWriter:
         report = FencedWriteReport()
         if self._session.producer_id < 0:
             await self._new_session(report)
-        async with asyncio.TaskGroup() as tasks:
-            for (topic, partition), part_records in by_partition.items():
-                tasks.create_task(
-                    self._write_partition(topic, partition, batch_id, part_records, report)
-                )
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                for (topic, partition), part_records in by_partition.items():
+                    tasks.create_task(
+                        self._write_partition(topic, partition, batch_id, part_records, report)
+                    )
+        except ExceptionGroup as group:  # the first partition's failure, as it was raised
+            raise _first_leaf(group) from group
         return report
 
     async def _route(self, records: Iterable[SinkRecord]) -> dict[tuple[str, int], list[Record]]:
@@ -205,6 +219,8 @@ class FencedWriter:
                 if appended:  # by this run: the session's sequence moved on
                     session.sequences[key] = (sequence + len(records)) % SEQUENCE_MODULUS
                 return appended
+            if error in _OVERTAKEN:
+                raise ProducerFencedError(error, f"{self.transactional_id}: a newer run took over")
             if time.monotonic() + backoff_s > deadline:
                 raise ClientError(error, f"{topic}-{partition}: part {number} of batch {batch_id}")
             if error in _SESSION_LOST:
@@ -245,13 +261,27 @@ class FencedWriter:
             await self.cluster.refresh([topic])
 
     async def _new_session(self, report: FencedWriteReport, lost: _Session | None = None) -> None:
+        """The next epoch of this writer's producer id (its first session: whatever came last)."""
         async with self._session_lock:
             if lost is not None and self._session is not lost:
                 return  # another partition's task replaced it already
-            request = p.InitProducerId("", 0, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
-            response = await retrying(
-                lambda: self.cluster.send_any(request), self.config.delivery_timeout_s
+            current = self._session
+            request = p.InitProducerId(
+                self.transactional_id, _TRANSACTION_TIMEOUT_MS, current.producer_id, current.epoch
             )
+            try:
+                response = await retrying(
+                    lambda: self.cluster.send_any(request), self.config.delivery_timeout_s
+                )
+            except ClientError as exc:
+                if exc.error in _OVERTAKEN:
+                    raise ProducerFencedError(exc.error, str(exc)) from exc
+                raise
             assert isinstance(response, p.InitProducerIdResponse)
             self._session = _Session(response.producer_id, response.epoch)
             report.sessions += 1
+
+
+def _first_leaf(group: BaseExceptionGroup[Exception]) -> Exception:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first

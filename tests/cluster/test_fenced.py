@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from cluster import local_cluster
-from cluster.client import Admin, Cluster, Consumer
+from cluster.client import Admin, Cluster, ConsumedRecord, Consumer, ProducerFencedError
 from cluster.fenced import FencedWriter, FencedWriterConfig, SinkRecord
 from tests.cluster.conftest import wait_ready
 from tests.cluster.test_cluster import kill_and_restart, leader_of
@@ -103,3 +103,26 @@ async def test_a_fenced_write_rides_out_a_leader_kill(
     assert report.appended_records + report.replayed_records == 6_000
     await wait_ready(restarted)
     assert await values_in(client, "fenced-kill") == Counter(r.value for r in batch)
+
+
+async def test_every_run_of_a_writer_is_one_producer_and_a_zombie_run_is_fenced(
+    client: Cluster,
+) -> None:
+    await Admin(client).create_topic("fenced-zombie", 1, 3)
+    zombie = FencedWriter(client, "payments", 4)
+    await zombie.write(0, records("fenced-zombie", 0, 10))
+    successor = FencedWriter(client, "payments", 4)  # Spark re-ran the task: a newer epoch
+    await successor.write(1, records("fenced-zombie", 10, 10))
+    with pytest.raises(ProducerFencedError):
+        await zombie.write(1, records("fenced-zombie", 10, 10))
+    consumer = Consumer(client)
+    await consumer.assign("fenced-zombie")
+    seen: list[ConsumedRecord] = []
+    deadline = asyncio.get_running_loop().time() + 30
+    while len(seen) < 20:
+        seen.extend(await consumer.poll(100))
+        assert asyncio.get_running_loop().time() < deadline, "records missing after 30 s"
+    # One producer id for the writer (a partition keeps one entry for it), epochs 0 and 1.
+    assert {r.producer_id for r in seen} == {seen[0].producer_id}
+    assert [r.producer_epoch for r in seen] == [0] * 10 + [1] * 10
+    assert [r.sequence for r in seen] == list(range(10)) * 2
