@@ -196,11 +196,12 @@ class PartitionStateMachine:
         seen = self.sinks.check(sink, writer, batch_id, part)
         if isinstance(seen, ErrorCode):
             return Rejected(seen)
-        if seen:
+        if seen and self._deduplicate:  # (the injected fault lets a replayed part in again)
             stored = self.sinks.get(sink, writer)
             assert stored is not None
             return Duplicate(-1, -1, stored.last_update_ms)
-        self.sinks.record(sink, writer, batch_id, part, self._clock_ms)
+        if not seen:
+            self.sinks.record(sink, writer, batch_id, part, self._clock_ms)
         return self._assign_offsets(header, batch)
 
     def _assign_offsets(self, header: BatchHeader, batch: bytes) -> Appended:

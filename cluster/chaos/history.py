@@ -7,11 +7,15 @@ or may not have (a timeout, a lost connection). Operations and their fields:
 - `send`: invoke `partition`, `value`; ok adds `offset`, `pid`, `epoch`, `sequence` (and
   `resent_offset` when the client sent the same batch twice, as after a lost acknowledgement:
   the broker must answer both alike); fail and info add `error`. Every value is invoked once.
+  A streaming sink's values (fenced writes) are acknowledged by micro-batch, without their
+  offsets: ok carries `offset`, `pid`, `epoch` and `sequence` as -1.
 - `poll` (ok): a consumer's `partition` and `records`, each `[offset, value, pid, epoch, seq]`.
 - `seek` (ok): the consumer reads `partition` from `offset` on.
 - `init` (ok): a producer session `pid`, `epoch`, optional `transactional_id`.
 - `fault` (info): the nemesis: `kind`, `node`, `partition`, `phase` (start, end, skipped).
 - `stats` (ok): counters of a producer: `retries`, `dedup_hits`.
+- `sink_run` (info): a run of the sink's micro-batch `batch` that did not complete: `error`
+  (cut off on purpose, or a run that failed and is run again).
 - `final_read` (ok): the whole `partition` read through its leader after healing: `records`.
 - `replica_log` (ok): one `node`'s committed log of `partition`: `records`.
 
@@ -39,6 +43,7 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "stats": {},
     "final_read": {"partition": int, "records": list},
     "replica_log": {"partition": int, "records": list, "node": str},
+    "sink_run": {"batch": int, "error": str},
 }
 SEND_OK: dict[str, type | tuple[type, ...]] = {
     "offset": int,

@@ -114,6 +114,7 @@ async def _run(
             tasks.create_task(workload.run_transactional("t0", "chaos-txn"))
             tasks.create_task(workload.run_consumer("c0"))
             tasks.create_task(workload.run_resender("r0"))
+            tasks.create_task(workload.run_sink("s0"))
             chaos = tasks.create_task(nemesis.run(faults, loop.time(), options.seed))
             await asyncio.sleep(options.duration_s)
             chaos.cancel()

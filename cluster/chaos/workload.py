@@ -2,7 +2,9 @@
 
 Role: drive the cluster as users do (the real `Producer` and `Consumer` of `cluster.client`) and
 write what each operation asked and got as history events for the checker. Every value is
-unique (`<process>-<n>`), so the checker can follow each one into the log.
+unique (`<process>-<n>`), so the checker can follow each one into the log. Besides producers
+and a consumer, a streaming sink writes micro-batches through fenced writes and reruns some of
+them, as Spark does after a crash: its values must be in the log once, whatever the faults.
 
 An operation is `fail` only when the broker said, definitely, that it did not happen (a fenced
 epoch, a sequence or request error); a timeout, a lost connection, a leader change or anything
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +32,7 @@ from cluster.client import (
     retrying,
 )
 from cluster.client import Cluster as ClientCluster
+from cluster.fenced import FencedWriter, FencedWriterConfig, SinkRecord
 from statemachine.errors import ErrorCode
 from statemachine.records import Record as LogRecord
 from statemachine.records import RecordBatch
@@ -58,6 +62,10 @@ class WorkloadSettings:
     op_timeout_s: float = 20.0  # then the send is `info` (indeterminate)
     txn_restart_s: float = 8.0  # the transactional producer is replaced this often
     consumers: int = 1
+    sink_batch_records: int = 60  # a streaming sink's micro-batch, over every partition
+    sink_interval_s: float = 0.2
+    sink_rerun_ratio: float = 0.3  # micro-batches run again by a new writer (Spark's replay)
+    sink_cut_ratio: float = 0.2  # runs cut off mid-way first (a task killed mid-batch)
 
 
 class Clock:
@@ -149,6 +157,64 @@ class Workload:
             )
         finally:
             limit.release()
+
+    # -- a streaming sink: fenced micro-batches, rerun and cut off ---------------------------------
+
+    async def run_sink(self, process: str) -> None:
+        """Micro-batches of a streaming sink through fenced writes (cluster/fenced.py): some run
+        again by a new writer, as Spark reruns a batch after a crash, some cut off mid-way
+        first. Every value must be in the log exactly once (the checker's duplicate rule)."""
+        s = self.settings
+        rng = random.Random(process)  # the same choices on every run of the same process
+        for batch_id in itertools.count():
+            if self.stopping.is_set():
+                return
+            values = [f"{process}-{batch_id}-{i}" for i in range(s.sink_batch_records)]
+            records = [
+                SinkRecord(s.topic, None, v.encode(), i % s.partitions)
+                for i, v in enumerate(values)
+            ]
+            for r, v in zip(records, values, strict=True):
+                self.event("invoke", process, "send", partition=r.partition, value=v)
+            if rng.random() < s.sink_cut_ratio:
+                await self._cut_sink_run(process, batch_id, records, rng.uniform(0.001, 0.03))
+            runs = 2 if rng.random() < s.sink_rerun_ratio else 1
+            done = all([await self._sink_run(process, batch_id, records) for _ in range(runs)])
+            # Acknowledged by micro-batch: no offsets (the checker finds each value in the log).
+            unknown = {"offset": -1, "pid": -1, "epoch": -1, "sequence": -1} if done else {}
+            kind = "ok" if done else "info"
+            for r, v in zip(records, values, strict=True):
+                self.event(kind, process, "send", partition=r.partition, value=v, **unknown)
+            await asyncio.sleep(s.sink_interval_s)
+
+    async def _sink_run(self, process: str, batch_id: int, records: list[SinkRecord]) -> bool:
+        """Run the batch until a run completes, as Spark retries a failed task; False if the
+        workload stopped first."""
+        while not self.stopping.is_set():
+            writer = FencedWriter(self.cluster, f"chaos-{process}", 0, self._sink_config())
+            try:
+                await writer.write(batch_id, records)
+                return True
+            except ClientError as exc:
+                self.event("info", process, "sink_run", batch=batch_id, error=exc.error.name)
+        return False
+
+    async def _cut_sink_run(
+        self, process: str, batch_id: int, records: list[SinkRecord], after_s: float
+    ) -> None:
+        writer = FencedWriter(self.cluster, f"chaos-{process}", 0, self._sink_config())
+        run = asyncio.ensure_future(writer.write(batch_id, records))
+        await asyncio.wait({run}, timeout=after_s)
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ClientError):
+            await run
+        self.event("info", process, "sink_run", batch=batch_id, error="cut off")
+
+    def _sink_config(self) -> FencedWriterConfig:
+        return FencedWriterConfig(
+            part_bytes_max=512,  # a few records a part: many parts, many places to cut
+            delivery_timeout_s=self.settings.op_timeout_s,
+        )
 
     # -- the transactional-id producer, restarted to exercise fencing ----------------------------
 

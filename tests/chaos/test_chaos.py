@@ -91,3 +91,6 @@ def test_the_checker_catches_a_broker_that_does_not_deduplicate(tmp_path: Path) 
     )
     assert code == 1
     assert report["anomalies_by_kind"]["duplicate"] > 0, report["figures"]
+    # The sink's reruns (fenced writes, whose fence the fault also disables) show up too.
+    duplicated = [a["detail"] for a in report["anomaly_examples"] if a["kind"] == "duplicate"]
+    assert any(d.startswith("s0-") for d in duplicated), duplicated[:10]
