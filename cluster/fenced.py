@@ -138,6 +138,8 @@ class FencedWriter:
             raise ValueError("a batch id is not negative")
         by_partition = await self._route(records)
         report = FencedWriteReport()
+        if not by_partition:
+            return report  # an empty task: no session, no metadata write
         if self._session.producer_id < 0:
             await self._new_session(report)
         try:
