@@ -111,7 +111,7 @@ class RecordBatch:
         try:
             body = pack(
                 [
-                    [r.timestamp_ms, r.key, r.value, [list(h) for h in r.headers]]
+                    [r.timestamp_ms, r.key, r.value, r.headers]
                     for r in self.records
                 ]
             )
