@@ -109,12 +109,7 @@ class RecordBatch:
         for r in self.records:  # refuse here what verify_batch would refuse at the leader
             _check_record(r.timestamp_ms, r.key, r.value, r.headers, DEFAULT_LIMITS)
         try:
-            body = pack(
-                [
-                    [r.timestamp_ms, r.key, r.value, r.headers]
-                    for r in self.records
-                ]
-            )
+            body = pack([[r.timestamp_ms, r.key, r.value, r.headers] for r in self.records])
         except CodecError as exc:  # e.g. a header name that is not valid UTF-8
             raise BatchFormatError(str(exc)) from exc
         if len(body) + HEADER_BYTES > DEFAULT_LIMITS.batch_bytes_max:
