@@ -24,7 +24,7 @@ import zlib
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from cluster import protocol as p
 from statemachine.errors import ErrorCode
@@ -54,23 +54,22 @@ class ClientError(Exception):
         return self.error.retriable
 
 
-class Connection:
-    """One TCP connection to a broker, with pipelined requests matched by correlation id."""
+class Connection(asyncio.Protocol):
+    """One TCP connection to a broker, with pipelined requests matched by correlation id.
 
-    def __init__(
-        self,
-        address: str,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        frame_bytes_max: int,
-    ) -> None:
+    An `asyncio.Protocol`: answers are cut out of `data_received` and handed to their
+    requests there, with no reader task between the socket and the caller.
+    """
+
+    def __init__(self, address: str, frame_bytes_max: int) -> None:
         self.address = address
-        self._reader = reader
-        self._writer = writer
         self._frame_bytes_max = frame_bytes_max
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[type[p.Request], asyncio.Future[Any]]] = {}
-        self._reading = asyncio.get_running_loop().create_task(self._read_responses())
+        self._transport: asyncio.Transport | None = None
+        self._inbuf = bytearray()
+        self._drained: asyncio.Future[None] | None = None  # while the broker is not reading
+        self._lost = asyncio.get_running_loop().create_future()
         self.closed = False
 
     @classmethod
@@ -78,27 +77,30 @@ class Connection:
         cls, address: str, timeout_s: float, frame_bytes_max: int = 8 << 20
     ) -> Connection:
         host, _, port = address.rpartition(":")
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, int(port), limit=frame_bytes_max), timeout_s
-        )
-        return cls(address, reader, writer, frame_bytes_max)
+        loop = asyncio.get_running_loop()
+        connection = cls(address, frame_bytes_max)
+        async with asyncio.timeout(timeout_s):
+            await loop.create_connection(lambda: connection, host, int(port))
+        return connection
 
     async def request(self, request: p.Request, timeout_s: float) -> p.Response:
         """Send and await the answer; ClientError for an error answer or a broken connection."""
-        if self.closed or self._writer.is_closing():
+        transport = self._transport
+        if self.closed or transport is None or transport.is_closing():
             raise ClientError(ErrorCode.NETWORK_EXCEPTION, f"connection to {self.address} closed")
         correlation_id = next(self._ids) & 0x7FFF_FFFF
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[correlation_id] = (type(request), future)
         try:
             async with asyncio.timeout(timeout_s):  # no task per await, unlike wait_for
-                self._writer.write(p.encode_request(correlation_id, request))
-                await self._writer.drain()
+                transport.write(p.encode_request(correlation_id, request))
+                if self._drained is not None:
+                    await asyncio.shield(self._drained)
                 response: p.Response = await future
             return response
         except (ConnectionError, OSError, RuntimeError) as exc:
             # RuntimeError: uvloop's answer to a write on a transport the peer just closed,
-            # before our reader noticed (found by the chaos harness).
+            # before we noticed (found by the chaos harness).
             await self.close()
             raise ClientError(ErrorCode.NETWORK_EXCEPTION, str(exc)) from exc
         finally:
@@ -106,15 +108,49 @@ class Connection:
             if future.done() and not future.cancelled():
                 future.exception()  # failed by close() while we raise our own: retrieved
 
-    async def _read_responses(self) -> None:
-        try:
-            while True:
-                body = await p.read_frame(self._reader, self._frame_bytes_max)
-                self._deliver(body)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, p.ProtocolError) as exc:
-            self._fail_all(ClientError(ErrorCode.NETWORK_EXCEPTION, repr(exc)))
-        finally:
-            self.closed = True
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's: no Transport subclass
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._inbuf
+        buf += data
+        offset = 0
+        while len(buf) - offset >= p.LENGTH_PREFIX.size:
+            (length,) = p.LENGTH_PREFIX.unpack_from(buf, offset)
+            if length > self._frame_bytes_max:
+                message = f"an answer of {length} bytes exceeds {self._frame_bytes_max}"
+                self._fail_all(ClientError(ErrorCode.NETWORK_EXCEPTION, message))
+                self._abort()
+                return
+            end = offset + p.LENGTH_PREFIX.size + length
+            if end > len(buf):
+                break
+            self._deliver(bytes(buf[offset + p.LENGTH_PREFIX.size : end]))
+            offset = end
+        del buf[:offset]
+
+    def pause_writing(self) -> None:
+        self._drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        error = ClientError(ErrorCode.NETWORK_EXCEPTION, repr(exc) if exc else "closed")
+        self._fail_all(error)
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_exception(ConnectionResetError(str(error)))
+            drained.exception()  # nobody may be waiting for it
+        if not self._lost.done():
+            self._lost.set_result(None)
+
+    # -- answers -----------------------------------------------------------------------------
 
     def _deliver(self, body: bytes) -> None:
         try:
@@ -140,17 +176,19 @@ class Connection:
             if not future.done():
                 future.set_exception(error)
 
-    async def close(self) -> None:
-        if self._reading.done() and self.closed and self._writer.is_closing():
-            return
+    def _abort(self) -> None:
         self.closed = True
-        self._reading.cancel()
-        # asyncio.wait, not `await task`: the reader's CancelledError must not be mistaken for
-        # (or swallow) a cancellation of whoever is closing the connection.
-        await asyncio.wait({self._reading}, timeout=1.0)
-        self._writer.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._writer.wait_closed(), 1.0)
+        if self._transport is not None:
+            self._transport.abort()
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+        if self._transport is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await asyncio.shield(self._lost)
         self._fail_all(ClientError(ErrorCode.NETWORK_EXCEPTION, "connection closed"))
 
 

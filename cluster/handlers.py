@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from functools import partial
 
 from cluster import protocol as p
@@ -18,7 +19,7 @@ from cluster.metrics import Metrics
 from cluster.node import Node, PartitionHandle, now_ms
 from cluster.peers import PeerWatcher
 from cluster.raft import ProposalError
-from cluster.server import HandlerError
+from cluster.server import HandlerError, Respond
 from cluster.storage import StorageError
 from statemachine.commands import (
     AppendBatch,
@@ -34,6 +35,7 @@ from statemachine.records import BatchFormatError, verify_batch
 from statemachine.txn_registry import ProducerIdAndEpoch
 
 EARLIEST, LATEST = -2, -1
+Fence = tuple[str, int, int, int]  # (sink, writer, batch id, part) of a FencedProduce
 
 
 class Broker:
@@ -58,13 +60,14 @@ class Broker:
             error = exc.error.name
             raise
         finally:
-            self.metrics.requests.labels(op, error).inc()
-            self.metrics.latency.labels(op).observe(time.perf_counter() - started)
+            self._observe(op, error, started)
+
+    def _observe(self, op: str, error: str, started: float) -> None:
+        self.metrics.requests.labels(op, error).inc()
+        self.metrics.latency.labels(op).observe(time.perf_counter() - started)
 
     async def _dispatch(self, request: p.Request) -> p.Response:
         match request:
-            case p.Produce():
-                return await self.produce(request)
             case p.Fetch():
                 return await self.fetch(request)
             case p.Metadata():
@@ -81,8 +84,6 @@ class Broker:
                 return await self.delete_topic(request)
             case p.ClusterStatus():
                 return self.cluster_status()
-            case p.FencedProduce():
-                return await self.fenced_produce(request)
         raise HandlerError(ErrorCode.INVALID_REQUEST, f"unsupported {type(request).__name__}")
 
     # -- partitions: where they are ----------------------------------------------------------
@@ -105,49 +106,70 @@ class Broker:
 
     # -- produce -----------------------------------------------------------------------------
 
-    async def produce(self, request: p.Produce) -> p.ProduceResponse:
-        timeout_s = min(request.timeout_ms / 1000, self._timeout_s) or self._timeout_s
-        if len(request.entries) == 1:  # the common case: no task group to set up
-            return p.ProduceResponse((await self._produce_one(request.entries[0], timeout_s),))
-        async with asyncio.TaskGroup() as tasks:
-            pending = [tasks.create_task(self._produce_one(e, timeout_s)) for e in request.entries]
-        return p.ProduceResponse(tuple(t.result() for t in pending))
+    def answer_now(self, request: p.Request, respond: Respond) -> bool:
+        """Produce and FencedProduce: answered from the apply callback of their entries (the
+        server writes the answer at once); every other request is `handle`'s."""
+        match request:
+            case p.Produce(timeout_ms=timeout_ms, entries=entries):
+                fences: tuple[Fence | None, ...] = (None,) * len(entries)
+            case p.FencedProduce(timeout_ms=timeout_ms, entry=entry):
+                entries = (entry,)
+                fences = ((request.sink, request.writer, request.batch_id, request.part),)
+            case _:
+                return False
+        op, started = type(request).__name__, time.perf_counter()
+        timeout_s = min(timeout_ms / 1000, self._timeout_s) or self._timeout_s
+        results: dict[int, p.ProduceResult] = {}
 
-    async def fenced_produce(self, request: p.FencedProduce) -> p.ProduceResponse:
-        timeout_s = min(request.timeout_ms / 1000, self._timeout_s) or self._timeout_s
-        fence = (request.sink, request.writer, request.batch_id, request.part)
-        return p.ProduceResponse((await self._produce_one(request.entry, timeout_s, fence),))
+        def finish(index: int, result: p.ProduceResult) -> None:
+            results[index] = result
+            if len(results) == len(entries):
+                self._observe(op, "NONE", started)
+                respond(p.ProduceResponse(tuple(results[i] for i in range(len(entries)))))
 
-    async def _produce_one(
+        for index, (entry, fence) in enumerate(zip(entries, fences, strict=True)):
+            self._start_produce(entry, timeout_s, fence, partial(finish, index))
+        return True
+
+    def _start_produce(
         self,
         entry: p.ProduceEntry,
         timeout_s: float,
-        fence: tuple[str, int, int, int] | None = None,
-    ) -> p.ProduceResult:
+        fence: Fence | None,
+        finish: Callable[[p.ProduceResult], None],
+    ) -> None:
+        """Validate and propose one entry; `finish` gets its result once, now or on apply."""
+
         def failed(error: ErrorCode) -> p.ProduceResult:
             hint = self._leader_hint(entry.topic, entry.partition)
             return p.ProduceResult(entry.topic, entry.partition, error, -1, -1, -1, False, hint)
 
+        def applied(result: object, error: ProposalError | None) -> None:
+            finish(failed(error.error) if error is not None else self._produced(entry, result))
+
         handle = self._leading(entry.topic, entry.partition)
         if isinstance(handle, ErrorCode):
-            return failed(handle)
+            finish(failed(handle))
+            return
         try:
             verify_batch(entry.batch, self.node.limits)
         except BatchFormatError:
-            return failed(ErrorCode.CORRUPT_MESSAGE)
+            finish(failed(ErrorCode.CORRUPT_MESSAGE))
+            return
         command = (
             AppendBatch(now_ms(), entry.batch).encode()
             if fence is None
             else AppendFencedBatch(now_ms(), entry.batch, *fence).encode()
         )
         try:
-            result = await handle.group.propose(command, timeout_s)
+            handle.group.submit(command, timeout_s, applied)
         except ProposalError as exc:
-            return failed(exc.error)
+            finish(failed(exc.error))
+
+    def _produced(self, entry: p.ProduceEntry, result: object) -> p.ProduceResult:
         self._count(result)
         match result:
             case Appended() | Duplicate():
-                duplicate = isinstance(result, Duplicate)
                 return p.ProduceResult(
                     entry.topic,
                     entry.partition,
@@ -155,11 +177,12 @@ class Broker:
                     result.base_offset,
                     result.last_offset,
                     result.append_time_ms,
-                    duplicate,
+                    isinstance(result, Duplicate),
                     "",
                 )
             case Rejected(error=error):
-                return failed(error)
+                hint = self._leader_hint(entry.topic, entry.partition)
+                return p.ProduceResult(entry.topic, entry.partition, error, -1, -1, -1, False, hint)
         raise AssertionError(f"unexpected apply result {result!r}")
 
     def _count(self, result: object) -> None:

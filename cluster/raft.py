@@ -61,6 +61,9 @@ _NOT_LEADER = frozenset(
 # A leader tells followers of new commits this long after applying them (all of that moment's);
 # under a steady stream of writes most commits travel with the next append anyway.
 COMMIT_NEWS_DELAY_S = 0.005
+# A follower applies what a leader's append newly committed this long after answering it, not
+# in the same turn: right after its answer the leader needs the CPU to commit and reply.
+FOLLOWER_APPLY_DELAY_S = 0.002
 # A replica whose applied index trails its commit index for this long is reported unhealthy.
 STALL_REPORT_S = 5.0
 
@@ -253,7 +256,6 @@ class _MeshTransport(Transport):  # type: ignore[misc]
         node = self._nodes.get(address)
         if node is None:
             return
-        self._sync_obj.raftbroker_wake()
         try:
             self._onMessageReceived(node, message)
         except Exception:
@@ -262,6 +264,7 @@ class _MeshTransport(Transport):  # type: ignore[misc]
             # must show: it counts as a failed tick, which makes the group report unhealthy.
             self._sync_obj.raftbroker_tick_errors += 1
             _log_failure(self._sync_obj, f"group {self._group}: a message from {address} failed")
+        self._sync_obj.raftbroker_heard()
 
 
 def _log_failure(sync_obj: Any, what: str) -> None:
@@ -287,6 +290,8 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         mesh: Mesh,
         *,
         wake: Callable[[_PatchedSyncObj], None],
+        heard: Callable[[_PatchedSyncObj], None],
+        send_soon: Callable[[], None],
         commit_news: Callable[[_PatchedSyncObj], None],
     ) -> None:
         self.raftbroker_machine = machine
@@ -298,6 +303,10 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         # Called when this replica stops leading (set by RaftGroup).
         self.raftbroker_on_deposed: Callable[[], None] | None = None
         self.raftbroker_wake = partial(wake, self)
+        self.raftbroker_heard = partial(heard, self)
+        self.raftbroker_send_soon = send_soon
+        self.raftbroker_proposing = False  # in propose(): queued commands are taken at once
+        self.raftbroker_follower_heard_append = False
         self.raftbroker_commit_news = commit_news
         super().__init__(
             spec.self_address,
@@ -310,17 +319,57 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         stock: Any = vars(self)["_SyncObj__pipeNotifier"]
         os.close(stock._PipeNotifier__pipeR)
         os.close(stock._PipeNotifier__pipeW)
-        self._SyncObj__pipeNotifier = _Notifier(self.raftbroker_wake)
+        self._SyncObj__pipeNotifier = _Notifier(self._command_queued)
         self.raftbroker_live = True
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_command(self, command: bytes) -> object:
         return self.raftbroker_machine.apply(command)
 
+    def _command_queued(self) -> None:
+        if not self.raftbroker_proposing:
+            self.raftbroker_wake()
+
+    def propose_now(self, command: bytes, callback: Callable[[object, int], None]) -> None:
+        """Queue a command and take it at once: appended and sent by a leader, forwarded by a
+        follower, in this turn of the loop rather than the next tick's."""
+        self.raftbroker_proposing = True
+        try:
+            self.apply_command(command, callback=callback)
+            self._checkCommandsToApply()
+        finally:
+            self.raftbroker_proposing = False
+        # Left queued (no leader known yet), or appended where a tick commits it (a group of
+        # one replica): a tick's business. Else the driver only sends it, with the cycle that
+        # starts the next turn of the loop: one write per peer for all of this turn's proposals.
+        if self._SyncObj__commandsQueue._FastQueue__queue or self.has_work:
+            self.raftbroker_wake()
+        else:
+            self.raftbroker_send_soon()
+
+    def can_commit(self) -> bool:
+        """On a leader: a majority holds an entry past the commit index, so a tick commits."""
+        if not self._isLeader():
+            return False
+        index = self.raftCommitIndex + 1
+        if index > self.log_index:
+            return False
+        match: dict[Any, int] = self._SyncObj__raftMatchIndex
+        holders = 1 + sum(1 for held in match.values() if held >= index)
+        return 2 * holders > len(match) + 1
+
+    @property
+    def has_work(self) -> bool:
+        """A tick would commit or apply something now."""
+        return self.raftCommitIndex > self.raftLastApplied or self.can_commit()
+
     def _SyncObj__onMessageReceived(self, node: Any, message: dict[str, Any]) -> None:  # noqa: N802
         # The stock leader assigns a follower's next index from every successful reply; with
         # pipelined appends an older reply rewinds it, and the follower is then sent entries
         # it already holds and truncates (DESIGN.md). Keep the larger index.
+        self.raftbroker_follower_heard_append = (
+            message.get("type") == "append_entries" and not self._isLeader()
+        )
         rewinds = (
             message.get("type") == "next_node_idx"
             and message.get("success")
@@ -387,6 +436,8 @@ class RaftDriver:
         self._timer: asyncio.TimerHandle | None = None
         self._news: dict[_PatchedSyncObj, None] = {}
         self._news_timer: asyncio.TimerHandle | None = None
+        self._late: set[_PatchedSyncObj] = set()
+        self._late_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.tick_s = min(timing.heartbeat_ms / 4000, 0.025)
 
@@ -403,7 +454,7 @@ class RaftDriver:
         self._timer = loop.call_later(self.tick_s, self._on_timer)
 
     def stop(self) -> None:
-        for handle in (self._timer, self._cycle_soon, self._news_timer):
+        for handle in (self._timer, self._cycle_soon, self._news_timer, self._late_timer):
             if handle is not None:
                 handle.cancel()
         if self._news and self._mesh is not None:
@@ -420,6 +471,24 @@ class RaftDriver:
         self._due[group] = None
         self._schedule()
 
+    def _heard(self, group: _PatchedSyncObj) -> None:
+        """`group` took in a peer's message. An acknowledgement that lets a leader commit is
+        acted on at once: its proposer waits, and in this same turn the other followers'
+        acknowledgements would otherwise be read and handled first. Anything else is ticked in
+        this turn's cycle."""
+        if group.raftbroker_follower_heard_append:
+            group.raftbroker_follower_heard_append = False
+            if group.raftCommitIndex > group.raftLastApplied:
+                self._apply_later(group)
+            return
+        if not (group.raftbroker_live and group.can_commit()):
+            self._wake(group)
+            return
+        self._due.pop(group, None)
+        self._tick(group)
+        if group.has_work:
+            self._wake(group)
+
     def _after_event(self) -> None:
         # Replies a message produced (a follower's acknowledgement) leave now, not after ticks.
         self.mesh.flush()
@@ -428,6 +497,18 @@ class RaftDriver:
     def _schedule(self) -> None:
         if self._cycle_soon is None and self._loop is not None:
             self._cycle_soon = self._loop.call_soon(self._cycle)
+
+    def _apply_later(self, group: _PatchedSyncObj) -> None:
+        self._late.add(group)
+        if self._late_timer is None and self._loop is not None:
+            self._late_timer = self._loop.call_later(FOLLOWER_APPLY_DELAY_S, self._apply_late)
+
+    def _apply_late(self) -> None:
+        self._late_timer = None
+        late, self._late = self._late, set()
+        for group in late:
+            self._due[group] = None
+        self._cycle()
 
     def _commit_news(self, group: _PatchedSyncObj) -> None:
         self._news[group] = None
@@ -494,7 +575,14 @@ class RaftDriver:
         )
         try:
             group = _PatchedSyncObj(
-                machine, spec, conf, self.mesh, wake=self._wake, commit_news=self._commit_news
+                machine,
+                spec,
+                conf,
+                self.mesh,
+                wake=self._wake,
+                heard=self._heard,
+                send_soon=self._schedule,
+                commit_news=self._commit_news,
             )
         except BaseException:
             self.mesh.unregister(spec.route)  # pysyncobj may have readied its transport
@@ -568,18 +656,16 @@ class RaftGroup:
         self._stall_since: float | None = None
         self._last_applied_seen = 0
         self._follower_seen: dict[str, tuple[int, float]] = {}
-        self._waiting: set[asyncio.Future[object]] = set()
+        self._waiting: set[_Proposal] = set()
         sync.raftbroker_on_deposed = self._fail_waiting
 
     def _fail_waiting(self) -> None:
         """A deposed leader cannot tell whether its pending entries will commit: fail them
         retriably now (SEMANTICS.md, "Leadership") rather than when the client times out; a
         retry that meets a committed original is deduplicated."""
-        for future in self._waiting:
-            if not future.done():
-                future.set_exception(
-                    ProposalError(ErrorCode.NOT_LEADER_OR_FOLLOWER, self.leader_address)
-                )
+        error = ProposalError(ErrorCode.NOT_LEADER_OR_FOLLOWER, self.leader_address)
+        for proposal in list(self._waiting):
+            proposal.finish(None, error)
 
     @property
     def name(self) -> str:
@@ -607,27 +693,31 @@ class RaftGroup:
         with it, a follower hands the command to the leader and resolves once it applied the
         entry itself, which the metadata group uses so any node can serve admin requests.
         """
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self.submit(command, timeout_s, partial(_resolve, future), forward=forward)
+        return await future
+
+    def submit(
+        self, command: bytes, timeout_s: float, done: Done, *, forward: bool = False
+    ) -> None:
+        """`propose` for callers that want the outcome the moment it is known: `done(result,
+        None)` or `done(None, error)` is called exactly once, from the apply (no task between
+        the commit and the caller). ProposalError at once when it cannot be proposed here.
+        """
         if not forward and not self.serving:
             raise ProposalError(ErrorCode.NOT_LEADER_OR_FOLLOWER, self.leader_address)
         if self._pending >= self._max_pending:
             raise ProposalError(ErrorCode.REQUEST_TIMED_OUT, None)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[object] = loop.create_future()
-        timer = loop.call_later(timeout_s, self._expire, future)
+        proposal = _Proposal(self, done)
+        proposal.timer = asyncio.get_running_loop().call_later(timeout_s, proposal.expire)
         self._pending += 1
         if not forward:
-            self._waiting.add(future)
-        try:
-            self._sync.apply_command(command, callback=partial(_settle, future))
-            return await future
-        finally:
-            timer.cancel()
-            self._pending -= 1
-            self._waiting.discard(future)
+            self._waiting.add(proposal)
+        self._sync.propose_now(command, proposal.settle)
 
-    def _expire(self, future: asyncio.Future[object]) -> None:
-        if not future.done():
-            future.set_exception(ProposalError(ErrorCode.REQUEST_TIMED_OUT, self.leader_address))
+    def _finished(self, proposal: _Proposal) -> None:
+        self._pending -= 1
+        self._waiting.discard(proposal)
 
     async def read(self, fn: Callable[[], T]) -> T:
         """`fn`'s result: a view of the machine between applies (it runs on the same loop)."""
@@ -682,13 +772,47 @@ class RaftGroup:
         return lagging
 
 
-def _settle(future: asyncio.Future[object], result: object, error: int) -> None:
-    """pysyncobj's verdict on a proposal, delivered to its proposer."""
+Done = Callable[[object, "ProposalError | None"], None]
+
+
+class _Proposal:
+    """One proposal in flight: settled once, by pysyncobj's verdict, the timeout or a
+    deposition, whichever comes first."""
+
+    __slots__ = ("done", "finished", "group", "timer")
+
+    def __init__(self, group: RaftGroup, done: Done) -> None:
+        self.group = group
+        self.done = done
+        self.finished = False
+        self.timer: asyncio.TimerHandle | None = None
+
+    def settle(self, result: object, error: int) -> None:
+        """pysyncobj's verdict."""
+        if error == FAIL_REASON.SUCCESS:
+            self.finish(result, None)
+        elif error in _NOT_LEADER:
+            self.finish(None, ProposalError(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        else:
+            self.finish(None, ProposalError(ErrorCode.REQUEST_TIMED_OUT))
+
+    def expire(self) -> None:
+        self.finish(None, ProposalError(ErrorCode.REQUEST_TIMED_OUT, self.group.leader_address))
+
+    def finish(self, result: object, error: ProposalError | None) -> None:
+        if self.finished:
+            return  # timed out, or failed by a deposition, already
+        self.finished = True
+        if self.timer is not None:
+            self.timer.cancel()
+        self.group._finished(self)
+        self.done(result, error)
+
+
+def _resolve(future: asyncio.Future[object], result: object, error: ProposalError | None) -> None:
     if future.done():
-        return  # timed out or cancelled already
-    if error == FAIL_REASON.SUCCESS:
+        return  # its awaiter was cancelled
+    if error is None:
         future.set_result(result)
-    elif error in _NOT_LEADER:
-        future.set_exception(ProposalError(ErrorCode.NOT_LEADER_OR_FOLLOWER))
     else:
-        future.set_exception(ProposalError(ErrorCode.REQUEST_TIMED_OUT))
+        future.set_exception(error)

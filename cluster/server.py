@@ -2,8 +2,15 @@
 
 Each connection may pipeline requests; they are handled concurrently and answered in the order
 they arrived, as Kafka does. Limits: connections per node, requests in flight per connection
-(the reader stops reading when the bound is reached: backpressure, not a queue that grows),
-frame size, and an idle timeout that closes dead or silent clients.
+(reading pauses when the bound is reached: backpressure, not a queue that grows), frame size,
+an idle timeout that closes dead or silent clients, and a write timeout that closes a client
+that stops reading its answers.
+
+A connection is an `asyncio.Protocol`: frames are cut out of `data_received` as they arrive,
+and an answer is written the moment it is known and every earlier one is out. A handler may
+answer at once through a callback (`RequestHandler.answer_now`: a produce is answered from the
+Raft apply callback itself, with no task between the commit and the socket); every other
+request runs as a task that the connection owns and cancels when it closes.
 
 Bad input never crashes a node: a frame that does not decode is answered with an error when its
 correlation id can be read, and the connection is closed when it cannot; a handler that fails
@@ -13,25 +20,30 @@ unexpectedly answers UNKNOWN_SERVER_ERROR and logs, and nothing of either reache
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable
-from typing import Protocol
+from collections import deque
+from collections.abc import Callable
+from functools import partial
+from typing import Protocol, cast
 
 from cluster.config import Limits, Timing
 from cluster.protocol import (
+    LENGTH_PREFIX,
     ErrorInfo,
     ProtocolError,
     Request,
     Response,
     decode_request,
     encode_response,
-    read_frame,
 )
 from statemachine.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 WRITE_TIMEOUT_S = 30.0
+
+# What a handler answers a request with: a response, or a whole-request refusal.
+Outcome = Response | Exception
+Respond = Callable[[Outcome], None]
 
 
 class HandlerError(Exception):
@@ -45,6 +57,11 @@ class HandlerError(Exception):
 
 
 class RequestHandler(Protocol):
+    def answer_now(self, request: Request, respond: Respond) -> bool:
+        """Take `request` on the fast path and call `respond` once, later or at once; False
+        when it has none (then `handle` serves it, in a task)."""
+        ...
+
     async def handle(self, request: Request) -> Response: ...
 
 
@@ -52,106 +69,229 @@ class Server:
     def __init__(
         self, handler: RequestHandler, host: str, port: int, limits: Limits, timing: Timing
     ) -> None:
-        self._handler = handler
+        self.handler = handler
+        self.limits = limits
+        self.idle_timeout_s = timing.client_idle_timeout_ms / 1000
         self._host = host
         self._port = port
-        self._limits = limits
-        self._timing = timing
-        self._connections = 0
+        self.connections = 0
         self.listening = asyncio.Event()
 
     async def serve(self) -> None:
-        server = await asyncio.start_server(self._connection, self._host, self._port)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(partial(_Connection, self), self._host, self._port)
         async with server:
             self.listening.set()
             await server.serve_forever()
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._connections >= self._limits.connections_max:
-            writer.close()
+
+class _Slot:
+    """One request's place in the answer order; `frame` is its encoded answer once known."""
+
+    __slots__ = ("frame",)
+
+    def __init__(self) -> None:
+        self.frame: bytes | None = None
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: frames in, answers out in request order."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self._limits = server.limits
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._inbuf = bytearray()
+        self._slots: deque[_Slot] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reading = True
+        self._taking = False  # in _take_frames: an answer given at once must not re-enter it
+        self._writable = True
+        self._finishing = False  # no more requests: close once every answer is out
+        self._last_heard = self._loop.time()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport (uvloop's are not asyncio.Transport subclasses).
+        self._transport = cast(asyncio.Transport, transport)
+        if self._server.connections >= self._limits.connections_max:
+            self._finishing = True
+            self._transport.close()
             return
-        self._connections += 1
+        self._server.connections += 1
+        self._idle_timer = self._loop.call_later(self._server.idle_timeout_s, self._check_idle)
+
+    def data_received(self, data: bytes) -> None:
+        self._last_heard = self._loop.time()
+        self._inbuf += data
+        self._take_frames()
+
+    def eof_received(self) -> bool:
+        self._finish()  # the client sent all it will: answer what it asked, then close
+        return True
+
+    def pause_writing(self) -> None:
+        # The client is not reading its answers: read no more requests from it, and give it
+        # WRITE_TIMEOUT_S to catch up before the connection is dropped.
+        self._writable = False
+        self._pause_reading()
+        self._write_timer = self._loop.call_later(WRITE_TIMEOUT_S, self._abort)
+
+    def resume_writing(self) -> None:
+        self._writable = True
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        self._take_frames()
+
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: ARG002
+        if self._idle_timer is None:
+            return  # refused at the connection limit: never counted
+        self._server.connections -= 1
+        for timer in (self._idle_timer, self._write_timer):
+            if timer is not None:
+                timer.cancel()
+        for task in self._tasks:
+            task.cancel()
+        self._finishing = True
+        self._slots.clear()
+
+    # -- requests in ---------------------------------------------------------------------------
+
+    def _take_frames(self) -> None:
+        """Cut every complete frame out of the input, while the in-flight bound allows."""
+        if self._taking:
+            return
+        self._taking = True
         try:
-            await self._serve_connection(reader, writer)
-        except Exception:
-            log.exception("connection failed")
+            self._take_buffered_frames()
         finally:
-            self._connections -= 1
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), WRITE_TIMEOUT_S)
+            self._taking = False
 
-    async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        in_flight: asyncio.Queue[Awaitable[bytes] | None] = asyncio.Queue(
-            self._limits.in_flight_requests_per_connection_max
-        )
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self._write_in_order(in_flight, writer))
-            try:
-                await self._read_requests(reader, in_flight, tasks)
-            finally:
-                await in_flight.put(None)
+    def _take_buffered_frames(self) -> None:
+        buf, offset = self._inbuf, 0
+        in_flight_max = self._limits.in_flight_requests_per_connection_max
+        while not self._finishing and self._writable and len(self._slots) < in_flight_max:
+            if len(buf) - offset < LENGTH_PREFIX.size:
+                break
+            (length,) = LENGTH_PREFIX.unpack_from(buf, offset)
+            if length > self._limits.frame_bytes_max:
+                # An oversize frame: answer (its body is never read), then close.
+                limit = self._limits.frame_bytes_max
+                message = f"a frame of {length} bytes exceeds the limit of {limit}"
+                self._complete(
+                    self._new_slot(), _error_frame(0, ErrorCode.MESSAGE_TOO_LARGE, message)
+                )
+                self._finish()
+                break
+            end = offset + LENGTH_PREFIX.size + length
+            if end > len(buf):
+                break
+            body = bytes(buf[offset + LENGTH_PREFIX.size : end])
+            offset = end
+            self._on_frame(body)
+        del buf[:offset]
+        if self._finishing or not self._writable or len(self._slots) >= in_flight_max:
+            self._pause_reading()
+        else:
+            self._resume_reading()
 
-    async def _read_requests(
-        self,
-        reader: asyncio.StreamReader,
-        in_flight: asyncio.Queue[Awaitable[bytes] | None],
-        tasks: asyncio.TaskGroup,
-    ) -> None:
-        idle_s = self._timing.client_idle_timeout_ms / 1000
-        while True:
-            try:
-                async with asyncio.timeout(idle_s):  # no task per frame, unlike wait_for
-                    body = await read_frame(reader, self._limits.frame_bytes_max)
-            except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
-                return  # the client left, or was silent for too long
-            except ProtocolError as exc:  # an oversize frame: its body was never read
-                await in_flight.put(_done(_error_frame(exc)))
-                return
-            try:
-                correlation_id, request = decode_request(body, self._limits)
-            except ProtocolError as exc:
-                if exc.correlation_id is None:
-                    return  # cannot even answer it: close
-                await in_flight.put(_done(_error_frame(exc)))
-                continue
-            await in_flight.put(tasks.create_task(self._answer(correlation_id, request)))
-
-    async def _answer(self, correlation_id: int, request: Request) -> bytes:
+    def _on_frame(self, body: bytes) -> None:
         try:
-            response: Response | ErrorInfo = await self._handler.handle(request)
-            return encode_response(correlation_id, response)
-        except HandlerError as exc:
-            info = ErrorInfo(exc.message[:512], exc.leader)
-            return encode_response(correlation_id, info, exc.error)
-        except Exception:
+            correlation_id, request = decode_request(body, self._limits)
+        except ProtocolError as exc:
+            if exc.correlation_id is None:
+                self._finish()  # cannot even answer it: close after the earlier answers
+                return
+            self._complete(self._new_slot(), _error_frame(exc.correlation_id, exc.code, str(exc)))
+            return
+        respond = partial(self._respond, self._new_slot(), correlation_id)
+        try:
+            if self._server.handler.answer_now(request, respond):
+                return
+        except Exception as exc:  # a bug on the fast path: an error answer, not a dead loop
             log.exception("request %s failed", type(request).__name__)
-            info = ErrorInfo("internal error", "")
-            return encode_response(correlation_id, info, ErrorCode.UNKNOWN_SERVER_ERROR)
+            respond(exc)
+            return
+        task = self._loop.create_task(self._handle(request, respond))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    async def _write_in_order(
-        self, in_flight: asyncio.Queue[Awaitable[bytes] | None], writer: asyncio.StreamWriter
-    ) -> None:
-        broken = False
-        while (item := await in_flight.get()) is not None:
-            response = await item
-            if broken or writer.is_closing():
-                continue  # keep draining, so the reader never blocks on a full queue
-            try:
-                writer.write(response)
-                async with asyncio.timeout(WRITE_TIMEOUT_S):
-                    await writer.drain()
-            except (ConnectionError, TimeoutError, RuntimeError):  # uvloop: RuntimeError
-                broken = True  # the client left or stopped reading: the reader sees EOF next
-                writer.close()
+    async def _handle(self, request: Request, respond: Respond) -> None:
+        try:
+            outcome: Outcome = await self._server.handler.handle(request)
+        except Exception as exc:
+            outcome = exc
+        respond(outcome)
+
+    # -- answers out ---------------------------------------------------------------------------
+
+    def _new_slot(self) -> _Slot:
+        slot = _Slot()
+        self._slots.append(slot)
+        return slot
+
+    def _respond(self, slot: _Slot, correlation_id: int, outcome: Outcome) -> None:
+        if isinstance(outcome, HandlerError):
+            info = ErrorInfo(outcome.message[:512], outcome.leader)
+            frame = encode_response(correlation_id, info, outcome.error)
+        elif isinstance(outcome, Exception):
+            if not isinstance(outcome, asyncio.CancelledError):
+                log.error("request failed", exc_info=outcome)
+            frame = _error_frame(correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error")
+        else:
+            frame = encode_response(correlation_id, outcome)
+        self._complete(slot, frame)
+
+    def _complete(self, slot: _Slot, frame: bytes) -> None:
+        slot.frame = frame
+        slots, transport = self._slots, self._transport
+        if transport is None or transport.is_closing():
+            return
+        while slots and (head := slots[0].frame) is not None:
+            slots.popleft()
+            transport.write(head)
+        if self._finishing:
+            if not slots:
+                transport.close()
+        elif not self._reading and self._writable:
+            self._take_frames()  # in-flight room again: frames already read may proceed
+
+    def _finish(self) -> None:
+        self._finishing = True
+        self._pause_reading()
+        if not self._slots and self._transport is not None:
+            self._transport.close()
+
+    # -- flow control and timeouts -------------------------------------------------------------
+
+    def _pause_reading(self) -> None:
+        if self._reading and self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
+        self._reading = False
+
+    def _resume_reading(self) -> None:
+        if not self._reading and self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+            self._reading = True
+
+    def _check_idle(self) -> None:
+        """Close a client silent for the idle timeout, unless it still awaits answers."""
+        idle_s = self._server.idle_timeout_s
+        silent_s = self._loop.time() - self._last_heard
+        if silent_s >= idle_s and not self._slots:
+            self._finish()
+            return
+        self._idle_timer = self._loop.call_later(max(idle_s - silent_s, 0.1), self._check_idle)
+
+    def _abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
 
 
-def _error_frame(exc: ProtocolError) -> bytes:
-    info = ErrorInfo(str(exc)[:512], "")
-    return encode_response(exc.correlation_id or 0, info, exc.code)
-
-
-async def _done(data: bytes) -> bytes:
-    return data
+def _error_frame(correlation_id: int, error: ErrorCode, message: str) -> bytes:
+    return encode_response(correlation_id, ErrorInfo(message[:512], ""), error)

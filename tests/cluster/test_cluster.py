@@ -323,3 +323,49 @@ async def test_a_leader_change_never_answers_a_sequence_error(
     values = [r.value for r in await consume_all(client, "answers", 300)]
     assert values == [f"a{i}".encode() for i in range(300)]
     await wait_ready(current)
+
+
+async def test_pipelined_answers_keep_request_order_across_fast_and_slow_requests(
+    client: Cluster,
+) -> None:
+    # A produce is answered from the apply callback, everything else from a task: on one
+    # connection the answers must still leave in the order of the requests (as Kafka's do).
+    await Admin(client).create_topic("ordered", 1, 3)
+    await client.refresh(["ordered"])
+    leader = client.leader_address("ordered", 0)
+    assert leader is not None
+    host, _, port = leader.rpartition(":")
+
+    def produce(value: bytes) -> p.Produce:
+        batch = RecordBatch(-1, -1, -1, (Record(None, value, 1),)).encode()
+        return p.Produce(5_000, (p.ProduceEntry("ordered", 0, batch),))
+
+    requests: list[p.Request] = [
+        p.Metadata(("ordered",)),
+        produce(b"first"),
+        p.ClusterStatus(),
+        produce(b"second"),
+        p.Produce(5_000, (p.ProduceEntry("no-such-topic", 0, produce(b"x").entries[0].batch),)),
+        p.ListOffsets((p.OffsetQuery("ordered", 0, -2),)),
+        produce(b"third"),
+    ]
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(b"".join(p.encode_request(i, r) for i, r in enumerate(requests, 1)))
+        answers = []
+        async with asyncio.timeout(10):
+            for _ in requests:
+                body = await p.read_frame(reader, 1 << 20)
+                answers.append(p.decode_response(body, type(requests[len(answers)])))
+    finally:
+        writer.close()
+    assert [cid for cid, _ in answers] == list(range(1, len(requests) + 1))
+    produced = [a.results[0] for _, a in answers if isinstance(a, p.ProduceResponse)]
+    assert [ErrorCode(r.error) for r in produced] == [
+        ErrorCode.NONE,
+        ErrorCode.NONE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.NONE,
+    ]
+    first, second, _, third = produced
+    assert (second.base_offset, third.base_offset) == (first.base_offset + 1, first.base_offset + 2)
