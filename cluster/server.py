@@ -213,8 +213,7 @@ class _Connection(asyncio.Protocol):
         try:
             if self._server.handler.answer_now(request, respond):
                 return
-        except Exception as exc:  # a bug on the fast path: an error answer, not a dead loop
-            log.exception("request %s failed", type(request).__name__)
+        except Exception as exc:  # a bug on the fast path: logged and answered, not fatal
             respond(exc)
             return
         task = self._loop.create_task(self._handle(request, respond))
@@ -240,8 +239,7 @@ class _Connection(asyncio.Protocol):
             info = ErrorInfo(outcome.message[:512], outcome.leader)
             frame = encode_response(correlation_id, info, outcome.error)
         elif isinstance(outcome, Exception):
-            if not isinstance(outcome, asyncio.CancelledError):
-                log.error("request failed", exc_info=outcome)
+            log.error("request failed", exc_info=outcome)
             frame = _error_frame(correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error")
         else:
             frame = encode_response(correlation_id, outcome)
