@@ -352,7 +352,7 @@ async def test_pipelined_answers_keep_request_order_across_fast_and_slow_request
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
         writer.write(b"".join(p.encode_request(i, r) for i, r in enumerate(requests, 1)))
-        answers = []
+        answers: list[tuple[int, p.Response | p.ErrorResponse]] = []
         async with asyncio.timeout(10):
             for _ in requests:
                 body = await p.read_frame(reader, 1 << 20)
