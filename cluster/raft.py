@@ -256,6 +256,9 @@ class _MeshTransport(Transport):  # type: ignore[misc]
         node = self._nodes.get(address)
         if node is None:
             return
+        sync = self._sync_obj
+        # Known before the message is taken in: it may make a leader or candidate a follower.
+        append_to_follower = message.get("type") == "append_entries" and not sync._isLeader()
         try:
             self._onMessageReceived(node, message)
         except Exception:
@@ -264,7 +267,7 @@ class _MeshTransport(Transport):  # type: ignore[misc]
             # must show: it counts as a failed tick, which makes the group report unhealthy.
             self._sync_obj.raftbroker_tick_errors += 1
             _log_failure(self._sync_obj, f"group {self._group}: a message from {address} failed")
-        self._sync_obj.raftbroker_heard()
+        sync.raftbroker_heard(append_to_follower)
 
 
 def _log_failure(sync_obj: Any, what: str) -> None:
@@ -290,7 +293,7 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         mesh: Mesh,
         *,
         wake: Callable[[_PatchedSyncObj], None],
-        heard: Callable[[_PatchedSyncObj], None],
+        heard: Callable[[_PatchedSyncObj, bool], None],
         send_soon: Callable[[], None],
         commit_news: Callable[[_PatchedSyncObj], None],
     ) -> None:
@@ -306,7 +309,6 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         self.raftbroker_heard = partial(heard, self)
         self.raftbroker_send_soon = send_soon
         self.raftbroker_proposing = False  # in propose(): queued commands are taken at once
-        self.raftbroker_follower_heard_append = False
         self.raftbroker_commit_news = commit_news
         super().__init__(
             spec.self_address,
@@ -367,9 +369,6 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         # The stock leader assigns a follower's next index from every successful reply; with
         # pipelined appends an older reply rewinds it, and the follower is then sent entries
         # it already holds and truncates (DESIGN.md). Keep the larger index.
-        self.raftbroker_follower_heard_append = (
-            message.get("type") == "append_entries" and not self._isLeader()
-        )
         rewinds = (
             message.get("type") == "next_node_idx"
             and message.get("success")
@@ -471,13 +470,13 @@ class RaftDriver:
         self._due[group] = None
         self._schedule()
 
-    def _heard(self, group: _PatchedSyncObj) -> None:
-        """`group` took in a peer's message. An acknowledgement that lets a leader commit is
-        acted on at once: its proposer waits, and in this same turn the other followers'
-        acknowledgements would otherwise be read and handled first. Anything else is ticked in
-        this turn's cycle."""
-        if group.raftbroker_follower_heard_append:
-            group.raftbroker_follower_heard_append = False
+    def _heard(self, group: _PatchedSyncObj, append_to_follower: bool) -> None:
+        """`group` took in a peer's message. A follower answered an append inside it, and
+        applies what it newly committed a moment later. An acknowledgement that lets a leader
+        commit is acted on at once: its proposer waits, and in this same turn the other
+        followers' acknowledgements would otherwise be read and handled first. Anything else
+        is ticked in this turn's cycle."""
+        if append_to_follower:
             if group.raftCommitIndex > group.raftLastApplied:
                 self._apply_later(group)
             return
