@@ -117,18 +117,17 @@ class Connection(asyncio.Protocol):
         buf = self._inbuf
         buf += data
         offset = 0
-        while len(buf) - offset >= p.LENGTH_PREFIX.size:
-            (length,) = p.LENGTH_PREFIX.unpack_from(buf, offset)
-            if length > self._frame_bytes_max:
-                message = f"an answer of {length} bytes exceeds {self._frame_bytes_max}"
-                self._fail_all(ClientError(ErrorCode.NETWORK_EXCEPTION, message))
+        while True:
+            try:
+                frame = p.take_frame(buf, offset, self._frame_bytes_max)
+            except p.ProtocolError as exc:  # an oversize answer: the stream is lost
+                self._fail_all(ClientError(ErrorCode.NETWORK_EXCEPTION, exc.message))
                 self._abort()
                 return
-            end = offset + p.LENGTH_PREFIX.size + length
-            if end > len(buf):
+            if frame is None:
                 break
-            self._deliver(bytes(buf[offset + p.LENGTH_PREFIX.size : end]))
-            offset = end
+            body, offset = frame
+            self._deliver(body)
         del buf[:offset]
 
     def pause_writing(self) -> None:

@@ -140,21 +140,20 @@ class Broker:
     ) -> None:
         """Validate and propose one entry; `finish` gets its result once, now or on apply."""
 
-        def failed(error: ErrorCode) -> p.ProduceResult:
-            hint = self._leader_hint(entry.topic, entry.partition)
-            return p.ProduceResult(entry.topic, entry.partition, error, -1, -1, -1, False, hint)
-
         def applied(result: object, error: ProposalError | None) -> None:
-            finish(failed(error.error) if error is not None else self._produced(entry, result))
+            if error is not None:
+                finish(self._failed(entry, error.error))
+            else:
+                finish(self._produced(entry, result))
 
         handle = self._leading(entry.topic, entry.partition)
         if isinstance(handle, ErrorCode):
-            finish(failed(handle))
+            finish(self._failed(entry, handle))
             return
         try:
             verify_batch(entry.batch, self.node.limits)
         except BatchFormatError:
-            finish(failed(ErrorCode.CORRUPT_MESSAGE))
+            finish(self._failed(entry, ErrorCode.CORRUPT_MESSAGE))
             return
         command = (
             AppendBatch(now_ms(), entry.batch).encode()
@@ -164,7 +163,11 @@ class Broker:
         try:
             handle.group.submit(command, timeout_s, applied)
         except ProposalError as exc:
-            finish(failed(exc.error))
+            finish(self._failed(entry, exc.error))
+
+    def _failed(self, entry: p.ProduceEntry, error: ErrorCode) -> p.ProduceResult:
+        hint = self._leader_hint(entry.topic, entry.partition)
+        return p.ProduceResult(entry.topic, entry.partition, error, -1, -1, -1, False, hint)
 
     def _produced(self, entry: p.ProduceEntry, result: object) -> p.ProduceResult:
         self._count(result)
@@ -181,8 +184,7 @@ class Broker:
                     "",
                 )
             case Rejected(error=error):
-                hint = self._leader_hint(entry.topic, entry.partition)
-                return p.ProduceResult(entry.topic, entry.partition, error, -1, -1, -1, False, hint)
+                return self._failed(entry, error)
         raise AssertionError(f"unexpected apply result {result!r}")
 
     def _count(self, result: object) -> None:

@@ -829,7 +829,26 @@ async def read_frame(reader: asyncio.StreamReader, frame_bytes_max: int) -> byte
     Raises asyncio.IncompleteReadError at end of stream; the caller applies timeouts.
     """
     (length,) = LENGTH_PREFIX.unpack(await reader.readexactly(LENGTH_PREFIX.size))
+    _check_frame_length(length, frame_bytes_max)
+    return await reader.readexactly(length)
+
+
+def take_frame(buf: bytearray, offset: int, frame_bytes_max: int) -> tuple[bytes, int] | None:
+    """`read_frame` for a protocol's input buffer: the body of the frame at `offset` and the
+    offset after it, or None until all of it has arrived; ProtocolError (body unread) if its
+    length exceeds the limit."""
+    if len(buf) - offset < LENGTH_PREFIX.size:
+        return None
+    (length,) = LENGTH_PREFIX.unpack_from(buf, offset)
+    _check_frame_length(length, frame_bytes_max)
+    start = offset + LENGTH_PREFIX.size
+    end = start + length
+    if end > len(buf):
+        return None
+    return bytes(buf[start:end]), end
+
+
+def _check_frame_length(length: int, frame_bytes_max: int) -> None:
     if length > frame_bytes_max:
         message = f"a frame of {length} bytes exceeds the limit of {frame_bytes_max}"
         raise ProtocolError(ErrorCode.MESSAGE_TOO_LARGE, message)
-    return await reader.readexactly(length)

@@ -265,8 +265,8 @@ class _MeshTransport(Transport):  # type: ignore[misc]
             # A peer holds the secret, so this is a bug or a broken replica, not an attack; it
             # must not take the driver (and every other group) down with it, and it
             # must show: it counts as a failed tick, which makes the group report unhealthy.
-            self._sync_obj.raftbroker_tick_errors += 1
-            _log_failure(self._sync_obj, f"group {self._group}: a message from {address} failed")
+            sync.raftbroker_tick_errors += 1
+            _log_failure(sync, f"group {self._group}: a message from {address} failed")
         sync.raftbroker_heard(append_to_follower)
 
 

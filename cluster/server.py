@@ -28,13 +28,13 @@ from typing import Protocol, cast
 
 from cluster.config import Limits, Timing
 from cluster.protocol import (
-    LENGTH_PREFIX,
     ErrorInfo,
     ProtocolError,
     Request,
     Response,
     decode_request,
     encode_response,
+    take_frame,
 )
 from statemachine.errors import ErrorCode
 
@@ -176,23 +176,15 @@ class _Connection(asyncio.Protocol):
         buf, offset = self._inbuf, 0
         in_flight_max = self._limits.in_flight_requests_per_connection_max
         while not self._finishing and self._writable and len(self._slots) < in_flight_max:
-            if len(buf) - offset < LENGTH_PREFIX.size:
-                break
-            (length,) = LENGTH_PREFIX.unpack_from(buf, offset)
-            if length > self._limits.frame_bytes_max:
-                # An oversize frame: answer (its body is never read), then close.
-                limit = self._limits.frame_bytes_max
-                message = f"a frame of {length} bytes exceeds the limit of {limit}"
-                self._complete(
-                    self._new_slot(), _error_frame(0, ErrorCode.MESSAGE_TOO_LARGE, message)
-                )
+            try:
+                frame = take_frame(buf, offset, self._limits.frame_bytes_max)
+            except ProtocolError as exc:  # oversize: answer (its body is never read), close
+                self._complete(self._new_slot(), _error_frame(0, exc.code, exc.message))
                 self._finish()
                 break
-            end = offset + LENGTH_PREFIX.size + length
-            if end > len(buf):
+            if frame is None:
                 break
-            body = bytes(buf[offset + LENGTH_PREFIX.size : end])
-            offset = end
+            body, offset = frame
             self._on_frame(body)
         del buf[:offset]
         if self._finishing or not self._writable or len(self._slots) >= in_flight_max:

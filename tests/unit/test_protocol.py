@@ -1,4 +1,4 @@
-"""cluster.protocol: frames, the strict decoders, error answers and `read_frame`.
+"""cluster.protocol: frames, the strict decoders, error answers, `read_frame` and `take_frame`.
 
 Pure tests: bodies are built with msgpack by hand, and `read_frame` reads from an
 `asyncio.StreamReader` fed with bytes, never from a socket.
@@ -350,6 +350,29 @@ async def test_read_frame_raises_incomplete_read_on_a_truncated_frame(cut: int) 
     frame = p.encode_request(1, EXAMPLE_REQUESTS[6])
     with pytest.raises(asyncio.IncompleteReadError):
         await p.read_frame(reader_with(frame[:cut]), LIMITS.frame_bytes_max)
+
+
+def test_take_frame_cuts_exact_bodies_and_waits_for_the_rest() -> None:
+    frames = [p.encode_request(n, request) for n, request in enumerate(EXAMPLE_REQUESTS)]
+    data = b"".join(frames)
+    for cut in (0, 2, 4, len(frames[0]) - 1):  # a prefix or body still on its way
+        assert p.take_frame(bytearray(data[:cut]), 0, LIMITS.frame_bytes_max) is None
+    buf, offset, bodies = bytearray(data), 0, []
+    while (frame := p.take_frame(buf, offset, LIMITS.frame_bytes_max)) is not None:
+        body, offset = frame
+        bodies.append(body)
+    assert bodies == [body_of(f) for f in frames]
+    assert offset == len(buf)
+
+
+def test_take_frame_refuses_an_oversize_prefix_before_its_body_arrives() -> None:
+    with pytest.raises(p.ProtocolError, match="101 bytes") as info:
+        p.take_frame(bytearray(p.LENGTH_PREFIX.pack(101)), 0, 100)
+    assert (info.value.code, info.value.correlation_id) == (ErrorCode.MESSAGE_TOO_LARGE, None)
+    assert p.take_frame(bytearray(p.LENGTH_PREFIX.pack(100) + b"x" * 100), 0, 100) == (
+        b"x" * 100,
+        104,
+    )
 
 
 # -- The schema itself ---------------------------------------------------------------------------
