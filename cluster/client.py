@@ -22,8 +22,9 @@ import logging
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple, cast
 
 from cluster import protocol as p
@@ -39,6 +40,22 @@ from statemachine.records import (
 
 log = logging.getLogger(__name__)
 FENCED = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
+
+
+OnAnswer = Callable[[p.Response], None]
+
+
+class _Waiting(NamedTuple):
+    """A request sent on a connection, until its answer or its end."""
+
+    request_type: type[p.Request]
+    future: asyncio.Future[Any]
+    on_answer: OnAnswer | None
+
+
+def _expire(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 class ClientError(Exception):
@@ -58,14 +75,15 @@ class Connection(asyncio.Protocol):
     """One TCP connection to a broker, with pipelined requests matched by correlation id.
 
     An `asyncio.Protocol`: answers are cut out of `data_received` and handed to their
-    requests there, with no reader task between the socket and the caller.
+    requests there, with no reader task between the socket and the caller; a request's
+    `on_answer` is even called there, before its awaiter wakes.
     """
 
     def __init__(self, address: str, frame_bytes_max: int) -> None:
         self.address = address
         self._frame_bytes_max = frame_bytes_max
         self._ids = itertools.count(1)
-        self._waiting: dict[int, tuple[type[p.Request], asyncio.Future[Any]]] = {}
+        self._waiting: dict[int, _Waiting] = {}
         self._transport: asyncio.Transport | None = None
         self._inbuf = bytearray()
         self._drained: asyncio.Future[None] | None = None  # while the broker is not reading
@@ -83,20 +101,27 @@ class Connection(asyncio.Protocol):
             await loop.create_connection(lambda: connection, host, int(port))
         return connection
 
-    async def request(self, request: p.Request, timeout_s: float) -> p.Response:
-        """Send and await the answer; ClientError for an error answer or a broken connection."""
+    async def request(
+        self, request: p.Request, timeout_s: float, on_answer: OnAnswer | None = None
+    ) -> p.Response:
+        """Send and await the answer; ClientError for an error answer or a broken connection,
+        TimeoutError after `timeout_s`. `on_answer` gets a good answer the moment it is
+        decoded, a turn of the loop before this returns it."""
         transport = self._transport
         if self.closed or transport is None or transport.is_closing():
             raise ClientError(ErrorCode.NETWORK_EXCEPTION, f"connection to {self.address} closed")
         correlation_id = next(self._ids) & 0x7FFF_FFFF
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting[correlation_id] = (type(request), future)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        # A timer on the future, not asyncio.timeout(): no task cancellation to undo, and a
+        # third of the cost on the path of every request.
+        timer = loop.call_later(timeout_s, _expire, future)
+        self._waiting[correlation_id] = _Waiting(type(request), future, on_answer)
         try:
-            async with asyncio.timeout(timeout_s):  # no task per await, unlike wait_for
-                transport.write(p.encode_request(correlation_id, request))
-                if self._drained is not None:
-                    await asyncio.shield(self._drained)
-                response: p.Response = await future
+            transport.write(p.encode_request(correlation_id, request))
+            if self._drained is not None:
+                await asyncio.wait((self._drained, future), return_when=asyncio.FIRST_COMPLETED)
+            response: p.Response = await future
             return response
         except (ConnectionError, OSError, RuntimeError) as exc:
             # RuntimeError: uvloop's answer to a write on a transport the peer just closed,
@@ -104,6 +129,7 @@ class Connection(asyncio.Protocol):
             await self.close()
             raise ClientError(ErrorCode.NETWORK_EXCEPTION, str(exc)) from exc
         finally:
+            timer.cancel()
             self._waiting.pop(correlation_id, None)
             if future.done() and not future.cancelled():
                 future.exception()  # failed by close() while we raise our own: retrieved
@@ -153,27 +179,36 @@ class Connection(asyncio.Protocol):
 
     def _deliver(self, body: bytes) -> None:
         try:
-            correlation_id = p.peek_correlation_id(body)
-        except p.ProtocolError:
-            return  # an answer nobody can be matched to
-        waiting = self._waiting.get(correlation_id)
-        if waiting is None or waiting[1].done():
-            return  # the caller gave up on it (timeout)
-        request_type, future = waiting
-        try:
-            answer = p.decode_response(body, request_type)[1]
+            correlation_id, error, payload = p.split_response(body)
         except p.ProtocolError as exc:
-            future.set_exception(ClientError(ErrorCode.CORRUPT_MESSAGE, str(exc)))
+            if exc.correlation_id is not None:
+                self._fail(exc.correlation_id, ClientError(ErrorCode.CORRUPT_MESSAGE, str(exc)))
+            return  # else an answer nobody can be matched to
+        waiting = self._waiting.get(correlation_id)
+        if waiting is None or waiting.future.done():
+            return  # the caller gave up on it (timeout)
+        try:
+            answer = p.load_response(correlation_id, error, payload, waiting.request_type)
+        except p.ProtocolError as exc:
+            waiting.future.set_exception(ClientError(ErrorCode.CORRUPT_MESSAGE, str(exc)))
             return
         if isinstance(answer, p.ErrorResponse):
-            future.set_exception(ClientError(answer.error, answer.info.message, answer.info.leader))
-        else:
-            future.set_result(answer)
+            info = answer.info
+            waiting.future.set_exception(ClientError(answer.error, info.message, info.leader))
+            return
+        if waiting.on_answer is not None:
+            waiting.on_answer(answer)
+        waiting.future.set_result(answer)
+
+    def _fail(self, correlation_id: int, error: ClientError) -> None:
+        waiting = self._waiting.get(correlation_id)
+        if waiting is not None and not waiting.future.done():
+            waiting.future.set_exception(error)
 
     def _fail_all(self, error: ClientError) -> None:
-        for _, future in self._waiting.values():
-            if not future.done():
-                future.set_exception(error)
+        for waiting in self._waiting.values():
+            if not waiting.future.done():
+                waiting.future.set_exception(error)
 
     def _abort(self) -> None:
         self.closed = True
@@ -228,12 +263,16 @@ class Cluster:
             return conn
 
     async def send(
-        self, address: str, request: p.Request, timeout_s: float | None = None
+        self,
+        address: str,
+        request: p.Request,
+        timeout_s: float | None = None,
+        on_answer: OnAnswer | None = None,
     ) -> p.Response:
         timeout = timeout_s or self.request_timeout_s
         conn = await self.connection(address)
         try:
-            return await conn.request(request, timeout)
+            return await conn.request(request, timeout, on_answer)
         except TimeoutError as exc:
             raise ClientError(ErrorCode.REQUEST_TIMED_OUT, address) from exc
 
@@ -300,14 +339,19 @@ class Cluster:
             self._partitions[topic] = tuple(infos)
 
     async def send_to_leader(
-        self, topic: str, partition: int, request: p.Request, timeout_s: float | None = None
+        self,
+        topic: str,
+        partition: int,
+        request: p.Request,
+        timeout_s: float | None = None,
+        on_answer: OnAnswer | None = None,
     ) -> p.Response:
         if self.leader_address(topic, partition) is None:
             await self.refresh([topic])
         address = self.leader_address(topic, partition)
         if address is None:
             raise ClientError(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}-{partition}")
-        return await self.send(address, request, timeout_s)
+        return await self.send(address, request, timeout_s, on_answer)
 
     async def close(self) -> None:
         for conn in list(self._connections.values()):
@@ -713,7 +757,11 @@ class _PartitionSender:
         cluster = self.producer.cluster
         try:
             response = await cluster.send_to_leader(
-                self.topic, self.partition, request, config.request_timeout_ms / 1000 + 1
+                self.topic,
+                self.partition,
+                request,
+                config.request_timeout_ms / 1000 + 1,
+                partial(self._acknowledged, batch),
             )
         except ClientError as exc:
             batch.retry = True
@@ -724,9 +772,7 @@ class _PartitionSender:
         result = response.results[0]
         error = ErrorCode(result.error)
         if error == ErrorCode.NONE:
-            batch.done = True
-            self.producer.stats["duplicates"] += result.duplicate
-            self._resolve(batch, result)
+            self._acknowledged(batch, response)  # done already, unless the answer came late
         elif error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             batch.out_of_order = True
         elif error.retriable:
@@ -737,6 +783,18 @@ class _PartitionSender:
                 await cluster.refresh([self.topic])
         else:
             batch.failed = error
+
+    def _acknowledged(self, batch: _Batch, response: p.Response) -> None:
+        """From the connection, the moment the answer is decoded: an acknowledged batch's
+        records resolve now, so their awaiters run before this sender's task does (which
+        then sends what they queued meanwhile, in the same turn of the loop)."""
+        if not isinstance(response, p.ProduceResponse) or not response.results:
+            return  # `_send` sees it
+        result = response.results[0]
+        if result.error == ErrorCode.NONE and not batch.done:
+            batch.done = True
+            self.producer.stats["duplicates"] += result.duplicate
+            self._resolve(batch, result)
 
     def _resolve(self, batch: _Batch, result: p.ProduceResult) -> None:
         idempotent = batch.base_sequence >= 0 and self.producer.config.idempotent

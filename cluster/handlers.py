@@ -63,8 +63,7 @@ class Broker:
             self._observe(op, error, started)
 
     def _observe(self, op: str, error: str, started: float) -> None:
-        self.metrics.requests.labels(op, error).inc()
-        self.metrics.latency.labels(op).observe(time.perf_counter() - started)
+        self.metrics.request_done(op, error, time.perf_counter() - started)
 
     async def _dispatch(self, request: p.Request) -> p.Response:
         match request:

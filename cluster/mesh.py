@@ -185,14 +185,19 @@ class _Link:
         """Receive what is available, up to `bytes_max`; False when the peer closed."""
         received = 0
         while received < bytes_max:
+            wanted = min(_RECV_CHUNK_BYTES, bytes_max - received)
             try:
-                chunk = self.sock.recv(min(_RECV_CHUNK_BYTES, bytes_max - received))
+                chunk = self.sock.recv(wanted)
             except (BlockingIOError, InterruptedError):
                 return True
             if not chunk:
                 return False
             self.inbuf += chunk
             received += len(chunk)
+            if len(chunk) < wanted:
+                # The socket is drained: asking again would only fail with EAGAIN (a syscall
+                # and an exception per message). Whatever arrives next is another event.
+                return True
         return True
 
     def next_frame(self, frame_bytes_max: int) -> bytes | None:

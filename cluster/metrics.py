@@ -51,6 +51,21 @@ class Metrics:
         self.leader_changes = Counter(
             "raftbroker_leader_changes", "Leadership changes seen, per group", ["group"], registry=r
         )
+        # Children by label values: `labels()` takes a lock and builds its key on every call,
+        # on the path of every request. Ops and error names are few, so these stay small.
+        self._request_counts: dict[tuple[str, str], Counter] = {}
+        self._latencies: dict[str, Histogram] = {}
+
+    def request_done(self, op: str, error: str, seconds: float) -> None:
+        """One request answered: counted by op and error, its latency observed by op."""
+        count = self._request_counts.get((op, error))
+        if count is None:
+            count = self._request_counts[op, error] = self.requests.labels(op, error)
+        count.inc()
+        latency = self._latencies.get(op)
+        if latency is None:
+            latency = self._latencies[op] = self.latency.labels(op)
+        latency.observe(seconds)
 
     def watch_groups(self, statuses: Callable[[], list[GroupStatus]]) -> None:
         self.registry.register(_RaftCollector(statuses))

@@ -812,15 +812,31 @@ def decode_response(
     body: bytes, request_type: type[Request], limits: Limits = _DEFAULT_LIMITS
 ) -> tuple[int, Response | ErrorResponse]:
     """The correlation id and answer of a frame body sent for a `request_type` request."""
-    correlation_id, error, payload = _header(_unpack(body, limits))
+    correlation_id, error, payload = split_response(body, limits)
+    return correlation_id, load_response(correlation_id, error, payload, request_type, limits)
+
+
+def split_response(body: bytes, limits: Limits = _DEFAULT_LIMITS) -> tuple[int, object, object]:
+    """A response body's correlation id, error code and payload, still raw: a client reads
+    which request it answers from the one decode of the body, then `load_response`s it."""
+    return _header(_unpack(body, limits))
+
+
+def load_response(
+    correlation_id: int,
+    error: object,
+    payload: object,
+    request_type: type[Request],
+    limits: Limits = _DEFAULT_LIMITS,
+) -> Response | ErrorResponse:
+    """The answer in a `split_response` body sent for a `request_type` request."""
     code = _ERROR_CODES.get(error) if type(error) is int else None
     if code is None:
         message = f"unknown error code {error!r}"
         raise ProtocolError(ErrorCode.INVALID_REQUEST, message, correlation_id)
     if code != ErrorCode.NONE:
-        info = _load_payload(ErrorInfo, payload, limits, correlation_id)
-        return correlation_id, ErrorResponse(code, info)
-    return correlation_id, _load_payload(request_type.RESPONSE, payload, limits, correlation_id)
+        return ErrorResponse(code, _load_payload(ErrorInfo, payload, limits, correlation_id))
+    return _load_payload(request_type.RESPONSE, payload, limits, correlation_id)
 
 
 async def read_frame(reader: asyncio.StreamReader, frame_bytes_max: int) -> bytes:

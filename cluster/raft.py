@@ -3,7 +3,7 @@
 A `RaftGroup` replicates `bytes` commands and applies them, in log order, to a
 `ReplicatedMachine`; `propose()` returns the apply result on the caller's event loop, or raises
 `ProposalError` with a retriable `ErrorCode` when leadership is lost, the queue is full or the
-proposal times out. Commands travel as one `bytes` value, so pysyncobj's pickling is a memcpy.
+proposal times out. A command goes into the log as it is, behind a two-byte prefix: no pickle.
 
 Threads: none of its own. One `RaftDriver` per process ticks every group (pysyncobj with
 `autoTick=False`) on the asyncio loop that serves clients, and watches the mesh's sockets there:
@@ -33,12 +33,14 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.node import TCPNode
+from pysyncobj.syncobj import _COMMAND_TYPE
 from pysyncobj.transport import Transport
 
 from cluster.config import Timing
@@ -50,6 +52,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SNAPSHOT_FORMAT = 1
+# A log entry of ours: pysyncobj's type byte for a regular command, then a mark of our own.
+_ENTRY_PREFIX = bytes([_COMMAND_TYPE.REGULAR]) + b"R"
 _NOT_LEADER = frozenset(
     {
         FAIL_REASON.MISSING_LEADER,
@@ -257,8 +261,9 @@ class _MeshTransport(Transport):  # type: ignore[misc]
         if node is None:
             return
         sync = self._sync_obj
+        kind = message.get("type")
         # Known before the message is taken in: it may make a leader or candidate a follower.
-        append_to_follower = message.get("type") == "append_entries" and not sync._isLeader()
+        heard = Heard.APPEND if kind == "append_entries" and not sync._isLeader() else Heard.OTHER
         try:
             self._onMessageReceived(node, message)
         except Exception:
@@ -267,7 +272,10 @@ class _MeshTransport(Transport):  # type: ignore[misc]
             # must show: it counts as a failed tick, which makes the group report unhealthy.
             sync.raftbroker_tick_errors += 1
             _log_failure(sync, f"group {self._group}: a message from {address} failed")
-        sync.raftbroker_heard(append_to_follower)
+        else:
+            if kind == "next_node_idx" and sync.holds_every_entry(node):
+                heard = Heard.ACK_CAUGHT_UP
+        sync.raftbroker_heard(heard)
 
 
 def _log_failure(sync_obj: Any, what: str) -> None:
@@ -275,6 +283,14 @@ def _log_failure(sync_obj: Any, what: str) -> None:
     count = sync_obj.raftbroker_tick_errors
     if count in (1, 10, 100, 1_000, 10_000):
         log.exception("%s (%d failures so far)", what, count)
+
+
+class Heard(Enum):
+    """What a peer's message was, for the driver to decide whether its group needs a tick."""
+
+    APPEND = "an append, taken in by a follower"
+    ACK_CAUGHT_UP = "a leader heard a follower that now holds its whole log"
+    OTHER = "anything else"
 
 
 class _Notifier:
@@ -293,7 +309,7 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         mesh: Mesh,
         *,
         wake: Callable[[_PatchedSyncObj], None],
-        heard: Callable[[_PatchedSyncObj, bool], None],
+        heard: Callable[[_PatchedSyncObj, Heard], None],
         send_soon: Callable[[], None],
         commit_news: Callable[[_PatchedSyncObj], None],
     ) -> None:
@@ -326,7 +342,17 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_command(self, command: bytes) -> object:
+        """Entries written before commands went into the log as they are (a pickled call of
+        this method): still applied from an old journal."""
         return self.raftbroker_machine.apply(command)
+
+    def _SyncObj__doApplyCommand(self, entry: bytes) -> object:  # noqa: N802
+        # An entry is pysyncobj's type byte, our mark and the command as it is: no pickle of a
+        # method call to build on the leader and take apart on every replica. An old entry
+        # has a pickle after the type byte, which starts with PROTO (0x80), never the mark.
+        if entry[:2] == _ENTRY_PREFIX:
+            return self.raftbroker_machine.apply(entry[2:])
+        return SyncObj._SyncObj__doApplyCommand(self, entry)
 
     def _command_queued(self) -> None:
         if not self.raftbroker_proposing:
@@ -337,7 +363,7 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         follower, in this turn of the loop rather than the next tick's."""
         self.raftbroker_proposing = True
         try:
-            self.apply_command(command, callback=callback)
+            self._applyCommand(_ENTRY_PREFIX + command, callback)
             self._checkCommandsToApply()
         finally:
             self.raftbroker_proposing = False
@@ -349,6 +375,13 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         else:
             self.raftbroker_send_soon()
 
+    def holds_every_entry(self, node: Any) -> bool:
+        """On a leader: `node` acknowledged the whole log, so nothing is left to send it."""
+        if not self._isLeader():
+            return False
+        match: dict[Any, int] = self._SyncObj__raftMatchIndex
+        return match.get(node, -1) >= self.log_index
+
     def can_commit(self) -> bool:
         """On a leader: a majority holds an entry past the commit index, so a tick commits."""
         if not self._isLeader():
@@ -359,6 +392,32 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         match: dict[Any, int] = self._SyncObj__raftMatchIndex
         holders = 1 + sum(1 for held in match.values() if held >= index)
         return 2 * holders > len(match) + 1
+
+    def commit_now(self) -> None:
+        """On a leader: the commit and apply of a tick, alone. When an acknowledgement lets a
+        leader commit, its proposers wait for just this; the rest of a tick (heartbeats, the
+        quorum check, compaction, queued commands) is the timer's and the cycle's business."""
+        if not self._isLeader():
+            return
+        log: Any = self._SyncObj__raftLog
+        match: dict[Any, int] = self._SyncObj__raftMatchIndex
+        term: int = self._SyncObj__raftCurrentTerm
+        first_index, last_index = log[0][1], log[-1][1]
+        index = committed = self.raftCommitIndex
+        while index < last_index:
+            index += 1
+            holders = 1 + sum(1 for held in match.values() if held >= index)
+            if 2 * holders <= len(match) + 1:
+                break
+            # Raft 5.4.2: counting replicas commits only an entry of the leader's own term
+            # (and with it every entry before it).
+            if index >= first_index and log[index - first_index][2] == term:
+                committed = index
+        if committed != self.raftCommitIndex:
+            self._SyncObj__raftCommitIndex = committed
+            log.setRaftCommitIndex(committed)
+        self._SyncObj__leaderCommitIndex = committed
+        self._SyncObj__applyLogEntries()
 
     @property
     def has_work(self) -> bool:
@@ -416,10 +475,11 @@ class RaftDriver:
     """Ticks every Raft group of a process, on the event loop that serves its clients.
 
     A group is ticked when something concerns it (a message, a proposal, a peer coming or
-    going), in the same turn of the loop, and every group on a timer; a group whose indexes
-    moved in a tick is ticked once more, because pysyncobj commits and applies at the start of
-    a tick what the end of the previous one appended. One thread for clients and Raft: no
-    hand-offs between threads on the path of a write (they were a third of its latency).
+    going), in the same turn of the loop, and every group on a timer; a group left with work
+    after a tick (an entry to commit or apply) is ticked once more, because pysyncobj commits
+    and applies at the start of a tick what the end of the previous one appended. One thread
+    for clients and Raft: no hand-offs between threads on the path of a write (they were a
+    third of its latency).
     """
 
     def __init__(self, timing: Timing, mesh: MeshSettings, compaction_entries: int = 2_000) -> None:
@@ -470,28 +530,31 @@ class RaftDriver:
         self._due[group] = None
         self._schedule()
 
-    def _heard(self, group: _PatchedSyncObj, append_to_follower: bool) -> None:
+    def _heard(self, group: _PatchedSyncObj, heard: Heard) -> None:
         """`group` took in a peer's message. A follower answered an append inside it, and
         applies what it newly committed a moment later. An acknowledgement that lets a leader
         commit is acted on at once: its proposer waits, and in this same turn the other
-        followers' acknowledgements would otherwise be read and handled first. Anything else
-        is ticked in this turn's cycle."""
-        if append_to_follower:
+        followers' acknowledgements would otherwise be read and handled first. One from a
+        follower that holds the whole log, and commits nothing, needs no tick (the timer's
+        ticks keep the heartbeats and the leader's quorum check). Anything else is ticked in
+        this turn's cycle."""
+        if heard is Heard.APPEND:
             if group.raftCommitIndex > group.raftLastApplied:
                 self._apply_later(group)
             return
         if not (group.raftbroker_live and group.can_commit()):
-            self._wake(group)
+            if heard is not Heard.ACK_CAUGHT_UP:
+                self._wake(group)
             return
-        self._due.pop(group, None)
-        self._tick(group)
+        self._guarded_step(group, group.commit_now)
         if group.has_work:
             self._wake(group)
 
     def _after_event(self) -> None:
         # Replies a message produced (a follower's acknowledgement) leave now, not after ticks.
         self.mesh.flush()
-        self._schedule()
+        if self._due:
+            self._schedule()
 
     def _schedule(self) -> None:
         if self._cycle_soon is None and self._loop is not None:
@@ -535,9 +598,8 @@ class RaftDriver:
         due, self._due = self._due, {}
         for group in due:
             if group.raftbroker_live:
-                before = _progress(group)
                 self._tick(group)
-                if _progress(group) != before:
+                if group.has_work:
                     self._due[group] = None
         self.mesh.flush()
         if self._due:
@@ -601,10 +663,6 @@ class RaftDriver:
             self._due.pop(group, None)
             group.raftbroker_live = False
             group.destroy()
-
-
-def _progress(group: _PatchedSyncObj) -> tuple[int, int, int]:
-    return group.raftCommitIndex, group.raftLastApplied, group.log_index
 
 
 class _SnapshotFile:
