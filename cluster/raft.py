@@ -387,8 +387,10 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         if not self._isLeader():
             return False
         index = self.raftCommitIndex + 1
-        if index > self.log_index:
-            return False
+        return index <= self.log_index and self._majority_holds(index)
+
+    def _majority_holds(self, index: int) -> bool:
+        """On a leader: the entry at `index` is held by a majority (the leader counts)."""
         match: dict[Any, int] = self._SyncObj__raftMatchIndex
         holders = 1 + sum(1 for held in match.values() if held >= index)
         return 2 * holders > len(match) + 1
@@ -400,14 +402,12 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         if not self._isLeader():
             return
         log: Any = self._SyncObj__raftLog
-        match: dict[Any, int] = self._SyncObj__raftMatchIndex
         term: int = self._SyncObj__raftCurrentTerm
         first_index, last_index = log[0][1], log[-1][1]
         index = committed = self.raftCommitIndex
         while index < last_index:
             index += 1
-            holders = 1 + sum(1 for held in match.values() if held >= index)
-            if 2 * holders <= len(match) + 1:
+            if not self._majority_holds(index):
                 break
             # Raft 5.4.2: counting replicas commits only an entry of the leader's own term
             # (and with it every entry before it).
@@ -552,9 +552,8 @@ class RaftDriver:
 
     def _after_event(self) -> None:
         # Replies a message produced (a follower's acknowledgement) leave now, not after ticks.
+        # Groups it made due have their cycle scheduled already (`_wake`).
         self.mesh.flush()
-        if self._due:
-            self._schedule()
 
     def _schedule(self) -> None:
         if self._cycle_soon is None and self._loop is not None:
