@@ -66,6 +66,9 @@ def peer_figures(peer: dict[str, Any]) -> dict[str, Any]:
         "pipelined_case": dig(peer, "pipelined"),
         "sequential_p50": dig(peer, "sequential", "p50_ms"),
         "sequential_p99": dig(peer, "sequential", "p99_ms"),
+        # Compared: its client on the stream leader's server, as raftbroker's producer sends to
+        # the partition leader. Through a follower's server it crosses one more hop each way.
+        "sequential_p50_via_follower": dig(peer, "sequential_via_follower", "p50_ms"),
         "failover": dig(peer, "failover", "resume_median_ms"),
         "failover_lost": dig(peer, "failover", "lost"),
         "failover_duplicated": dig(peer, "failover", "duplicated"),
@@ -180,6 +183,11 @@ def markdown(c: dict[str, Any]) -> str:
         )
     cpu = c["cpu_in_pipelined"]
     lines += [
+        "",
+        "Sequential publishes: JetStream's client is connected to the stream leader's server "
+        "(raftbroker's producer sends to the partition leader); connected to a follower's "
+        f"server instead, its p50 is {_n(b.get('sequential_p50_via_follower'), 2)} ms (the "
+        "publish and its ack cross one more hop).",
         "",
         f"CPU during the pipelined run: raftbroker {_cpu(cpu['raftbroker'])}; JetStream "
         f"{_cpu(cpu['jetstream'])} (% of one core; the machine has "

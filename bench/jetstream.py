@@ -16,7 +16,12 @@ bytes, a 12-digit index then random letters. CPU per server and of this client p
 `bench.cluster`.
 
 Scenarios:
-- sequential: each publish awaited before the next, for a few seconds: rate, latency.
+- sequential: each publish awaited before the next, for a few seconds: rate, latency; once
+  from a client connected to the stream leader's server (the figure compared: raftbroker's
+  producer sends to the partition leader too), then from one connected to a follower's server,
+  whose publishes and acks cross one more hop (reported beside it). nats-py connects to a
+  random server, so without this a run's figure depended on where its client landed (0.41 vs
+  0.50 ms here).
 - pipelined: `publish_async` (nats-py's own pipelining path) with up to 16,000 publishes
   pending, every PubAck awaited, for 10 s after a ramp: acknowledged msgs/s, MB/s, CPU. The
   fastest mode found: plain `js.publish` calls bounded by a semaphore were about a third
@@ -294,22 +299,50 @@ async def publish_acked(js: Any, index: int) -> Any:
 
 async def sequential_scenario(settings: Settings) -> dict[str, Any]:
     async with fresh_cluster() as cluster:
+        group = await wait_group(cluster, lambda g: g.leader is not None, "a stream leader")
+        leader = cluster.by_name(str(group.leader))
+        follower = next(s for s in cluster.servers if s is not leader)
+        on_leader = await sequential_through(cluster, leader, settings.sequential_s, 1_000_000)
+        via_follower = await sequential_through(cluster, follower, settings.sequential_s, 2_000_000)
+    mode = "each publish awaited before the next"
+    return {
+        "sequential": {"mode": mode, "client_on": "the stream leader's server", **on_leader},
+        "sequential_via_follower": {
+            "mode": mode,
+            "client_on": "a follower's server (the publish and its ack cross one more hop)",
+            **via_follower,
+        },
+    }
+
+
+async def sequential_through(
+    cluster: JetStreamCluster, server: Server, seconds: float, first_index: int
+) -> dict[str, Any]:
+    """Sequential publishes from a client connected to `server` alone: where a client
+    connects decides whether its publish reaches the stream's leader directly."""
+    nc = await nats.connect(
+        servers=[f"nats://{server.host}:{cluster.client_port}"],
+        connect_timeout=2,
+        allow_reconnect=False,
+        error_cb=connection_error,
+    )
+    try:
+        js = nc.jetstream(timeout=REQUEST_TIMEOUT_S)
         latencies: list[float] = []
-        end = time.monotonic() + settings.sequential_s
-        index = 1_000_000
+        end = time.monotonic() + seconds
+        index = first_index
         while time.monotonic() < end:
             start = time.perf_counter()
-            await publish_acked(cluster.js, index)
+            await publish_acked(js, index)
             latencies.append(time.perf_counter() - start)
             index += 1
+    finally:
+        await asyncio.wait_for(nc.close(), 5)
     return {
-        "sequential": {
-            "mode": "each publish awaited before the next",
-            "seconds": settings.sequential_s,
-            "messages": len(latencies),
-            "rate_per_s": round(len(latencies) / settings.sequential_s),
-            **latency_summary_ms(latencies),
-        }
+        "seconds": seconds,
+        "messages": len(latencies),
+        "rate_per_s": round(len(latencies) / seconds),
+        **latency_summary_ms(latencies),
     }
 
 

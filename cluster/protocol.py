@@ -30,11 +30,12 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import operator
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import msgpack
 
@@ -96,8 +97,18 @@ def _at_most(count: int) -> Bound:
     return lambda _limits: count
 
 
+class _AsIs:
+    """A rule whose values msgpack writes as they are: its dump is the identity."""
+
+    __slots__ = ()
+    AS_IS: ClassVar[bool] = True
+
+    def dump(self, value: object) -> object:
+        return value
+
+
 @dataclass(frozen=True, slots=True)
-class IntRule:
+class IntRule(_AsIs):
     """An integer (never a bool) within [lo, hi]."""
 
     lo: int
@@ -108,23 +119,17 @@ class IntRule:
             raise _FieldError(f"expected an integer in [{self.lo}, {self.hi}]")
         return value
 
-    def dump(self, value: object) -> object:
-        return value
-
 
 @dataclass(frozen=True, slots=True)
-class BoolRule:
+class BoolRule(_AsIs):
     def load(self, value: object, _limits: Limits) -> object:
         if type(value) is not bool:
             raise _FieldError("expected a bool")
         return value
 
-    def dump(self, value: object) -> object:
-        return value
-
 
 @dataclass(frozen=True, slots=True)
-class StrRule:
+class StrRule(_AsIs):
     """A string of at most `chars_max` characters (valid UTF-8 on the wire)."""
 
     chars_max: int
@@ -134,12 +139,9 @@ class StrRule:
             raise _FieldError(f"expected a string of at most {self.chars_max} characters")
         return value
 
-    def dump(self, value: object) -> object:
-        return value
-
 
 @dataclass(frozen=True, slots=True)
-class BytesRule:
+class BytesRule(_AsIs):
     """Opaque bytes (msgpack bin), bounded by the frame."""
 
     def load(self, value: object, _limits: Limits) -> object:
@@ -147,16 +149,13 @@ class BytesRule:
             raise _FieldError("expected bytes")
         return value
 
-    def dump(self, value: object) -> object:
-        return value
-
 
 _ERROR_CODES = {int(code): code for code in ErrorCode}
 
 
 @dataclass(frozen=True, slots=True)
-class ErrorCodeRule:
-    """An ErrorCode value; it decodes to the enum member."""
+class ErrorCodeRule(_AsIs):
+    """An ErrorCode value; it decodes to the enum member (an IntEnum, written as its value)."""
 
     def load(self, value: object, _limits: Limits) -> object:
         code = _ERROR_CODES.get(value) if type(value) is int else None
@@ -164,15 +163,13 @@ class ErrorCodeRule:
             raise _FieldError("expected a known error code")
         return code
 
-    def dump(self, value: object) -> object:
-        return int(value)  # type: ignore[call-overload]
-
 
 @dataclass(frozen=True, slots=True)
 class StructRule:
     """A nested record, encoded as the array of its fields."""
 
     cls: type[Struct]
+    AS_IS: ClassVar[bool] = False
 
     def load(self, value: object, limits: Limits) -> object:
         return _load_struct(self.cls, value, limits)
@@ -187,6 +184,7 @@ class TupleRule:
 
     item: Rule
     bound: Bound
+    AS_IS: ClassVar[bool] = False
 
     def load(self, value: object, limits: Limits) -> object:
         if type(value) is not tuple:
@@ -194,16 +192,19 @@ class TupleRule:
         count_max = self.bound(limits)
         if len(value) > count_max:
             raise _FieldError(f"expected at most {count_max} items")
-        return tuple(self._load_item(i, item, limits) for i, item in enumerate(value))
-
-    def _load_item(self, index: int, value: object, limits: Limits) -> object:
+        load, items = self.item.load, []
         try:
-            return self.item.load(value, limits)
+            for item in value:
+                items.append(load(item, limits))
         except _FieldError as exc:
-            raise exc.at(f"[{index}]") from None
+            raise exc.at(f"[{len(items)}]") from None  # the items before it loaded
+        return tuple(items)
 
     def dump(self, value: object) -> object:
-        return [self.item.dump(item) for item in value]  # type: ignore[attr-defined]
+        if self.item.AS_IS:
+            return value  # a tuple of plain values: msgpack writes it as the array it is
+        dump = self.item.dump
+        return [dump(item) for item in value]  # type: ignore[attr-defined]
 
 
 Rule = IntRule | BoolRule | StrRule | BytesRule | ErrorCodeRule | StructRule | TupleRule
@@ -671,32 +672,62 @@ _BY_OP = _request_types_by_op()
 S = TypeVar("S", bound=Struct)
 
 
-_RULES: dict[type[Struct], tuple[tuple[str, Rule], ...]] = {}
+class _Plan(NamedTuple):
+    """A record class's rules, prepared once for both directions."""
+
+    rules: tuple[tuple[str, Rule], ...]
+    loads: tuple[Callable[[object, Limits], object], ...]
+    values_of: Callable[[Any], tuple[object, ...]]  # every field's value, in one call
+    dumps: tuple[tuple[int, Callable[[object], object]], ...]  # the fields not written as is
+
+
+_PLANS: dict[type[Struct], _Plan] = {}
+
+
+def _new_plan(cls: type[Struct]) -> _Plan:
+    """Prepare `cls` (once: callers look in `_PLANS` first, which saves a call per record)."""
+    rules = tuple((f.name, f.metadata["rule"]) for f in fields(cls))  # type: ignore[arg-type]
+    plan = _PLANS[cls] = _Plan(
+        rules,
+        tuple(rule.load for _, rule in rules),
+        _values_getter([name for name, _ in rules]),
+        tuple((i, rule.dump) for i, (_, rule) in enumerate(rules) if not rule.AS_IS),
+    )
+    return plan
+
+
+def _values_getter(names: list[str]) -> Callable[[Any], tuple[object, ...]]:
+    if len(names) > 1:
+        return operator.attrgetter(*names)  # a tuple of the values, in one C call
+    return lambda value: tuple(getattr(value, name) for name in names)
 
 
 def field_rules(cls: type[Struct]) -> tuple[tuple[str, Rule], ...]:
     """The (name, rule) of each field of a record class, in encoding order."""
-    rules = _RULES.get(cls)
-    if rules is None:
-        rules = tuple((f.name, f.metadata["rule"]) for f in fields(cls))  # type: ignore[arg-type]
-        _RULES[cls] = rules
-    return rules
+    return (_PLANS.get(cls) or _new_plan(cls)).rules
 
 
-def _dump_struct(value: Struct) -> list[object]:
-    return [rule.dump(getattr(value, name)) for name, rule in field_rules(type(value))]
+def _dump_struct(value: Struct) -> object:
+    plan = _PLANS.get(type(value)) or _new_plan(type(value))
+    values = plan.values_of(value)
+    if not plan.dumps:
+        return values  # msgpack writes the tuple as the array of the fields
+    dumped = list(values)
+    for i, dump in plan.dumps:
+        dumped[i] = dump(dumped[i])
+    return dumped
 
 
 def _load_struct(cls: type[S], raw: object, limits: Limits) -> S:
-    rules = field_rules(cls)
-    if type(raw) is not tuple or len(raw) != len(rules):
-        raise _FieldError(f"expected an array of {len(rules)} fields")
-    values = []
-    for (name, rule), value in zip(rules, raw, strict=True):
-        try:
-            values.append(rule.load(value, limits))
-        except _FieldError as exc:
-            raise exc.at(f".{name}") from None
+    plan = _PLANS.get(cls) or _new_plan(cls)
+    if type(raw) is not tuple or len(raw) != len(plan.loads):
+        raise _FieldError(f"expected an array of {len(plan.loads)} fields")
+    values: list[object] = []
+    try:
+        for load, value in zip(plan.loads, raw, strict=True):
+            values.append(load(value, limits))
+    except _FieldError as exc:
+        raise exc.at(f".{plan.rules[len(values)][0]}") from None  # the fields before it loaded
     return cls(*values)
 
 

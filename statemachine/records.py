@@ -32,8 +32,11 @@ SEQUENCE_MODULUS = 2**31  # sequences run 0 .. 2^31-1, then wrap to 0
 INT64_MAX = 2**63 - 1
 
 _HEADER = struct.Struct(">BIhqhiiq")
+_MAGIC_AND_CRC = struct.Struct(">BI")
+_COVERED = struct.Struct(">hqhiiq")  # BatchHeader's fields: the rest of the header
 HEADER_BYTES = _HEADER.size
-_CRC_END = 5  # magic (1) + crc (4): the CRC covers everything from here on
+_CRC_END = _MAGIC_AND_CRC.size  # the CRC covers everything from here on
+assert _CRC_END + _COVERED.size == HEADER_BYTES
 
 
 class BatchFormatError(ValueError):
@@ -104,45 +107,35 @@ class RecordBatch:
 
     def encode(self) -> bytes:
         """The batch's bytes, CRC included; raises BatchFormatError for an invalid batch."""
-        if not self.records:
+        records = self.records
+        if not records:
             raise BatchFormatError("a batch holds at least one record")
-        for r in self.records:  # refuse here what verify_batch would refuse at the leader
+        for r in records:  # refuse here what verify_batch would refuse at the leader
             _check_record(r.timestamp_ms, r.key, r.value, r.headers, DEFAULT_LIMITS)
         try:
-            body = pack([[r.timestamp_ms, r.key, r.value, r.headers] for r in self.records])
+            body = pack([[r.timestamp_ms, r.key, r.value, r.headers] for r in records])
         except CodecError as exc:  # e.g. a header name that is not valid UTF-8
             raise BatchFormatError(str(exc)) from exc
         if len(body) + HEADER_BYTES > DEFAULT_LIMITS.batch_bytes_max:
             raise BatchFormatError(f"batch exceeds {DEFAULT_LIMITS.batch_bytes_max} bytes")
-        head = _HEADER.pack(
-            BATCH_MAGIC,
-            0,
+        header = BatchHeader(
             0,
             self.producer_id,
             self.producer_epoch,
             self.base_sequence,
-            self.record_count,
-            self.max_timestamp_ms,
+            len(records),
+            max(r.timestamp_ms for r in records),
         )
-        unsigned = head + body
-        _check_header(_header_of(unsigned), DEFAULT_LIMITS)
-        crc = zlib.crc32(memoryview(unsigned)[_CRC_END:])
-        return unsigned[:1] + crc.to_bytes(4, "big") + unsigned[_CRC_END:]
+        _check_header(header, DEFAULT_LIMITS)
+        covered = _COVERED.pack(*header)  # the header fields after the CRC, which covers them
+        crc = zlib.crc32(body, zlib.crc32(covered))
+        return _MAGIC_AND_CRC.pack(BATCH_MAGIC, crc) + covered + body
 
     @classmethod
     def decode(cls, data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> RecordBatch:
         """Decode and fully verify a batch (CRC, header, every record), decoding it once."""
         header, records = _verified(data, limits)
         return cls(header.producer_id, header.producer_epoch, header.base_sequence, records)
-
-
-def _header_of(data: bytes) -> BatchHeader:
-    if len(data) < HEADER_BYTES:
-        raise BatchFormatError(f"batch of {len(data)} bytes is shorter than its header")
-    magic, _crc, *fields = _HEADER.unpack_from(data)
-    if magic != BATCH_MAGIC:
-        raise BatchFormatError(f"unknown batch magic {magic}")
-    return BatchHeader(*fields)
 
 
 def _check_header(header: BatchHeader, limits: StateLimits) -> None:
@@ -170,7 +163,7 @@ _new_header = tuple.__new__  # BatchHeader's own __new__ is a Python function: s
 def read_header(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> BatchHeader:
     """Parse and range-check the header without touching the body or the CRC (apply's path).
 
-    The checks of `_header_of` and `_check_header`, in their order, on locals: one call.
+    The length and magic checks, then `_check_header`'s in its order, on locals: one call.
     """
     size = len(data)
     if size > limits.batch_bytes_max:

@@ -23,6 +23,7 @@ def peer() -> dict[str, Any]:
     return {
         "pipelined": {"msgs_per_s": 15_000},
         "sequential": {"p50_ms": 0.7, "p99_ms": 2},
+        "sequential_via_follower": {"p50_ms": 0.95, "p99_ms": 2.5},
         "consume": {"msgs_per_s": 120_000},
         "failover": {"resume_median_ms": 5_000.0, "lost": 0, "duplicated": 0},
     }
@@ -48,3 +49,11 @@ def test_the_markdown_shows_both_sides_and_the_verdicts() -> None:
     assert "| pipelined, acked records/s (1 partition / 1 stream) | 100,000 | 15,000 | 6.67" in text
     assert "**no**" in text and "yes" in text
     assert "4 partition(s) 150,000" in text
+
+
+def test_sequential_latency_is_judged_against_the_client_on_the_stream_leader() -> None:
+    # Like for like: raftbroker's producer sends to the partition leader; the slower figure of
+    # a JetStream client on a follower's server is shown beside it, never compared.
+    combined = compare.combine(ours(), peer())
+    assert combined["goals"]["sequential_p50"]["ratio"] == 1.71
+    assert "its p50 is 0.95 ms" in compare.markdown(combined)

@@ -7,6 +7,7 @@ import zlib
 import msgpack
 import pytest
 
+from statemachine.codec import CodecError, pack
 from statemachine.commands import (
     COMMAND_TYPES,
     AppendBatch,
@@ -44,6 +45,14 @@ def test_batch_round_trip_keeps_every_field() -> None:
     header = read_header(data)
     assert (header.record_count, header.max_timestamp_ms, header.last_sequence) == (3, 30, 102)
     assert decode_records(data) == original.records
+
+
+def test_a_failed_pack_leaves_nothing_behind_for_the_next() -> None:
+    # pack() reuses one msgpack Packer: what a failure had written must not lead the next value.
+    for unencodable in ([1, "ok", object()], ["\udcff"], [b"x" * 100, {1: 2, "k": object()}]):
+        with pytest.raises(CodecError):
+            pack(unencodable)
+        assert pack([7, "after"]) == msgpack.packb([7, "after"], use_bin_type=True)
 
 
 def test_crc_detects_a_flipped_body_byte() -> None:
