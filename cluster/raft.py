@@ -382,10 +382,10 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
             self.raftbroker_wake()
 
     def propose_now(self, command: bytes, callback: Callable[[object, int], None]) -> None:
-        """Queue a command and take it at once: appended and sent by a leader, forwarded by a
-        follower, in this turn of the loop rather than the next tick's."""
-        queue: Any = self._SyncObj__commandsQueue
-        if self._isLeader() and not queue._FastQueue__queue:
+        """Take a command at once, in this turn of the loop rather than the next tick's: a
+        leader appends and sends it, a follower forwards it (through pysyncobj's queue)."""
+        queued: Any = self._SyncObj__commandsQueue._FastQueue__queue
+        if self._isLeader() and not queued:
             self._append_as_leader(_ENTRY_PREFIX + command, callback)
         else:
             self.raftbroker_proposing = True
@@ -397,7 +397,7 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         # Left queued (no leader known yet), or appended where a tick commits it (a group of
         # one replica): a tick's business. Else the driver only sends it, with the cycle that
         # starts the next turn of the loop: one write per peer for all of this turn's proposals.
-        if self._SyncObj__commandsQueue._FastQueue__queue or self.has_work:
+        if queued or self.has_work:
             self.raftbroker_wake()
         else:
             self.raftbroker_send_soon()
