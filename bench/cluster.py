@@ -11,6 +11,9 @@ Every scenario starts a fresh cluster of `raftbroker node` processes on 127.0.0.
 (`cluster.local_cluster`) in a temporary directory, with the default node configuration (no fsync
 per entry: an ack means "in the page cache of a majority"), and stops it by PID in a `finally`
 (also on SIGTERM). The client is this process, on uvloop when installed (as `raftbroker` runs).
+The nodes have no cluster secret, so their Raft links run in clear (allowed on loopback only):
+like for like with `bench.jetstream`, whose routes are plain TCP. The latency scenario also
+measures sequential sends with the links encrypted (AES-GCM, as every cluster off loopback runs).
 
 Scenarios:
 - throughput: one idempotent Producer with its own batching (16 KiB/2 ms and 64 KiB/5 ms),
@@ -24,7 +27,8 @@ Scenarios:
 - latency: one partition, linger 0 unless stated. Sequential: each send issued as soon as the
   previous one is acknowledged (as `bench.jetstream` publishes), so the rate is 1 / mean
   latency; it is reported. Open loop: sends issued every millisecond regardless of acks, the
-  latency under a true 1,000 records/s.
+  latency under a true 1,000 records/s. Then sequential again on a cluster with a secret
+  (links encrypted), reported beside the compared figure.
 - failover: a record every 2 ms on one partition, awaited through the Producer's own retries;
   SIGKILL of the partition leader, then the time to the first ack of a send issued after the
   kill, and to the first survivor that reports leading the group; the node is restarted and
@@ -291,14 +295,17 @@ class BenchCluster:
 
 
 @contextlib.asynccontextmanager
-async def fresh_cluster(extra_toml: str = "") -> AsyncIterator[BenchCluster]:
+async def fresh_cluster(
+    extra_toml: str = "", *, encrypted: bool = False
+) -> AsyncIterator[BenchCluster]:
     """A new 3-node cluster in a temporary directory, ready; stopped by PID and removed after.
 
-    `extra_toml` is added to every node's configuration (the benchmark itself uses none).
+    `extra_toml` is added to every node's configuration (the benchmark itself uses none); with
+    `encrypted` the nodes share a secret and their Raft links are encrypted.
     """
     data_dir = Path(tempfile.mkdtemp(prefix="raftbroker-bench-"))
     try:
-        local = local_cluster.up(data_dir, NODES, extra_toml)
+        local = local_cluster.up(data_dir, NODES, extra_toml, encrypted=encrypted)
         bench = BenchCluster(local, Cluster(local.bootstrap, request_timeout_s=5.0))
         try:
             await wait_ready(bench)
@@ -668,7 +675,7 @@ Measure = Callable[[Producer, str, float, float], Awaitable[tuple[list[float], f
 
 
 async def latency_case(
-    bench: BenchCluster, mode: str, linger_ms: float, seconds: float
+    bench: BenchCluster, mode: str, linger_ms: float, seconds: float, mesh: str = "clear"
 ) -> dict[str, Any]:
     measure: Measure = sequential_latencies if mode == "sequential" else open_loop_latencies
     topic = f"latency-{mode}-l{int(linger_ms * 1000)}us"
@@ -677,10 +684,11 @@ async def latency_case(
         await measure(producer, topic, LATENCY_RATE, LATENCY_WARMUP_S)
         latencies, rate = await measure(producer, topic, LATENCY_RATE, seconds)
     summary = latency_summary_ms(latencies)
-    progress(f"latency: {mode}, linger {linger_ms} ms: {summary}")
+    progress(f"latency: {mode}, linger {linger_ms} ms, links {mesh}: {summary}")
     return {
         "mode": mode,
         "linger_ms": linger_ms,
+        "mesh": mesh,
         "records": len(latencies),
         "achieved_rate_per_s": round(rate),
         **summary,
@@ -692,6 +700,10 @@ async def latency_scenario(settings: Settings) -> dict[str, Any]:
     async with fresh_cluster() as bench:
         for mode, linger_ms in settings.latency_cases:
             cases.append(await latency_case(bench, mode, linger_ms, settings.latency_s))
+    async with fresh_cluster(encrypted=True) as bench:
+        cases.append(
+            await latency_case(bench, "sequential", 0.0, settings.latency_s, mesh="encrypted")
+        )
     params = {
         "target_rate_per_s": LATENCY_RATE,
         "seconds": settings.latency_s,
@@ -703,6 +715,7 @@ async def latency_scenario(settings: Settings) -> dict[str, Any]:
             "open_loop": "sends issued on the schedule; latency from send to ack",
         },
         "latency": "from Producer.send to its future's result",
+        "mesh": "Raft links in clear (no cluster secret), or encrypted (AES-GCM, with one)",
     }
     return {"latency": {"params": params, "cases": cases}}
 
@@ -1117,6 +1130,8 @@ async def run(settings: Settings, names: Iterable[str]) -> dict[str, Any]:
             "replication": REPLICATION,
             "hosts": [local_cluster.host_of(i) for i in range(NODES)],
             "node_config": "defaults (fsync = false: acks mean a majority's page cache)",
+            "raft_links": "in clear: no cluster secret (loopback only), as NATS routes without "
+            "TLS; the latency scenario also runs with them encrypted",
             "client_event_loop": event_loop_name(),
             "client_process": "this one",
         },

@@ -37,15 +37,21 @@ def ours_pipelined(ours: dict[str, Any], partitions: int = 1) -> dict[str, Any] 
     return max(cases, key=lambda c: c["records_per_s"], default=None)
 
 
-def ours_figures(ours: dict[str, Any]) -> dict[str, Any]:
-    sequential: dict[str, Any] = next(
+def ours_sequential(ours: dict[str, Any], mesh: str) -> dict[str, Any]:
+    """The sequential, linger-0 latency case with Raft links `mesh` ("clear" or "encrypted")."""
+    return next(
         (
             c
             for c in dig(ours, "latency", "cases") or []
-            if c["mode"] == "sequential" and c["linger_ms"] == 0
+            if c["mode"] == "sequential" and c["linger_ms"] == 0 and c.get("mesh") == mesh
         ),
         {},
     )
+
+
+def ours_figures(ours: dict[str, Any]) -> dict[str, Any]:
+    # Compared: links in clear, as JetStream's routes (plain TCP) in its run.
+    sequential = ours_sequential(ours, "clear")
     consume = [c for c in dig(ours, "consume", "cases") or [] if c["partitions"] == 1]
     best = ours_pipelined(ours)
     return {
@@ -53,6 +59,7 @@ def ours_figures(ours: dict[str, Any]) -> dict[str, Any]:
         "pipelined_case": best,
         "sequential_p50": sequential.get("p50_ms"),
         "sequential_p99": sequential.get("p99_ms"),
+        "sequential_p50_encrypted": ours_sequential(ours, "encrypted").get("p50_ms"),
         "failover": dig(ours, "failover", "resume_median_ms"),
         "failover_lost": dig(ours, "failover", "delivery", "lost"),
         "failover_duplicated": dig(ours, "failover", "delivery", "duplicated"),
@@ -108,6 +115,10 @@ def combine(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
             "raftbroker": "no (default fsync = false; an ack means a majority's page cache)",
             "jetstream": dig(peer, "config", "fsync") or "no (NATS 2.9 syncs every 2 min)",
         },
+        "links_between_nodes": {
+            "raftbroker": dig(ours, "config", "raft_links") or "?",
+            "jetstream": dig(peer, "config", "routes") or "?",
+        },
         "errors": {"raftbroker": ours.get("errors") or {}, "jetstream": peer.get("errors") or {}},
         "reports": {"raftbroker": ours, "jetstream": peer},
     }
@@ -156,6 +167,8 @@ def markdown(c: dict[str, Any]) -> str:
         + ".",
         f"- fsync before ack: raftbroker {c['fsync_before_ack']['raftbroker']}; JetStream "
         f"{c['fsync_before_ack']['jetstream']}.",
+        f"- Links between nodes: raftbroker {c['links_between_nodes']['raftbroker']}; "
+        f"JetStream {c['links_between_nodes']['jetstream']}.",
         "- Workload: 100-byte values, a unique id per message (idempotent producer / "
         "`Nats-Msg-Id`), every publish acknowledged by a majority of 3 replicas on 127.0.0.2-4.",
         "",
@@ -187,7 +200,9 @@ def markdown(c: dict[str, Any]) -> str:
         "Sequential publishes: JetStream's client is connected to the stream leader's server "
         "(raftbroker's producer sends to the partition leader); connected to a follower's "
         f"server instead, its p50 is {_n(b.get('sequential_p50_via_follower'), 2)} ms (the "
-        "publish and its ack cross one more hop).",
+        "publish and its ack cross one more hop). raftbroker with its Raft links encrypted "
+        f"(a cluster secret, as off loopback): p50 {_n(a.get('sequential_p50_encrypted'), 2)} "
+        "ms.",
         "",
         f"CPU during the pipelined run: raftbroker {_cpu(cpu['raftbroker'])}; JetStream "
         f"{_cpu(cpu['jetstream'])} (% of one core; the machine has "

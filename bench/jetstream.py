@@ -7,7 +7,8 @@ stream, de-duplication by `Nats-Msg-Id`), the closest runnable peer, through its
 scenario failed (a slow result is a result).
 
 Method: three `nats-server` processes (Debian's package) on 127.0.0.2-4, one per address, each
-with JetStream, file storage under a temporary directory, and routes to the other two; a fresh
+with JetStream, file storage under a temporary directory, and routes to the other two (plain
+TCP, no TLS: NATS's default, matched by raftbroker's links in clear in `bench.cluster`); a fresh
 cluster per scenario, stopped by PID in a `finally` (also on SIGTERM). Stream `BENCH`
 (subjects `bench.>`), 3 replicas, file storage, a 2-minute duplicate window. Every publish
 carries a unique `Nats-Msg-Id` and waits for its PubAck (a quorum stored it; NATS 2.9 does not
@@ -696,6 +697,7 @@ async def run(settings: Settings, names: Sequence[str]) -> dict[str, Any]:
             "storage": "file",
             "duplicate_window_s": DUPLICATE_WINDOW_S,
             "fsync": "no (NATS 2.9 syncs every 2 min: an ack means a quorum's page cache)",
+            "routes": "in clear (cluster routes over plain TCP, no TLS, no route credentials)",
             "hosts": [local_cluster.host_of(i) for i in range(NODES)],
         },
         **sections,

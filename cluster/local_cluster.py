@@ -8,7 +8,10 @@ chaos test can cut the links between two addresses. The layout under the data di
     node<i>.log           each node's log
     node<i>/              each node's data
 
-A cluster secret is generated once and kept in the TOML files, so data survives down + up.
+A cluster secret is generated once and kept in the TOML files, so data survives down + up; the
+nodes' Raft links are then authenticated and encrypted. `up(encrypted=False)` writes none: the
+links run in clear, which a node allows on loopback only (the benchmark's like-for-like setting,
+as NATS routes without TLS).
 """
 
 from __future__ import annotations
@@ -92,7 +95,11 @@ def choose_ports(count: int, seed: int) -> tuple[int, int, int]:
 
 
 def write_configs(
-    data_dir: Path, count: int, ports: tuple[int, int, int], secret: str, extra_toml: str = ""
+    data_dir: Path,
+    count: int,
+    ports: tuple[int, int, int],
+    secret: str | None,
+    extra_toml: str = "",
 ) -> list[Path]:
     client_port, http_port, raft_port = ports
     peers = "".join(
@@ -100,12 +107,13 @@ def write_configs(
         f"client_port = {client_port}\nraft_port = {raft_port}\n"
         for i in range(count)
     )
+    secret_toml = "" if secret is None else f'cluster_secret = "{secret}"\n'
     paths = []
     for i in range(count):
         text = (
             f'node_id = {i + 1}\nhost = "{host_of(i)}"\nclient_port = {client_port}\n'
             f"raft_port = {raft_port}\nhttp_port = {http_port}\n"
-            f'data_dir = "{data_dir / f"node{i + 1}"}"\ncluster_secret = "{secret}"\n'
+            f'data_dir = "{data_dir / f"node{i + 1}"}"\n{secret_toml}'
             f"{extra_toml}{peers}"
         )
         path = data_dir / f"node{i + 1}.toml"
@@ -135,8 +143,11 @@ def start_node(config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def up(data_dir: Path, count: int = 3, extra_toml: str = "") -> LocalCluster:
-    """Start `count` nodes (reusing the data and secret of an earlier cluster in data_dir)."""
+def up(
+    data_dir: Path, count: int = 3, extra_toml: str = "", *, encrypted: bool = True
+) -> LocalCluster:
+    """Start `count` nodes (reusing the data and secret of an earlier cluster in data_dir);
+    without `encrypted`, with no secret: Raft links in clear, on loopback."""
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     previous = LocalCluster.load(data_dir)
@@ -145,7 +156,7 @@ def up(data_dir: Path, count: int = 3, extra_toml: str = "") -> LocalCluster:
         ports = (first.client_port, first.http_port, first.raft_port)
     else:
         ports = choose_ports(count, os.getpid())
-    secret = existing_secret(data_dir) or secrets.token_urlsafe(24)
+    secret = (existing_secret(data_dir) or secrets.token_urlsafe(24)) if encrypted else None
     configs = write_configs(data_dir, count, ports, secret, extra_toml)
     nodes: list[NodeProcess] = []
     for i, config in enumerate(configs):
