@@ -123,8 +123,8 @@ class Broker:
         def finish(index: int, result: p.ProduceResult) -> None:
             results[index] = result
             if len(results) == len(entries):
-                self._observe(op, "NONE", started)
                 respond(p.ProduceResponse(tuple(results[i] for i in range(len(entries)))))
+                self._observe(op, "NONE", started)  # after the answer left: not on its path
 
         for index, (entry, fence) in enumerate(zip(entries, fences, strict=True)):
             self._start_produce(entry, timeout_s, fence, partial(finish, index))
@@ -144,6 +144,7 @@ class Broker:
                 finish(self._failed(entry, error.error))
             else:
                 finish(self._produced(entry, result))
+                self._count(result)
 
         handle = self._leading(entry.topic, entry.partition)
         if isinstance(handle, ErrorCode):
@@ -169,7 +170,6 @@ class Broker:
         return p.ProduceResult(entry.topic, entry.partition, error, -1, -1, -1, False, hint)
 
     def _produced(self, entry: p.ProduceEntry, result: object) -> p.ProduceResult:
-        self._count(result)
         match result:
             case Appended() | Duplicate():
                 return p.ProduceResult(
