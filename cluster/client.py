@@ -270,7 +270,9 @@ class Cluster:
         on_answer: OnAnswer | None = None,
     ) -> p.Response:
         timeout = timeout_s or self.request_timeout_s
-        conn = await self.connection(address)
+        conn = self._connections.get(address)
+        if conn is None or conn.closed:
+            conn = await self.connection(address)
         try:
             return await conn.request(request, timeout, on_answer)
         except TimeoutError as exc:
@@ -692,7 +694,7 @@ class _PartitionSender:
                 self.wakeup.clear()
                 await self.wakeup.wait()
                 continue
-            if self.accumulating and not self.unacked:
+            if self.accumulating and not self.unacked and self.producer.config.linger_ms > 0:
                 await self._linger()
             self._seal_batches()
             await self._send_window()

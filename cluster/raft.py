@@ -63,8 +63,9 @@ _NOT_LEADER = frozenset(
         FAIL_REASON.LEADER_CHANGED,
     }
 )
-# A leader tells followers of new commits this long after applying them (all of that moment's);
-# under a steady stream of writes most commits travel with the next append anyway.
+# A leader tells followers of new commits this long after applying them (all of that moment's),
+# unless appends went out meanwhile: under a steady stream of writes every commit travels with
+# the next append, and the news waits until the stream stops.
 COMMIT_NEWS_DELAY_S = 0.005
 # A follower applies what a leader's append newly committed this long after answering it, not
 # in the same turn: right after its answer the leader needs the CPU to commit and reply.
@@ -348,6 +349,7 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         self.raftbroker_send_soon = send_soon
         self.raftbroker_proposing = False  # in propose(): queued commands are taken at once
         self.raftbroker_commit_news = commit_news
+        self.raftbroker_commit_sent = 0  # the commit index the last appends carried
         self._append_period_s = conf.appendEntriesPeriod
         self._chunk_bytes = conf.appendEntriesBatchSizeBytes  # the stock walk chunks from here
         super().__init__(
@@ -433,10 +435,11 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         for node in others:
             if node not in connected or next_indexes.get(node) != index:
                 return False
+        self.raftbroker_commit_sent = self._SyncObj__raftCommitIndex
         message = {
             "type": "append_entries",
             "term": term,
-            "commit_index": self._SyncObj__raftCommitIndex,
+            "commit_index": self.raftbroker_commit_sent,
             "entries": [log[-1]],
             "prevLogIdx": index - 1,
             "prevLogTerm": log[-2][2],
@@ -578,6 +581,19 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         if self._isLeader():
             self._SyncObj__sendAppendEntries()
 
+    def _SyncObj__sendAppendEntries(self) -> None:  # noqa: N802
+        self.raftbroker_commit_sent = self._SyncObj__raftCommitIndex
+        SyncObj._SyncObj__sendAppendEntries(self)
+
+    def commit_news(self, quiet_s: float) -> bool | None:
+        """On a leader, whether followers must be told the commit index now: False when the
+        last appends carried it (or this is no leader), None while appends went out within
+        `quiet_s` (the next ones will carry it: ask again later), True otherwise."""
+        if not self._isLeader() or self.raftbroker_commit_sent >= self._SyncObj__raftCommitIndex:
+            return False
+        last_sent = self._SyncObj__newAppendEntriesTime - self._append_period_s
+        return None if pysyncobj_clock() - last_sent < quiet_s else True
+
     def follower_match_indexes(self) -> dict[str, int]:
         """On a leader: each follower's replicated index, by Raft address (a copy)."""
         if not self._isLeader():
@@ -642,7 +658,9 @@ class RaftDriver:
             if handle is not None:
                 handle.cancel()
         if self._news and self._mesh is not None:
-            self._tell_commits()  # followers learn the last commits before the links close
+            self._tell_commits(
+                final=True
+            )  # followers learn the last commits before the links close
         for group in list(self._groups.values()):
             group.raftbroker_live = False
             group.destroy()
@@ -701,12 +719,17 @@ class RaftDriver:
         if self._news_timer is None and self._loop is not None:
             self._news_timer = self._loop.call_later(COMMIT_NEWS_DELAY_S, self._tell_commits)
 
-    def _tell_commits(self) -> None:
+    def _tell_commits(self, *, final: bool = False) -> None:
         self._news_timer = None
         news, self._news = self._news, {}
         for group in news:
-            if group.raftbroker_live:
+            if not group.raftbroker_live:
+                continue
+            due = group.commit_news(COMMIT_NEWS_DELAY_S)
+            if due or (due is None and final):
                 self._guarded_step(group, group.send_commit_index)
+            elif due is None:
+                self._commit_news(group)  # appends are flowing: told when they stop
         self.mesh.flush()
 
     def _on_timer(self) -> None:
