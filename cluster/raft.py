@@ -658,9 +658,8 @@ class RaftDriver:
             if handle is not None:
                 handle.cancel()
         if self._news and self._mesh is not None:
-            self._tell_commits(
-                final=True
-            )  # followers learn the last commits before the links close
+            # Followers learn the last commits before the links close.
+            self._tell_commits(final=True)
         for group in list(self._groups.values()):
             group.raftbroker_live = False
             group.destroy()
