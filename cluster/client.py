@@ -247,14 +247,18 @@ class Cluster:
         self._brokers: dict[int, str] = {}
         self._partitions: dict[str, tuple[PartitionInfo, ...]] = {}
 
+    def _open_connection(self, address: str) -> Connection | None:
+        conn = self._connections.get(address)
+        return None if conn is None or conn.closed else conn
+
     async def connection(self, address: str) -> Connection:
         """The one connection to `address`: requests on it keep their order at the broker."""
-        conn = self._connections.get(address)
-        if conn is not None and not conn.closed:
+        conn = self._open_connection(address)
+        if conn is not None:
             return conn
         async with self._opening.setdefault(address, asyncio.Lock()):
-            conn = self._connections.get(address)
-            if conn is None or conn.closed:
+            conn = self._open_connection(address)
+            if conn is None:
                 try:
                     conn = await Connection.open(address, self.request_timeout_s)
                 except (OSError, TimeoutError) as exc:
@@ -270,9 +274,8 @@ class Cluster:
         on_answer: OnAnswer | None = None,
     ) -> p.Response:
         timeout = timeout_s or self.request_timeout_s
-        conn = self._connections.get(address)
-        if conn is None or conn.closed:
-            conn = await self.connection(address)
+        # An open connection without a coroutine: this is on the path of every produce.
+        conn = self._open_connection(address) or await self.connection(address)
         try:
             return await conn.request(request, timeout, on_answer)
         except TimeoutError as exc:

@@ -123,8 +123,8 @@ class RecordBatch:
             self.producer_id,
             self.producer_epoch,
             self.base_sequence,
-            len(records),
-            max(r.timestamp_ms for r in records),
+            self.record_count,
+            self.max_timestamp_ms,
         )
         _check_header(header, DEFAULT_LIMITS)
         covered = _COVERED.pack(*header)  # the header fields after the CRC, which covers them
