@@ -87,7 +87,9 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._inbuf = bytearray()
         self._drained: asyncio.Future[None] | None = None  # while the broker is not reading
-        self._lost = asyncio.get_running_loop().create_future()
+        # Kept: asyncio.get_running_loop() is a getpid() syscall per call in Python 3.11.
+        self._loop = asyncio.get_running_loop()
+        self._lost = self._loop.create_future()
         self.closed = False
 
     @classmethod
@@ -111,7 +113,7 @@ class Connection(asyncio.Protocol):
         if self.closed or transport is None or transport.is_closing():
             raise ClientError(ErrorCode.NETWORK_EXCEPTION, f"connection to {self.address} closed")
         correlation_id = next(self._ids) & 0x7FFF_FFFF
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         future: asyncio.Future[Any] = loop.create_future()
         # A timer on the future, not asyncio.timeout(): no task cancellation to undo, and a
         # third of the cost on the path of every request.
@@ -157,7 +159,7 @@ class Connection(asyncio.Protocol):
         del buf[:offset]
 
     def pause_writing(self) -> None:
-        self._drained = asyncio.get_running_loop().create_future()
+        self._drained = self._loop.create_future()
 
     def resume_writing(self) -> None:
         drained, self._drained = self._drained, None
@@ -545,6 +547,7 @@ class Producer:
         self.fatal: ClientError | None = None
         self._senders: dict[tuple[str, int], _PartitionSender] = {}
         self._tasks: asyncio.TaskGroup | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # kept: see Connection
         self._round_robin = itertools.count()
         self._buffered = 0
         self._space = asyncio.Event()
@@ -553,6 +556,7 @@ class Producer:
         self.stats = {"retries": 0, "duplicates": 0, "sessions": 0}
 
     async def __aenter__(self) -> Producer:
+        self._loop = asyncio.get_running_loop()
         self._tasks = asyncio.TaskGroup()
         await self._tasks.__aenter__()
         if self.config.idempotent:
@@ -618,7 +622,8 @@ class Producer:
             self._space.clear()
             await self._space.wait()
         stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        assert self._loop is not None, "use `async with Producer(...)`"
+        future: asyncio.Future[RecordMetadata] = self._loop.create_future()
         self._sender(topic, partition).add(_Pending(Record(key, value, stamp, headers), future))
         self._buffered += 1
         return future

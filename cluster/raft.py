@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.journal import FileJournal, ResizableFile
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
 from pysyncobj.node import Node, TCPNode
 from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE
@@ -321,6 +322,24 @@ class _Notifier:
         self.notify = notify
 
 
+class _MappedJournalFile(ResizableFile):  # type: ignore[misc]
+    """pysyncobj's journal file, minus two fstat calls per entry.
+
+    The stock `write` asks the mapping for its size before every write (`mmap.size()` is an
+    fstat), and the journal writes twice per entry: the record, then the offset of the last
+    one. The mapping always spans the whole file (mapped with length 0, resized together), so
+    its length, known without a syscall, is the file's size; growing stays the stock way.
+    """
+
+    def write(self, offset: int, values: bytes) -> None:
+        mapping = self._ResizableFile__mm
+        end = offset + len(values)
+        if end > len(mapping):
+            super().write(offset, values)
+        else:
+            mapping[offset:end] = values
+
+
 class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
     """A SyncObj applying bytes to one machine, with the next-index rewind fixed."""
 
@@ -365,6 +384,10 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         os.close(stock._PipeNotifier__pipeR)
         os.close(stock._PipeNotifier__pipeW)
         self._SyncObj__pipeNotifier = _Notifier(self._command_queued)
+        journal = vars(self)["_SyncObj__raftLog"]
+        assert isinstance(journal, FileJournal), "every group has a journal file"
+        assert type(journal._FileJournal__journalFile) is ResizableFile
+        journal._FileJournal__journalFile.__class__ = _MappedJournalFile
         self.raftbroker_live = True
 
     @replicated  # type: ignore[untyped-decorator]
@@ -801,7 +824,8 @@ class RaftDriver:
     async def add_group(
         self, spec: GroupSpec, machine: ReplicatedMachine, max_pending: int
     ) -> RaftGroup:
-        return RaftGroup(spec, self._add(spec, machine), max_pending)
+        assert self._loop is not None, "driver not started"
+        return RaftGroup(spec, self._add(spec, machine), max_pending, self._loop)
 
     async def remove_group(self, name: str) -> None:
         group = self._groups.pop(name, None)
@@ -851,9 +875,18 @@ class _SnapshotFile:
 class RaftGroup:
     """The event-loop side of one group: propose, and read its leadership and progress."""
 
-    def __init__(self, spec: GroupSpec, sync: _PatchedSyncObj, max_pending: int) -> None:
+    def __init__(
+        self,
+        spec: GroupSpec,
+        sync: _PatchedSyncObj,
+        max_pending: int,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         self.spec = spec
         self._sync = sync
+        # The driver's loop, kept: asyncio.get_running_loop() is a getpid() syscall per call
+        # in Python 3.11, and a write would make two.
+        self._loop = loop
         self._max_pending = max_pending
         self._pending = 0
         self._stall_since: float | None = None
@@ -896,7 +929,7 @@ class RaftGroup:
         with it, a follower hands the command to the leader and resolves once it applied the
         entry itself, which the metadata group uses so any node can serve admin requests.
         """
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[object] = self._loop.create_future()
         self.submit(command, timeout_s, partial(_resolve, future), forward=forward)
         return await future
 
@@ -912,7 +945,7 @@ class RaftGroup:
         if self._pending >= self._max_pending:
             raise ProposalError(ErrorCode.REQUEST_TIMED_OUT, None)
         proposal = _Proposal(self, done)
-        proposal.timer = asyncio.get_running_loop().call_later(timeout_s, proposal.expire)
+        proposal.timer = self._loop.call_later(timeout_s, proposal.expire)
         self._pending += 1
         if not forward:
             self._waiting.add(proposal)

@@ -93,3 +93,35 @@ async def test_old_pickled_entries_and_new_entries_apply_in_order_after_a_restar
     for command in (b"old-format", b"new-format"):
         expected.apply(command)
     assert base == 0 and digest == expected.digest, "each applied as it was proposed"
+
+
+@pytest.mark.asyncio
+async def test_a_journal_that_grew_many_times_replays_every_entry_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The journal file starts at 1 KiB and doubles as entries arrive; entries written in place
+    (without asking the file its size) and across each growth must all come back."""
+    port = free_port()
+    first = HashChain()
+    commands = [bytes([i % 251]) * (100 + 37 * i) for i in range(200)]  # ~750 KiB in all
+    driver, group = await started_group(tmp_path, first, port)
+    try:
+        await until(lambda: group.serving, "the single replica to lead")
+        for start in range(0, len(commands), 20):
+            await asyncio.gather(*(group.propose(c, timeout_s=10) for c in commands[start:][:20]))
+        digest = first.digest
+    finally:
+        driver.stop()
+    assert (tmp_path / "raft.journal").stat().st_size > 512 * 1024, "it grew past 1 KiB"
+
+    replayed = HashChain()
+    driver, group = await started_group(tmp_path, replayed, port)
+    try:
+        await until(lambda: replayed.count == len(commands), "the journal to be applied again")
+        assert replayed.digest == digest
+    finally:
+        driver.stop()
+    expected = HashChain()
+    for command in commands:
+        expected.apply(command)
+    assert digest == expected.digest, "each entry applied once, in order"
