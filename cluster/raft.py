@@ -80,6 +80,9 @@ class ReplicatedMachine(Protocol):
 
     def apply(self, command: bytes) -> object: ...
 
+    def settle(self) -> None:
+        """After a run of applies, once their proposers heard: carry out what they left."""
+
     def snapshot(self) -> bytes: ...
 
     def restore(self, data: bytes) -> None: ...
@@ -595,8 +598,11 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         # only to tell it the new commit index: two sends in the same tick, before the
         # proposer hears its result. The driver sends that news a moment later instead, for
         # every apply of that moment at once (`RaftDriver._tell_commits`).
-        if SyncObj._SyncObj__applyLogEntries(self) and self._isLeader():
-            self.raftbroker_commit_news(self)
+        try:
+            if SyncObj._SyncObj__applyLogEntries(self) and self._isLeader():
+                self.raftbroker_commit_news(self)
+        finally:
+            self.raftbroker_machine.settle()
         return False
 
     def send_commit_index(self) -> None:

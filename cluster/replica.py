@@ -1,7 +1,8 @@
 """Replicas: what a Raft group applies on this node, joining a pure state machine to its effects.
 
-`PartitionReplica` applies an entry to the `PartitionStateMachine` and carries out the effect
-it returns (append the batch to the segment store, move the log start); `MetadataReplica`
+`PartitionReplica` applies an entry to the `PartitionStateMachine` and, in `settle`, once the
+run of applies has answered its proposers, carries out the effect it returned (append the batch
+to the segment store, move the log start); `MetadataReplica`
 applies to the `MetadataStateMachine`. Both run only in the Raft driver's ticks, on the loop,
 and report every result to `on_applied`, which the node uses to wake long-polls and to start or
 stop groups.
@@ -69,20 +70,32 @@ class PartitionReplica(_Notifying[PartitionResult]):
         self._limits = limits
         self._deduplicate = deduplicate
         self._fatal = fatal
+        self._unsettled: list[PartitionResult] = []  # applied, effects not yet carried out
 
     def apply(self, command: bytes) -> PartitionResult:
+        """Apply to the machine; its effect follows in `settle`, once this run of applies has
+        told its proposers: an answer does not wait for a file write it does not need (the
+        entry is committed, and a restart applies it again from the journal)."""
         result = self.machine.apply(command)
-        try:
-            if isinstance(result, Appended):
-                count = result.last_offset - result.base_offset + 1
-                self.store.append(result.base_offset, count, result.append_time_ms, result.batch)
-            elif isinstance(result, LogStartAdvanced):
-                self.store.delete_before(result.log_start_offset)
-        except Exception as exc:  # any storage failure: the machine is now ahead of its data
-            self._fatal(f"storage failed after apply: {exc!r}")
-            raise
-        self._notify(result)
+        self._unsettled.append(result)
         return result
+
+    def settle(self) -> None:
+        """Carry out the effects of the entries applied since the last call, in log order."""
+        results, self._unsettled = self._unsettled, []
+        for result in results:
+            try:
+                if isinstance(result, Appended):
+                    count = result.last_offset - result.base_offset + 1
+                    self.store.append(
+                        result.base_offset, count, result.append_time_ms, result.batch
+                    )
+                elif isinstance(result, LogStartAdvanced):
+                    self.store.delete_before(result.log_start_offset)
+            except Exception as exc:  # any storage failure: the machine is ahead of its data
+                self._fatal(f"storage failed after apply: {exc!r}")
+                raise
+            self._notify(result)
 
     def snapshot(self) -> bytes:
         return self.machine.snapshot()
@@ -147,6 +160,9 @@ class MetadataReplica(_Notifying[MetadataResult]):
         result = self.machine.apply(command)
         self._notify(result)
         return result
+
+    def settle(self) -> None:
+        pass  # its applies have no effects outside the machine
 
     def snapshot(self) -> bytes:
         return self.machine.snapshot()

@@ -34,6 +34,9 @@ class HashChain:
         self.digest = hashlib.sha256(self.digest + command).digest()
         return self.count
 
+    def settle(self) -> None:
+        pass  # its applies have no effects outside it
+
     def snapshot(self) -> bytes:
         return pack([self.count, self.digest])
 
