@@ -75,9 +75,12 @@ class PartitionReplica(_Notifying[PartitionResult]):
     def apply(self, command: bytes) -> PartitionResult:
         """Apply to the machine; its effect follows in `settle`, once this run of applies has
         told its proposers: an answer does not wait for a file write it does not need (the
-        entry is committed, and a restart applies it again from the journal)."""
+        entry is committed, and a restart applies it again from the journal). A store that
+        fsyncs is written at once: with `fsync = true` an answer waits for the disk."""
         result = self.machine.apply(command)
         self._unsettled.append(result)
+        if self.store.fsync:
+            self.settle()
         return result
 
     def settle(self) -> None:

@@ -366,6 +366,11 @@ class PartitionStore:
     # -- properties --------------------------------------------------------------------------
 
     @property
+    def fsync(self) -> bool:
+        """Each append is fsynced before it returns."""
+        return self._fsync
+
+    @property
     def log_start_offset(self) -> int:
         return self._log_start_offset
 

@@ -16,8 +16,8 @@ from statemachine.partition import Appended, PartitionResult
 from statemachine.records import Record, RecordBatch
 
 
-def open_store(directory: Path) -> PartitionStore:
-    return PartitionStore(directory, segment_bytes_max=1_024, index_interval_bytes=256)
+def open_store(directory: Path, *, fsync: bool = False) -> PartitionStore:
+    return PartitionStore(directory, segment_bytes_max=1_024, index_interval_bytes=256, fsync=fsync)
 
 
 def batch(index: int) -> bytes:
@@ -51,6 +51,22 @@ def test_settle_stores_what_was_applied_in_log_order_then_notifies(tmp_path: Pat
 
     replica.settle()  # nothing left to carry out: no second copy
     assert replica.store.next_offset == 12 and len(seen) == 6
+
+
+def test_with_fsync_an_apply_stores_and_syncs_before_it_returns(tmp_path: Path) -> None:
+    """`fsync = true` promises an answer only after the disk has the batch."""
+    seen: list[PartitionResult] = []
+    replica = PartitionReplica(
+        lambda directory: open_store(directory, fsync=True), tmp_path, fatal=pytest.fail
+    )
+    replica.on_applied = seen.append
+
+    result = replica.apply(append(0))
+
+    assert replica.store.next_offset == 2 and seen == [result]
+    assert [s.batch for s in replica.store.read(0, 1 << 20)] == [batch(0)]
+    replica.settle()
+    assert replica.store.next_offset == 2 and seen == [result], "written once"
 
 
 def test_a_store_that_fails_while_settling_stops_the_node(tmp_path: Path) -> None:
