@@ -7,8 +7,9 @@ a frame names its group, and `cluster/raft.py` plugs one thin endpoint per group
 
 Rules:
 - Runs on the Raft driver's event loop only, driven by its poller; it never blocks (sockets
-  are non-blocking, sends are queued and written by `flush`) and never raises out of a poller
-  callback: a peer that misbehaves loses its link, the node carries on.
+  are non-blocking; a send is written at once, and what a socket does not take is queued and
+  written when it is writable or by `flush`) and never raises out of a poller callback: a
+  peer that misbehaves loses its link, the node carries on.
 - Of each pair the node with the smaller address dials; the other accepts. Both send a hello
   (magic, version, addresses, a fresh 16-byte nonce). With a cluster secret each direction then
   gets its own AES-256-GCM key from HKDF(secret, both nonces), nonces are frame counters, and the
@@ -275,15 +276,24 @@ class Mesh:
     # -- the driver loop -------------------------------------------------------------------------
 
     def send(self, address: str, group: str, message: dict[str, Any]) -> bool:
-        """Queue a message for a group on `address`; False when there is no open link."""
+        """Send a message for a group to `address`; False when there is no open link.
+
+        Written at once when nothing waits before it (Raft's messages are few, each carries a
+        whole batch of records, and a follower's answer or a leader's append is on a
+        producer's path: it must not wait for the end of the loop's turn); what the socket
+        does not take stays queued, and `flush` or the socket's writability writes it.
+        """
         link = self._open.get(address)
         if link is None:
             return False
+        idle = not link.out
         link.queue(pack((group, message)))
         if link.out_bytes > self.settings.queue_bytes_max:
             self._drop(link, f"{link.out_bytes} bytes queued: the peer is not reading")
             return False
-        return True
+        if idle:
+            self._guarded(link, self._write)
+        return self._open.get(address) is link  # a failed write drops the link
 
     def flush(self) -> None:
         for link in list(self._open.values()):

@@ -184,13 +184,11 @@ class _GroupPolls:
 class _LoopPoller:
     """The mesh's poller on the event loop: readiness callbacks from `add_reader`/`add_writer`.
 
-    After every callback the driver is told (`after_event`), so what arrived is acted on in the
-    same turn of the loop. An error on a socket shows as readable, and the read then fails.
+    An error on a socket shows as readable, and the read then fails.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, after_event: Callable[[], None]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._after_event = after_event
         self._masks: dict[int, int] = {}
 
     def subscribe(self, descr: int, callback: Callable[[int, int], None], mask: int) -> None:
@@ -214,7 +212,6 @@ class _LoopPoller:
     def _fire(self, callback: Callable[[int, int], None], descr: int, event: int) -> None:
         if descr in self._masks:  # not unsubscribed by an earlier callback of this turn
             callback(descr, event)
-            self._after_event()
 
 
 class _MeshTransport(Transport):  # type: ignore[misc]
@@ -355,7 +352,6 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         *,
         wake: Callable[[_PatchedSyncObj], None],
         heard: Callable[[_PatchedSyncObj, Heard], None],
-        send_soon: Callable[[], None],
         commit_news: Callable[[_PatchedSyncObj], None],
     ) -> None:
         self.raftbroker_machine = machine
@@ -368,7 +364,6 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         self.raftbroker_on_deposed: Callable[[], None] | None = None
         self.raftbroker_wake = partial(wake, self)
         self.raftbroker_heard = partial(heard, self)
-        self.raftbroker_send_soon = send_soon
         self.raftbroker_proposing = False  # in propose(): queued commands are taken at once
         self.raftbroker_commit_news = commit_news
         self.raftbroker_commit_sent = 0  # the commit index the last appends carried
@@ -425,12 +420,9 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
             finally:
                 self.raftbroker_proposing = False
         # Left queued (no leader known yet), or appended where a tick commits it (a group of
-        # one replica): a tick's business. Else the driver only sends it, with the cycle that
-        # starts the next turn of the loop: one write per peer for all of this turn's proposals.
+        # one replica): a tick's business. Else it is on its way to the followers already.
         if queued or self.has_work:
             self.raftbroker_wake()
-        else:
-            self.raftbroker_send_soon()
 
     def _append_as_leader(self, entry: bytes, callback: Callable[[object, int], None]) -> None:
         # `_checkCommandsToApply`'s leader branch for one local command (no membership
@@ -678,7 +670,7 @@ class RaftDriver:
     def start(self) -> None:
         """On the event loop: bind the Raft port (OSError if it is taken) and start ticking."""
         loop = self._loop = asyncio.get_running_loop()
-        self._mesh = Mesh(self._mesh_settings, _LoopPoller(loop, self._after_event))
+        self._mesh = Mesh(self._mesh_settings, _LoopPoller(loop))
         self._mesh.bind()
         self._timer = loop.call_later(self.tick_s, self._on_timer)
 
@@ -720,11 +712,6 @@ class RaftDriver:
         self._guarded_step(group, group.commit_now)
         if group.has_work:
             self._wake(group)
-
-    def _after_event(self) -> None:
-        # Replies a message produced (a follower's acknowledgement) leave now, not after ticks.
-        # Groups it made due have their cycle scheduled already (`_wake`).
-        self.mesh.flush()
 
     def _schedule(self) -> None:
         if self._cycle_soon is None and self._loop is not None:
@@ -817,7 +804,6 @@ class RaftDriver:
                 self.mesh,
                 wake=self._wake,
                 heard=self._heard,
-                send_soon=self._schedule,
                 commit_news=self._commit_news,
             )
         except BaseException:

@@ -144,6 +144,23 @@ def test_holders_of_the_secret_link_and_route_messages_by_group(net: Net, port: 
     net.run_until(lambda: b.dropped_frames == 1)  # the unknown group's message, dropped
 
 
+def test_a_send_is_written_at_once_without_waiting_for_a_flush(net: Net, port: int) -> None:
+    """A follower's answer and a leader's append are on a producer's path: `send` writes."""
+    a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
+    a, b = net.node(a_addr, {b_addr}), net.node(b_addr, {a_addr})
+    on_a, on_b = Recorder(), Recorder()
+    a.register("g", on_a)
+    b.register("g", on_b)
+    net.run_until(lambda: on_a.connected == {b_addr} and on_b.connected == {a_addr})
+    answer = {"type": "next_node_idx", "next_node_idx": 5, "reset": False, "success": True}
+    assert a.send(b_addr, "g", answer)
+    deadline = time.monotonic() + 5.0
+    while not on_b.messages:  # only the sockets' readiness: no tick, no flush
+        assert time.monotonic() < deadline, "the message waited for a flush"
+        net.poller.poll(0.01)
+    assert on_b.messages == [(a_addr, answer)]
+
+
 def test_a_wrong_secret_never_gets_a_link(net: Net, port: int) -> None:
     a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
     a = net.node(a_addr, {b_addr}, secret="right")
