@@ -427,27 +427,34 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
     def _append_as_leader(self, entry: bytes, callback: Callable[[object, int], None]) -> None:
         # `_checkCommandsToApply`'s leader branch for one local command (no membership
         # changes here), without the trip through its queue: a put, a get, a queue.Empty
-        # raised and caught, and four clock reads per proposal.
+        # raised and caught, and four clock reads per proposal. The entry goes to the followers
+        # before the leader's own journal takes it, as etcd's leaders do: the leader counts
+        # itself as a holder only when it commits, in a later event, after both.
         log: Any = self._SyncObj__raftLog
-        index, term = log[-1][1] + 1, self._SyncObj__raftCurrentTerm
+        previous = log[-1]
+        index, term = previous[1] + 1, self._SyncObj__raftCurrentTerm
+        sent = self._send_new_entry(log, (entry, index, term), previous)
         log.add(entry, index, term)
         self._SyncObj__commandsWaitingCommit[index].append((term, callback))
-        if not self._send_new_entry(log, index, term):
+        if not sent:
             self._SyncObj__sendAppendEntries()
 
-    def _send_new_entry(self, log: Any, index: int, term: int) -> bool:
-        """On a leader whose followers all hold everything before the entry at `index`: send
-        each that entry alone, as pysyncobj's `__sendAppendEntries` would, without its
-        general walk (slices of the journal per follower, chunking, snapshots). False, and
+    def _send_new_entry(
+        self, log: Any, entry: tuple[bytes, int, int], previous: tuple[bytes, int, int]
+    ) -> bool:
+        """On a leader whose followers all hold everything up to `previous`, its last entry:
+        send each the new `entry` alone, as pysyncobj's `__sendAppendEntries` would, without
+        its general walk (slices of the journal per follower, chunking, snapshots). False, and
         nothing sent, in any other case (a follower behind or away, an entry the stock walk
         would send in chunks, the log's first entry), which the stock walk then handles."""
+        index = entry[1]
         first, others = log[0][1], self._SyncObj__otherNodes
         next_indexes: dict[Any, int] = self._SyncObj__raftNextIndex
         connected = self._SyncObj__connectedNodes
         if (
             index - 1 <= first
             or self._SyncObj__readonlyNodes
-            or len(log[-1][0]) >= self._chunk_bytes
+            or len(entry[0]) >= self._chunk_bytes
         ):
             return False
         for node in others:
@@ -456,11 +463,11 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         self.raftbroker_commit_sent = self._SyncObj__raftCommitIndex
         message = {
             "type": "append_entries",
-            "term": term,
+            "term": entry[2],
             "commit_index": self.raftbroker_commit_sent,
-            "entries": [log[-1]],
+            "entries": [entry],
             "prevLogIdx": index - 1,
-            "prevLogTerm": log[-2][2],
+            "prevLogTerm": previous[2],
         }
         self._SyncObj__newAppendEntriesTime = pysyncobj_clock() + self._append_period_s
         transport = self._SyncObj__transport
