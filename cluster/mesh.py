@@ -23,6 +23,7 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import logging
@@ -31,7 +32,7 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
@@ -236,6 +237,7 @@ class Mesh:
         self._retry_at: dict[str, float] = {}
         self._endpoints: dict[str, Endpoint] = {}
         self._scratch = memoryview(bytearray(_RECV_CHUNK_BYTES))  # every link reads through it
+        self._holding = False  # in `held`: sends are queued, written when it ends
         self.dropped_frames = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -273,6 +275,22 @@ class Mesh:
     def is_open(self, address: str) -> bool:
         return address in self._open
 
+    def queued_bytes(self, address: str) -> int:
+        """Bytes waiting to be written on the open link to `address` (0 without one)."""
+        link = self._open.get(address)
+        return 0 if link is None else link.out_bytes
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Queue sends until the block ends, then write them: one write per link for many
+        messages (the driver's ticks, where every group may send a heartbeat)."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+            self.flush()
+
     # -- the driver loop -------------------------------------------------------------------------
 
     def send(self, address: str, group: str, message: dict[str, Any]) -> bool:
@@ -280,8 +298,9 @@ class Mesh:
 
         Written at once when nothing waits before it (Raft's messages are few, each carries a
         whole batch of records, and a follower's answer or a leader's append is on a
-        producer's path: it must not wait for the end of the loop's turn); what the socket
-        does not take stays queued, and `flush` or the socket's writability writes it.
+        producer's path: it must not wait for the end of the loop's turn), unless sends are
+        `held`; what the socket does not take stays queued, and `flush` or the socket's
+        writability writes it.
         """
         link = self._open.get(address)
         if link is None:
@@ -291,7 +310,7 @@ class Mesh:
         if link.out_bytes > self.settings.queue_bytes_max:
             self._drop(link, f"{link.out_bytes} bytes queued: the peer is not reading")
             return False
-        if idle:
+        if idle and not self._holding:
             self._guarded(link, self._write)
         return self._open.get(address) is link  # a failed write drops the link
 

@@ -451,11 +451,7 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         first, others = log[0][1], self._SyncObj__otherNodes
         next_indexes: dict[Any, int] = self._SyncObj__raftNextIndex
         connected = self._SyncObj__connectedNodes
-        if (
-            index - 1 <= first
-            or self._SyncObj__readonlyNodes
-            or len(entry[0]) >= self._chunk_bytes
-        ):
+        if index - 1 <= first or self._SyncObj__readonlyNodes or len(entry[0]) >= self._chunk_bytes:
             return False
         for node in others:
             if node not in connected or next_indexes.get(node) != index:
@@ -744,15 +740,15 @@ class RaftDriver:
     def _tell_commits(self, *, final: bool = False) -> None:
         self._news_timer = None
         news, self._news = self._news, {}
-        for group in news:
-            if not group.raftbroker_live:
-                continue
-            due = group.commit_news(COMMIT_NEWS_DELAY_S)
-            if due or (due is None and final):
-                self._guarded_step(group, group.send_commit_index)
-            elif due is None:
-                self._commit_news(group)  # appends are flowing: told when they stop
-        self.mesh.flush()
+        with self.mesh.held():  # every group's news to a peer in one write
+            for group in news:
+                if not group.raftbroker_live:
+                    continue
+                due = group.commit_news(COMMIT_NEWS_DELAY_S)
+                if due or (due is None and final):
+                    self._guarded_step(group, group.send_commit_index)
+                elif due is None:
+                    self._commit_news(group)  # appends are flowing: told when they stop
 
     def _on_timer(self) -> None:
         assert self._loop is not None
@@ -765,12 +761,12 @@ class RaftDriver:
     def _cycle(self) -> None:
         self._cycle_soon = None
         due, self._due = self._due, {}
-        for group in due:
-            if group.raftbroker_live:
-                self._tick(group)
-                if group.has_work:
-                    self._due[group] = None
-        self.mesh.flush()
+        with self.mesh.held():  # every group's heartbeats (and the pings) in one write per peer
+            for group in due:
+                if group.raftbroker_live:
+                    self._tick(group)
+                    if group.has_work:
+                        self._due[group] = None
         if self._due:
             self._schedule()
 

@@ -161,6 +161,23 @@ def test_a_send_is_written_at_once_without_waiting_for_a_flush(net: Net, port: i
     assert on_b.messages == [(a_addr, answer)]
 
 
+def test_sends_held_by_the_driver_leave_together_when_it_lets_go(net: Net, port: int) -> None:
+    """The driver's ticks (every group's heartbeats) make one write per peer, not one each."""
+    a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
+    a, b = net.node(a_addr, {b_addr}), net.node(b_addr, {a_addr})
+    on_a, on_b = Recorder(), Recorder()
+    a.register("g", on_a)
+    b.register("g", on_b)
+    net.run_until(lambda: on_a.connected == {b_addr} and on_b.connected == {a_addr})
+    beats = [{"type": "append_entries", "term": 1, "entries": (), "n": i} for i in range(3)]
+    with a.held():
+        assert all(a.send(b_addr, "g", beat) for beat in beats)
+        assert a.queued_bytes(b_addr) > 0, "held: nothing written yet"
+    assert a.queued_bytes(b_addr) == 0, "written when the block ended"
+    net.run_until(lambda: len(on_b.messages) == 3)
+    assert on_b.messages == [(a_addr, beat) for beat in beats]
+
+
 def test_a_wrong_secret_never_gets_a_link(net: Net, port: int) -> None:
     a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
     a = net.node(a_addr, {b_addr}, secret="right")
