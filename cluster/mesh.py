@@ -7,9 +7,10 @@ a frame names its group, and `cluster/raft.py` plugs one thin endpoint per group
 
 Rules:
 - Runs on the Raft driver's event loop only, driven by its poller; it never blocks (sockets
-  are non-blocking; a send is written at once, and what a socket does not take is queued and
-  written when it is writable or by `flush`) and never raises out of a poller callback: a
-  peer that misbehaves loses its link, the node carries on.
+  are non-blocking; a send is written at once, except while sends are `held` (the driver's
+  ticks, the messages of one read that brought several), and what a socket does not take is
+  queued and written when it is writable or by `flush`) and never raises out of a poller
+  callback: a peer that misbehaves loses its link, the node carries on.
 - Of each pair the node with the smaller address dials; the other accepts. Both send a hello
   (magic, version, addresses, a fresh 16-byte nonce). With a cluster secret each direction then
   gets its own AES-256-GCM key from HKDF(secret, both nonces), nonces are frame counters, and the
@@ -218,6 +219,14 @@ class _Link:
         self.read_offset = end
         return bytes(self.inbuf[start + _LENGTH.size : end])
 
+    def burst(self) -> bool:
+        """Whether the input buffer holds more than the next frame: several arrived at once."""
+        start = self.read_offset
+        if len(self.inbuf) - start < _LENGTH.size:
+            return False
+        length: int = _LENGTH.unpack_from(self.inbuf, start)[0]
+        return start + _LENGTH.size + length < len(self.inbuf)
+
     def compact(self) -> None:
         """Forget the frames taken, once per read (not per frame: that would be quadratic)."""
         del self.inbuf[: self.read_offset]
@@ -419,11 +428,20 @@ class Mesh:
         alive = link.read(self.settings.recv_bytes_per_event, self._scratch)
         if len(link.inbuf) != before:
             link.last_recv = time.monotonic()
-        while (frame := link.next_frame(self._frame_limit(link))) is not None:
-            self._receive(link, frame)
+        if link.burst() and not self._holding:
+            # Every group's heartbeat, or a run of appends: what they make this node send
+            # leaves together after the last of them. A lone message's answer leaves at once.
+            with self.held():
+                self._take_frames(link)
+        else:
+            self._take_frames(link)
         link.compact()
         if not alive:
             raise LinkError("closed by the peer")
+
+    def _take_frames(self, link: _Link) -> None:
+        while (frame := link.next_frame(self._frame_limit(link))) is not None:
+            self._receive(link, frame)
 
     def _finish_connect(self, link: _Link, event: int) -> None:
         code = link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)

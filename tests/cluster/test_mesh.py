@@ -178,6 +178,46 @@ def test_sends_held_by_the_driver_leave_together_when_it_lets_go(net: Net, port:
     assert on_b.messages == [(a_addr, beat) for beat in beats]
 
 
+class Replier(Recorder):
+    """An endpoint that answers each message at once, as a follower answers an append, and
+    notes what its mesh still had queued right after each answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mesh: Mesh | None = None
+        self.queued_after: list[int] = []
+
+    def deliver(self, address: str, message: dict[str, Any]) -> None:
+        super().deliver(address, message)
+        assert self.mesh is not None
+        self.mesh.send(address, "g", {"type": "next_node_idx", "n": message["n"]})
+        self.queued_after.append(self.mesh.queued_bytes(address))
+
+
+def test_answers_to_a_burst_leave_together_and_to_a_lone_message_at_once(
+    net: Net, port: int
+) -> None:
+    a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
+    a, b = net.node(a_addr, {b_addr}), net.node(b_addr, {a_addr})
+    on_a, on_b = Recorder(), Replier()
+    on_b.mesh = b
+    a.register("g", on_a)
+    b.register("g", on_b)
+    net.run_until(lambda: on_a.connected == {b_addr} and on_b.connected == {a_addr})
+
+    assert a.send(b_addr, "g", {"type": "append_entries", "n": 0})
+    net.run_until(lambda: len(on_a.messages) == 1)
+    assert on_b.queued_after == [0], "a lone message's answer is written at once"
+
+    with a.held():  # one write: the three arrive in one read
+        assert all(a.send(b_addr, "g", {"type": "append_entries", "n": n}) for n in (1, 2, 3))
+    net.run_until(lambda: len(on_a.messages) == 4)
+    assert on_b.queued_after[1:] == sorted(on_b.queued_after[1:]) and on_b.queued_after[1] > 0, (
+        "the burst's answers wait for its last message"
+    )
+    assert [m["n"] for _, m in on_a.messages] == [0, 1, 2, 3]
+
+
 def test_a_wrong_secret_never_gets_a_link(net: Net, port: int) -> None:
     a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
     a = net.node(a_addr, {b_addr}, secret="right")
