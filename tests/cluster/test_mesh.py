@@ -94,6 +94,17 @@ class Net:
             mesh.flush()
         self.poller.poll(0.01)
 
+    def linked_pair(
+        self, port: int, on_a: Recorder, on_b: Recorder, group: str = "g"
+    ) -> tuple[Mesh, Mesh]:
+        """Nodes on A and B, each with `group` registered, once their link is open."""
+        a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
+        a, b = self.node(a_addr, {b_addr}), self.node(b_addr, {a_addr})
+        a.register(group, on_a)
+        b.register(group, on_b)
+        self.run_until(lambda: on_a.connected == {b_addr} and on_b.connected == {a_addr})
+        return a, b
+
     def run_until(self, condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
         deadline = time.monotonic() + timeout_s
         while not condition():
@@ -126,11 +137,8 @@ def port() -> int:
 
 def test_holders_of_the_secret_link_and_route_messages_by_group(net: Net, port: int) -> None:
     a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
-    a, b = net.node(a_addr, {b_addr}), net.node(b_addr, {a_addr})
     on_a, on_b, other_b = Recorder(), Recorder(), Recorder()
-    a.register("g1", on_a)
-    b.register("g1", on_b)
-    net.run_until(lambda: on_a.connected == {b_addr} and on_b.connected == {a_addr})
+    a, b = net.linked_pair(port, on_a, on_b, "g1")
     b.register("g2", other_b)  # a group started later hears of the open link at once
     assert other_b.connected == {a_addr}
     big = os.urandom(5 << 20)  # many partial writes and reads
@@ -147,11 +155,8 @@ def test_holders_of_the_secret_link_and_route_messages_by_group(net: Net, port: 
 def test_a_send_is_written_at_once_without_waiting_for_a_flush(net: Net, port: int) -> None:
     """A follower's answer and a leader's append are on a producer's path: `send` writes."""
     a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
-    a, b = net.node(a_addr, {b_addr}), net.node(b_addr, {a_addr})
     on_a, on_b = Recorder(), Recorder()
-    a.register("g", on_a)
-    b.register("g", on_b)
-    net.run_until(lambda: on_a.connected == {b_addr} and on_b.connected == {a_addr})
+    a, _ = net.linked_pair(port, on_a, on_b)
     answer = {"type": "next_node_idx", "next_node_idx": 5, "reset": False, "success": True}
     assert a.send(b_addr, "g", answer)
     deadline = time.monotonic() + 5.0
@@ -164,11 +169,8 @@ def test_a_send_is_written_at_once_without_waiting_for_a_flush(net: Net, port: i
 def test_sends_held_by_the_driver_leave_together_when_it_lets_go(net: Net, port: int) -> None:
     """The driver's ticks (every group's heartbeats) make one write per peer, not one each."""
     a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
-    a, b = net.node(a_addr, {b_addr}), net.node(b_addr, {a_addr})
     on_a, on_b = Recorder(), Recorder()
-    a.register("g", on_a)
-    b.register("g", on_b)
-    net.run_until(lambda: on_a.connected == {b_addr} and on_b.connected == {a_addr})
+    a, _ = net.linked_pair(port, on_a, on_b)
     beats = [{"type": "append_entries", "term": 1, "entries": (), "n": i} for i in range(3)]
     with a.held():
         assert all(a.send(b_addr, "g", beat) for beat in beats)
@@ -197,13 +199,10 @@ class Replier(Recorder):
 def test_answers_to_a_burst_leave_together_and_to_a_lone_message_at_once(
     net: Net, port: int
 ) -> None:
-    a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
-    a, b = net.node(a_addr, {b_addr}), net.node(b_addr, {a_addr})
+    b_addr = f"{B}:{port}"
     on_a, on_b = Recorder(), Replier()
+    a, b = net.linked_pair(port, on_a, on_b)
     on_b.mesh = b
-    a.register("g", on_a)
-    b.register("g", on_b)
-    net.run_until(lambda: on_a.connected == {b_addr} and on_b.connected == {a_addr})
 
     assert a.send(b_addr, "g", {"type": "append_entries", "n": 0})
     net.run_until(lambda: len(on_a.messages) == 1)

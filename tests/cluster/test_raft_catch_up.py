@@ -16,41 +16,34 @@ from pathlib import Path
 import pytest
 
 from cluster import local_cluster
-from cluster.config import Timing
-from cluster.mesh import MeshSettings
-from cluster.raft import GroupSpec, RaftDriver, RaftGroup
+from cluster.raft import RaftDriver, RaftGroup
 from tests.cluster.raft_harness import HashChain
-from tests.cluster.test_raft_entries import until
+from tests.cluster.test_raft_entries import started_group, until
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 BURST = 40
 
 
 class Replica:
-    def __init__(self, index: int, addresses: list[str], directory: Path) -> None:
-        self.address = addresses[index]
-        self.peers = tuple(a for a in addresses if a != self.address)
+    def __init__(self, host: str, port: int, peers: tuple[str, ...], directory: Path) -> None:
+        self.host, self.port = host, port
+        self.address = f"{host}:{port}"
+        self.peers = peers
         self.directory = directory
         self.machine = HashChain()
         self.driver: RaftDriver | None = None
         self.group: RaftGroup | None = None
 
     async def start(self) -> None:
-        settings = MeshSettings(
-            self.address,
-            frozenset(self.peers),
-            secret=None,
-            frame_bytes_max=1 << 20,
-            queue_bytes_max=8 << 20,
-            timeout_s=2.5,
-            retry_s=0.1,
-            ping_s=0.1,
-        )
         self.machine = HashChain()  # a restart rebuilds it from the journal
-        self.driver = RaftDriver(Timing(), settings, compaction_entries=1_000_000)
-        self.driver.start()
-        spec = GroupSpec("catch-up", self.address, self.peers, self.directory, "catch-up")
-        self.group = await self.driver.add_group(spec, self.machine, max_pending=100)
+        self.driver, self.group = await started_group(
+            self.directory,
+            self.machine,
+            self.port,
+            host=self.host,
+            peers=self.peers,
+            name="catch-up",
+        )
 
     def stop(self) -> None:
         assert self.driver is not None
@@ -68,8 +61,10 @@ async def test_a_follower_away_and_back_gets_every_entry_through_the_stock_paths
     tmp_path: Path,
 ) -> None:
     port = local_cluster.choose_ports(len(HOSTS), os.getpid())[2]
-    addresses = [f"{host}:{port}" for host in HOSTS]
-    replicas = [Replica(i, addresses, tmp_path / f"r{i}") for i in range(len(HOSTS))]
+    replicas = [
+        Replica(host, port, tuple(f"{h}:{port}" for h in HOSTS if h != host), tmp_path / host)
+        for host in HOSTS
+    ]
     try:
         for replica in replicas:
             await replica.start()

@@ -19,26 +19,33 @@ from cluster.mesh import MeshSettings
 from cluster.raft import GroupSpec, RaftDriver, RaftGroup
 from tests.cluster.raft_harness import HashChain
 
-ADDRESS = "127.0.0.2:0"
+HOST = "127.0.0.2"
 
 
 async def started_group(
-    directory: Path, machine: HashChain, port: int
+    directory: Path,
+    machine: HashChain,
+    port: int,
+    *,
+    host: str = HOST,
+    peers: tuple[str, ...] = (),
+    name: str = "entries",
 ) -> tuple[RaftDriver, RaftGroup]:
-    address = ADDRESS.replace(":0", f":{port}")
+    """A replica of group `name` at `host:port` (peers: their addresses), on this loop."""
+    address = f"{host}:{port}"
     settings = MeshSettings(
         address,
-        frozenset(),
+        frozenset(peers),
         secret=None,
         frame_bytes_max=1 << 20,
         queue_bytes_max=8 << 20,
         timeout_s=2.5,
-        retry_s=0.3,
+        retry_s=0.1,
         ping_s=0.1,
     )
     driver = RaftDriver(Timing(), settings, compaction_entries=1_000_000)
     driver.start()
-    spec = GroupSpec("entries", address, (), directory, "entries")
+    spec = GroupSpec(name, address, peers, directory, name)
     group = await driver.add_group(spec, machine, max_pending=100)
     return driver, group
 
@@ -55,7 +62,7 @@ def free_port() -> int:
     import socket  # noqa: PLC0415 - only this helper needs it
 
     with socket.socket() as sock:
-        sock.bind(("127.0.0.2", 0))
+        sock.bind((HOST, 0))
         port: int = sock.getsockname()[1]
         return port
 
