@@ -8,7 +8,7 @@ partition leader is SIGKILLed, losing and duplicating nothing. Run it as
 stdout (progress goes to stderr) and exits 1 if a scenario failed; a goal missed is a result.
 
 Every scenario starts a fresh cluster of `raftbroker node` processes on 127.0.0.2-4
-(`cluster.local_cluster`) in a temporary directory, with the default node configuration (no fsync
+(`cluster.local.launcher`) in a temporary directory, with the default node configuration (no fsync
 per entry: an ack means "in the page cache of a majority"), and stops it by PID in a `finally`
 (also on SIGTERM). The client is this process, on uvloop when installed (as `raftbroker` runs).
 The nodes have no cluster secret, so their Raft links run in clear (allowed on loopback only):
@@ -75,7 +75,6 @@ from pathlib import Path
 from typing import Any
 
 from bench import apply as apply_bench
-from cluster import local_cluster
 from cluster import protocol as p
 from cluster.client import (
     Admin,
@@ -88,6 +87,7 @@ from cluster.client import (
     ProducerConfig,
     RecordMetadata,
 )
+from cluster.local import launcher
 
 NODES = 3
 REPLICATION = 3
@@ -281,10 +281,10 @@ def cpu_report(before: CpuSample, after: CpuSample) -> dict[str, Any]:
 class BenchCluster:
     """A running local cluster (its node PIDs change on restart) and a client of it."""
 
-    local: local_cluster.LocalCluster
+    local: launcher.LocalCluster
     client: Cluster
 
-    def node(self, node_id: int) -> local_cluster.NodeProcess:
+    def node(self, node_id: int) -> launcher.NodeProcess:
         return next(n for n in self.local.nodes if n.node_id == node_id)
 
     def node_pids(self) -> dict[str, int]:
@@ -305,7 +305,7 @@ async def fresh_cluster(
     """
     data_dir = Path(tempfile.mkdtemp(prefix="raftbroker-bench-"))
     try:
-        local = local_cluster.up(data_dir, NODES, extra_toml, encrypted=encrypted)
+        local = launcher.up(data_dir, NODES, extra_toml, encrypted=encrypted)
         bench = BenchCluster(local, Cluster(local.bootstrap, request_timeout_s=5.0))
         try:
             await wait_ready(bench)
@@ -315,7 +315,7 @@ async def fresh_cluster(
             raise
         finally:
             await bench.client.close()
-            local_cluster.down(local_cluster.LocalCluster.load(data_dir) or bench.local)
+            launcher.down(launcher.LocalCluster.load(data_dir) or bench.local)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
@@ -822,7 +822,7 @@ async def kill_leader_once(bench: BenchCluster, topic: str, load: SteadyLoad) ->
     group = f"{topic}-0"
     leader, controller = await serving_leader(bench, topic)
     load.mark_kill()
-    local_cluster.kill(bench.node(leader).pid, signal.SIGKILL)
+    launcher.kill(bench.node(leader).pid, signal.SIGKILL)
     elected_s = await elected_after(bench, group, leader, load.kill_at)
 
     async def resumed() -> bool:
@@ -832,7 +832,7 @@ async def kill_leader_once(bench: BenchCluster, topic: str, load: SteadyLoad) ->
     assert load.first_ack_after_kill is not None
     resume_s = load.first_ack_after_kill - load.kill_at
     new_leader, _ = await serving_leader(bench, topic)
-    bench.local = local_cluster.restart_node(bench.local, leader)
+    bench.local = launcher.restart_node(bench.local, leader)
     rejoin_s = await wait_caught_up(bench, leader, group)
     progress(f"failover: killed node {leader}, resumed in {resume_s * 1000:.0f} ms")
     return {
@@ -992,10 +992,10 @@ async def round_trip_times(host: str, port: int, count: int) -> dict[str, float]
 
 
 async def tcp_round_trips_in_process(count: int) -> dict[str, Any]:
-    server = await asyncio.start_server(echo, local_cluster.host_of(0), 0)
+    server = await asyncio.start_server(echo, launcher.host_of(0), 0)
     try:
         port = server.sockets[0].getsockname()[1]
-        summary = await round_trip_times(local_cluster.host_of(0), port, count)
+        summary = await round_trip_times(launcher.host_of(0), port, count)
     finally:
         server.close()
         await server.wait_closed()
@@ -1003,7 +1003,7 @@ async def tcp_round_trips_in_process(count: int) -> dict[str, Any]:
 
 
 async def tcp_round_trips_cross_process(count: int) -> dict[str, Any]:
-    host = local_cluster.host_of(0)
+    host = launcher.host_of(0)
     server = await asyncio.create_subprocess_exec(
         sys.executable, "-c", ECHO_SERVER, host, stdout=asyncio.subprocess.PIPE
     )
@@ -1012,7 +1012,7 @@ async def tcp_round_trips_cross_process(count: int) -> dict[str, Any]:
         port = int(await asyncio.wait_for(server.stdout.readline(), READY_TIMEOUT_S))
         summary = await round_trip_times(host, port, count)
     finally:
-        local_cluster.kill(server.pid)
+        launcher.kill(server.pid)
         await server.wait()
     return {"what": "echo server in another Python process (asyncio, uvloop)", **summary}
 
@@ -1128,7 +1128,7 @@ async def run(settings: Settings, names: Iterable[str]) -> dict[str, Any]:
             "quick": settings.quick,
             "nodes": NODES,
             "replication": REPLICATION,
-            "hosts": [local_cluster.host_of(i) for i in range(NODES)],
+            "hosts": [launcher.host_of(i) for i in range(NODES)],
             "node_config": "defaults (fsync = false: acks mean a majority's page cache)",
             "raft_links": "in clear: no cluster secret (loopback only), as NATS routes without "
             "TLS; the latency scenario also runs with them encrypted",

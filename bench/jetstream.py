@@ -77,7 +77,7 @@ from bench.cluster import (
     sample_cpu,
     value_of,
 )
-from cluster import local_cluster
+from cluster.local import launcher
 
 NODES = 3
 STREAM = "BENCH"
@@ -185,8 +185,8 @@ def server_config(
 async def fresh_cluster() -> AsyncIterator[JetStreamCluster]:
     """Three nats-servers with JetStream, the stream created; stopped by PID and removed after."""
     root = Path(tempfile.mkdtemp(prefix="raftbroker-bench-nats-"))
-    client_port, _, cluster_port = local_cluster.choose_ports(NODES, int(time.time()))
-    hosts = [local_cluster.host_of(i) for i in range(NODES)]
+    client_port, _, cluster_port = launcher.choose_ports(NODES, int(time.time()))
+    hosts = [launcher.host_of(i) for i in range(NODES)]
     servers = []
     for i, host in enumerate(hosts):
         config = root / f"n{i + 1}.conf"
@@ -698,7 +698,7 @@ async def run(settings: Settings, names: Sequence[str]) -> dict[str, Any]:
             "duplicate_window_s": DUPLICATE_WINDOW_S,
             "fsync": "no (NATS 2.9 syncs every 2 min: an ack means a quorum's page cache)",
             "routes": "in clear (cluster routes over plain TCP, no TLS, no route credentials)",
-            "hosts": [local_cluster.host_of(i) for i in range(NODES)],
+            "hosts": [launcher.host_of(i) for i in range(NODES)],
         },
         **sections,
         "errors": errors,

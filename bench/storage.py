@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.apply import gc_paused
+from cluster.broker.storage import PartitionStore
 from cluster.config import Limits
-from cluster.storage import PartitionStore
 from statemachine.limits import KIB, MIB
 from statemachine.records import Record, RecordBatch
 
@@ -191,7 +191,7 @@ def run(directory: Path, megabytes: int, quick: bool) -> dict[str, Any]:
     read = rate(read_bytes, read_s, read_calls)
     peer_read = rate(peer_bytes, peer_read_s, peer_calls)
     return {
-        "benchmark": "cluster.storage.PartitionStore append and read",
+        "benchmark": "cluster.broker.storage.PartitionStore append and read",
         "machine": {
             "python": platform.python_version(),
             "platform": platform.platform(),

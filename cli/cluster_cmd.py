@@ -28,9 +28,9 @@ from cli.common import (
     resolve_bootstrap,
     run,
 )
-from cluster import local_cluster
 from cluster import protocol as p
 from cluster.client import Admin, ClientError, Cluster
+from cluster.local import launcher
 
 app = typer.Typer(help="Run a local cluster and see its state.", no_args_is_help=True)
 LOG_COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red")
@@ -45,17 +45,17 @@ def up(
 ) -> None:
     """Start a local cluster and wait until it is ready."""
     directory = (data_dir or default_data_dir()).resolve()
-    previous = local_cluster.LocalCluster.load(directory)
+    previous = launcher.LocalCluster.load(directory)
     if previous is not None:
-        if any(local_cluster.alive(n.pid) for n in previous.nodes):
+        if any(launcher.alive(n.pid) for n in previous.nodes):
             raise CliError(f"a cluster is already running in {directory}")
         if len(previous.nodes) != nodes:
             raise CliError(f"{directory} holds a {len(previous.nodes)}-node cluster")
-    cluster = local_cluster.up(directory, nodes)
+    cluster = launcher.up(directory, nodes)
     try:
-        run(local_cluster.wait_ready(cluster, 60))
+        run(launcher.wait_ready(cluster, 60))
     except BaseException:
-        local_cluster.down(cluster)
+        launcher.down(cluster)
         raise
     typer.echo(f"raftbroker cluster of {nodes} nodes ready in {directory}")
     typer.echo(f"bootstrap: {','.join(cluster.bootstrap)}")
@@ -67,11 +67,11 @@ def up(
     except KeyboardInterrupt:
         pass
     finally:
-        local_cluster.down(cluster)
+        launcher.down(cluster)
         typer.echo("cluster stopped")
 
 
-def _follow_logs(cluster: local_cluster.LocalCluster) -> None:
+def _follow_logs(cluster: launcher.LocalCluster) -> None:
     console = Console(highlight=False)
     files: list[tuple[int, IO[str]]] = []
     for node in cluster.nodes:
@@ -79,7 +79,7 @@ def _follow_logs(cluster: local_cluster.LocalCluster) -> None:
         log.seek(0, 2)
         files.append((node.node_id, log))
     try:
-        while any(local_cluster.alive(n.pid) for n in cluster.nodes):
+        while any(launcher.alive(n.pid) for n in cluster.nodes):
             quiet = True
             for node_id, log_file in files:
                 for line in log_file.readlines():
@@ -98,10 +98,10 @@ def _follow_logs(cluster: local_cluster.LocalCluster) -> None:
 def down(data_dir: Path | None = DataDirOption) -> None:
     """Stop the local cluster of --data-dir (its data stays)."""
     directory = (data_dir or default_data_dir()).resolve()
-    cluster = local_cluster.LocalCluster.load(directory)
+    cluster = launcher.LocalCluster.load(directory)
     if cluster is None:
         raise CliError(f"no cluster in {directory}")
-    local_cluster.down(cluster)
+    launcher.down(cluster)
     typer.echo(f"stopped {len(cluster.nodes)} nodes of {directory}")
 
 

@@ -18,9 +18,9 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 
-from cluster import local_cluster
 from cluster.client import ClientError
 from cluster.config import ConfigError
+from cluster.local import launcher
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -61,7 +61,7 @@ def resolve_bootstrap(bootstrap: list[str] | None, data_dir: Path | None) -> lis
     if not addresses and os.environ.get("RAFTBROKER_BOOTSTRAP"):
         addresses = [a.strip() for a in os.environ["RAFTBROKER_BOOTSTRAP"].split(",") if a]
     if not addresses:
-        cluster = local_cluster.LocalCluster.load(data_dir or default_data_dir())
+        cluster = launcher.LocalCluster.load(data_dir or default_data_dir())
         if cluster is None:
             raise CliError(
                 "no cluster to talk to: pass --bootstrap HOST:PORT, set RAFTBROKER_BOOTSTRAP, "

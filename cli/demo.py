@@ -19,7 +19,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from cluster import local_cluster
 from cluster import protocol as p
 from cluster.client import (
     Admin,
@@ -30,6 +29,7 @@ from cluster.client import (
     ProducerConfig,
     RecordMetadata,
 )
+from cluster.local import launcher
 from statemachine.records import Record, RecordBatch
 
 TOPIC = "payments"
@@ -86,11 +86,11 @@ class _Acks:
 
 async def run_demo(directory: Path, records: int = 4_000) -> DemoReport:
     started = time.monotonic()
-    cluster = local_cluster.up(directory, 3)
+    cluster = launcher.up(directory, 3)
     report = DemoReport()
     client = Cluster(cluster.bootstrap)
     try:
-        await local_cluster.wait_ready(cluster, 30)
+        await launcher.wait_ready(cluster, 30)
         await Admin(client).create_topic(TOPIC, PARTITIONS, 3)
         acks = await _produce_through_failovers(client, cluster, records, report)
         await _verdict(client, acks, report)
@@ -98,13 +98,13 @@ async def run_demo(directory: Path, records: int = 4_000) -> DemoReport:
         report.fencing_scene = await zombie_fencing_scene(client)
     finally:
         await client.close()
-        local_cluster.down(local_cluster.LocalCluster.load(directory) or cluster)
+        launcher.down(launcher.LocalCluster.load(directory) or cluster)
     report.seconds = round(time.monotonic() - started, 1)
     return report
 
 
 async def _produce_through_failovers(
-    client: Cluster, cluster: local_cluster.LocalCluster, records: int, report: DemoReport
+    client: Cluster, cluster: launcher.LocalCluster, records: int, report: DemoReport
 ) -> _Acks:
     acks = _Acks()
     config = ProducerConfig(linger_ms=1, batch_size_bytes=4_096)
@@ -131,22 +131,22 @@ def _note_ack(acks: _Acks, value: bytes, future: asyncio.Future[RecordMetadata])
 
 
 async def _kill_leaders(
-    client: Cluster, cluster: local_cluster.LocalCluster, acks: _Acks, report: DemoReport
+    client: Cluster, cluster: launcher.LocalCluster, acks: _Acks, report: DemoReport
 ) -> None:
     for round_ in range(KILLS):
         await asyncio.sleep(QUIET_BEFORE_KILL_S)
         partition = round_ % PARTITIONS
         victim = await _leader(client, partition)
         node = next(n for n in cluster.nodes if n.node_id == victim)
-        local_cluster.kill(node.pid, signal.SIGKILL)
+        launcher.kill(node.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         resumed = await _next_ack_after(acks, partition, killed_at)
         new_leader = await _leader(client, partition)
         report.failovers.append(Failover(partition, victim, new_leader, round(resumed, 3)))
-        cluster = local_cluster.restart_node(
-            local_cluster.LocalCluster.load(cluster.data_dir) or cluster, victim
+        cluster = launcher.restart_node(
+            launcher.LocalCluster.load(cluster.data_dir) or cluster, victim
         )
-        await local_cluster.wait_ready(cluster, 30)
+        await launcher.wait_ready(cluster, 30)
 
 
 async def _leader(client: Cluster, partition: int, timeout_s: float = 20) -> int:

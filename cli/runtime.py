@@ -18,8 +18,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, NoReturn
 
+from cluster.broker.service import run_node
 from cluster.config import ConfigError, NodeConfig
-from cluster.service import run_node
 
 EXIT_FATAL = 70
 EXIT_CANNOT_RUN = 71

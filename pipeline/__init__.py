@@ -5,7 +5,7 @@ async client in `cluster.client`, with the options and the row schema of Spark's
 connector, plus `producerId`, `producerEpoch` and `sequence` so a job can prove exactly-once.
 
 Rules:
-- Imports go one way: pipeline -> cluster.client (and cluster.sync_client); nothing in cluster/
+- Imports go one way: pipeline -> cluster.client (and cluster.client.sync); nothing in cluster/
   imports pipeline.
 - Importing this package does not import PySpark: `pipeline.options` and `pipeline.offsets` are
   pure and usable (and testable) without the optional `spark` extra.

@@ -1,6 +1,6 @@
 """The data source's conversations with the cluster: topics, offsets, reading ranges, producing.
 
-Role: the only module of `pipeline/` that talks to brokers. It wraps `cluster.sync_client`
+Role: the only module of `pipeline/` that talks to brokers. It wraps `cluster.client.sync`
 (one event loop on a thread) in a `BrokerSession` that a Spark task opens and closes itself.
 
 Rules:
@@ -29,7 +29,7 @@ from cluster.client import (
     ProducerConfig,
     RecordMetadata,
 )
-from cluster.sync_client import SyncClient, SyncProducer
+from cluster.client.sync import SyncClient, SyncProducer
 from pipeline.offsets import OffsetRange, Offsets
 from pipeline.options import EARLIEST, LATEST, OffsetSpec, Subscription, TopicPartition
 

@@ -37,7 +37,7 @@ from pyspark.sql import DataFrame, Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from cluster.client import ProducerConfig
-from cluster.fenced import FencedWriter, FencedWriterConfig, SinkRecord
+from cluster.client.fenced import FencedWriter, FencedWriterConfig, SinkRecord
 from pipeline import FORMAT
 from pipeline.broker import BrokerSession, SendStats
 from pipeline.options import BOOTSTRAP, FENCE_BATCH, FENCE_SINK, WriteOptions

@@ -22,9 +22,9 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster import local_cluster
 from cluster.chaos.links import LinkCutter
 from cluster.client import Admin, ClientError, Cluster
+from cluster.local import launcher
 
 PROCESS_FAULTS = (
     "kill-leader",
@@ -89,7 +89,7 @@ class Nemesis:
 
     def __init__(
         self,
-        cluster: local_cluster.LocalCluster,
+        cluster: launcher.LocalCluster,
         topic: str,
         record: Record,
         cutter: LinkCutter | None = None,
@@ -142,8 +142,8 @@ class Nemesis:
             self._signal(node_id, signal.SIGCONT)
         self._paused.clear()
         for node in self.cluster.nodes:
-            if not local_cluster.alive(node.pid):
-                self.cluster = local_cluster.restart_node(self.cluster, node.node_id)
+            if not launcher.alive(node.pid):
+                self.cluster = launcher.restart_node(self.cluster, node.node_id)
 
     # -- targets ---------------------------------------------------------------------------------
 
@@ -162,7 +162,7 @@ class Nemesis:
 
     async def _leader_of(self, group: str) -> int | None:
         for node in self.cluster.nodes:
-            if node.node_id in self._paused or not local_cluster.alive(node.pid):
+            if node.node_id in self._paused or not launcher.alive(node.pid):
                 continue
             try:
                 status = await Admin(self._client).cluster_status(node.client_address)
@@ -177,9 +177,9 @@ class Nemesis:
 
     async def _kill(self, node_id: int, down_s: float) -> None:
         pid = self._pid(node_id)
-        await asyncio.to_thread(local_cluster.kill, pid, signal.SIGKILL, 10.0)
+        await asyncio.to_thread(launcher.kill, pid, signal.SIGKILL, 10.0)
         await asyncio.sleep(down_s)
-        self.cluster = local_cluster.restart_node(self.cluster, node_id)
+        self.cluster = launcher.restart_node(self.cluster, node_id)
 
     async def _pause(self, node_id: int, pause_s: float) -> None:
         self._signal(node_id, signal.SIGSTOP)
@@ -206,15 +206,11 @@ class Nemesis:
         fault = Fault(0.0, "rolling-restart", 0, 0.0)
         self._event(fault, None, "start")
         for node in self.cluster.nodes:
-            await asyncio.to_thread(
-                local_cluster.kill, self._pid(node.node_id), signal.SIGTERM, 15.0
-            )
-            if local_cluster.alive(self._pid(node.node_id)):
-                await asyncio.to_thread(
-                    local_cluster.kill, self._pid(node.node_id), signal.SIGKILL, 5.0
-                )
-            self.cluster = local_cluster.restart_node(self.cluster, node.node_id)
-            await local_cluster.wait_ready(self.cluster, 60.0)
+            await asyncio.to_thread(launcher.kill, self._pid(node.node_id), signal.SIGTERM, 15.0)
+            if launcher.alive(self._pid(node.node_id)):
+                await asyncio.to_thread(launcher.kill, self._pid(node.node_id), signal.SIGKILL, 5.0)
+            self.cluster = launcher.restart_node(self.cluster, node.node_id)
+            await launcher.wait_ready(self.cluster, 60.0)
         self._event(fault, None, "end")
         self.faults_done["rolling-restart"] = self.faults_done.get("rolling-restart", 0) + 1
 
@@ -222,7 +218,7 @@ class Nemesis:
         return next(n.pid for n in self.cluster.nodes if n.node_id == node_id)
 
     def _signal(self, node_id: int, sig: int) -> None:
-        local_cluster.kill(self._pid(node_id), sig)
+        launcher.kill(self._pid(node_id), sig)
 
     def _event(self, fault: Fault, node: int | None, phase: str, note: str = "") -> None:
         partition = (

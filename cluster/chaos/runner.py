@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster import local_cluster
 from cluster import protocol as p
 from cluster.chaos.checker import Report, check_file
 from cluster.chaos.history import HistoryWriter
@@ -25,6 +24,7 @@ from cluster.chaos.nemesis import NETWORK_FAULTS, Nemesis, schedule
 from cluster.chaos.workload import Clock, Workload, WorkloadSettings
 from cluster.client import Admin, ClientError, Consumer, ConsumerConfig
 from cluster.client import Cluster as ClientCluster
+from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from statemachine.records import RecordBatch
 
@@ -58,10 +58,10 @@ async def run_chaos(options: ChaosOptions, progress: Progress = lambda _: None) 
         cutter = LinkCutter()
         cutter.prepare()  # loopback up before any node binds to it
     extra = "unsafe_disable_deduplication = true\n" if options.unsafe_disable_deduplication else ""
-    cluster = local_cluster.up(out / "cluster", 3, extra_toml=extra)
+    cluster = launcher.up(out / "cluster", 3, extra_toml=extra)
     nemesis: Nemesis | None = None
     try:
-        await local_cluster.wait_ready(cluster, 60.0)
+        await launcher.wait_ready(cluster, 60.0)
         progress(f"cluster up in {out / 'cluster'}")
         with HistoryWriter(out / "history.jsonl") as history:
             clock = Clock()  # the history's time starts when its file does
@@ -80,12 +80,12 @@ async def run_chaos(options: ChaosOptions, progress: Progress = lambda _: None) 
         if nemesis is not None:
             cluster = nemesis.cluster
             await nemesis.close()
-        local_cluster.down(local_cluster.LocalCluster.load(cluster.data_dir) or cluster)
+        launcher.down(launcher.LocalCluster.load(cluster.data_dir) or cluster)
 
 
 async def _run(
     options: ChaosOptions,
-    cluster: local_cluster.LocalCluster,
+    cluster: launcher.LocalCluster,
     nemesis: Nemesis,
     timed: Callable[[dict[str, object]], None],
     progress: Progress,
@@ -122,7 +122,7 @@ async def _run(
                 await chaos
             await nemesis.heal()
             progress("healed; letting the workload settle")
-            await local_cluster.wait_ready(nemesis.cluster, 60.0)
+            await launcher.wait_ready(nemesis.cluster, 60.0)
             await asyncio.sleep(SETTLE_S)
             workload.stopping.set()
         progress("workload stopped; draining every partition")
@@ -167,7 +167,7 @@ async def _final_read(client: ClientCluster, partition: int) -> dict[str, object
 
 
 async def _replica_log(
-    client: ClientCluster, node: local_cluster.NodeProcess, partition: int
+    client: ClientCluster, node: launcher.NodeProcess, partition: int
 ) -> dict[str, object]:
     """One replica's committed log, read from that node itself (not through the leader)."""
     rows: list[list[object]] = []

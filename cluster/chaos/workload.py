@@ -32,7 +32,7 @@ from cluster.client import (
     retrying,
 )
 from cluster.client import Cluster as ClientCluster
-from cluster.fenced import FencedWriter, FencedWriterConfig, SinkRecord
+from cluster.client.fenced import FencedWriter, FencedWriterConfig, SinkRecord
 from statemachine.errors import ErrorCode
 from statemachine.records import Record as LogRecord
 from statemachine.records import RecordBatch

@@ -11,16 +11,14 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from cluster import local_cluster
 from cluster.client import Cluster
+from cluster.local import launcher
 
 READY_TIMEOUT_S = 60.0
 
 
-async def wait_ready(
-    cluster: local_cluster.LocalCluster, timeout_s: float = READY_TIMEOUT_S
-) -> None:
-    await local_cluster.wait_ready(cluster, timeout_s)
+async def wait_ready(cluster: launcher.LocalCluster, timeout_s: float = READY_TIMEOUT_S) -> None:
+    await launcher.wait_ready(cluster, timeout_s)
 
 
 @pytest.fixture(scope="module")
@@ -29,24 +27,24 @@ def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @contextlib.contextmanager
-def running_cluster(data_dir: Path, extra_toml: str = "") -> Iterator[local_cluster.LocalCluster]:
+def running_cluster(data_dir: Path, extra_toml: str = "") -> Iterator[launcher.LocalCluster]:
     """A ready 3-node cluster in `data_dir` (nodes configured with `extra_toml`), stopped after."""
-    cluster = local_cluster.up(data_dir, 3, extra_toml=extra_toml)
+    cluster = launcher.up(data_dir, 3, extra_toml=extra_toml)
     try:
         asyncio.run(wait_ready(cluster))
         yield cluster
     finally:
-        local_cluster.down(local_cluster.LocalCluster.load(data_dir) or cluster)
+        launcher.down(launcher.LocalCluster.load(data_dir) or cluster)
 
 
 @pytest.fixture(scope="module")
-def three_nodes(cluster_dir: Path) -> Iterator[local_cluster.LocalCluster]:
+def three_nodes(cluster_dir: Path) -> Iterator[launcher.LocalCluster]:
     with running_cluster(cluster_dir) as cluster:
         yield cluster
 
 
 @pytest_asyncio.fixture
-async def client(three_nodes: local_cluster.LocalCluster) -> AsyncIterator[Cluster]:
+async def client(three_nodes: launcher.LocalCluster) -> AsyncIterator[Cluster]:
     c = Cluster(three_nodes.bootstrap, request_timeout_s=5.0)
     try:
         yield c

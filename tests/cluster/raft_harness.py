@@ -19,8 +19,8 @@ from pathlib import Path
 
 from cluster import raft
 from cluster.config import Timing
-from cluster.mesh import MeshSettings
 from cluster.raft import GroupSpec, ProposalError, RaftDriver, RaftGroup
+from cluster.raft.mesh import MeshSettings
 from statemachine.codec import pack, unpack
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import local_cluster
+from cluster.local import launcher
 from tests.cluster.procs import REPO
 
 
@@ -45,9 +45,9 @@ def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield data_dir
     finally:
         raftbroker("cluster", "down", "--data-dir", str(data_dir))
-        cluster = local_cluster.LocalCluster.load(data_dir)
+        cluster = launcher.LocalCluster.load(data_dir)
         if cluster is not None:
-            local_cluster.down(cluster)
+            launcher.down(cluster)
 
 
 def test_status_json_lists_every_node(cli_cluster: Path) -> None:
@@ -176,16 +176,16 @@ def test_foreground_cluster_streams_logs_and_ctrl_c_stops_every_node(tmp_path: P
         ):
             assert time.monotonic() < deadline, seen[-5:]
             seen.append(proc.stdout.readline())  # node logs arrive prefixed by their node
-        started = local_cluster.LocalCluster.load(tmp_path)
+        started = launcher.LocalCluster.load(tmp_path)
         assert started is not None
         pids = [n.pid for n in started.nodes]
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
         assert proc.returncode == 0
-        assert not any(local_cluster.alive(pid) for pid in pids)
+        assert not any(launcher.alive(pid) for pid in pids)
     finally:
         if proc.poll() is None:
             proc.kill()
-        cluster = local_cluster.LocalCluster.load(tmp_path)
+        cluster = launcher.LocalCluster.load(tmp_path)
         if cluster is not None:
-            local_cluster.down(cluster)
+            launcher.down(cluster)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster import local_cluster
 from cluster import protocol as p
 from cluster.client import (
     Admin,
@@ -27,6 +26,7 @@ from cluster.client import (
     RecordMetadata,
     retrying,
 )
+from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from statemachine.records import Record, RecordBatch
 from tests.cluster.conftest import wait_ready
@@ -59,14 +59,14 @@ async def leader_of(cluster: Cluster, topic: str, partition: int) -> int:
 
 
 async def kill_and_restart(
-    three: local_cluster.LocalCluster, node_id: int, pause_s: float = 0.0
-) -> local_cluster.LocalCluster:
+    three: launcher.LocalCluster, node_id: int, pause_s: float = 0.0
+) -> launcher.LocalCluster:
     # Earlier tests restarted nodes: the running pids are in cluster.json, not in `three`.
-    current = local_cluster.LocalCluster.load(three.data_dir) or three
+    current = launcher.LocalCluster.load(three.data_dir) or three
     node = next(n for n in current.nodes if n.node_id == node_id)
-    local_cluster.kill(node.pid, signal.SIGKILL, wait_s=10)
+    launcher.kill(node.pid, signal.SIGKILL, wait_s=10)
     await asyncio.sleep(pause_s)
-    return local_cluster.restart_node(current, node_id)
+    return launcher.restart_node(current, node_id)
 
 
 async def test_10000_records_round_trip_complete_and_in_order(client: Cluster) -> None:
@@ -118,7 +118,7 @@ async def produce_until_acked(cluster: Cluster, topic: str, batch: bytes) -> p.P
 
 
 async def test_leader_kill_during_produce_loses_and_duplicates_nothing(
-    client: Cluster, three_nodes: local_cluster.LocalCluster
+    client: Cluster, three_nodes: launcher.LocalCluster
 ) -> None:
     await Admin(client).create_topic("failover", 1, 3)
     init = await client.send_any(p.InitProducerId("", 60_000, -1, -1))
@@ -154,7 +154,7 @@ async def test_leader_kill_during_produce_loses_and_duplicates_nothing(
 
 
 async def test_pids_are_unique_across_brokers_and_a_metadata_leader_kill(
-    client: Cluster, three_nodes: local_cluster.LocalCluster
+    client: Cluster, three_nodes: launcher.LocalCluster
 ) -> None:
     async def pids_from_every_node(count: int) -> list[int]:
         found = []
@@ -201,7 +201,7 @@ async def test_second_transactional_producer_fences_the_first(client: Cluster) -
 
 
 async def test_all_nodes_killed_and_restarted_keep_records_and_producer_state(
-    client: Cluster, three_nodes: local_cluster.LocalCluster
+    client: Cluster, three_nodes: launcher.LocalCluster
 ) -> None:
     await Admin(client).create_topic("durable", 2, 3)
     async with Producer(client, ProducerConfig(linger_ms=1)) as producer:
@@ -214,11 +214,11 @@ async def test_all_nodes_killed_and_restarted_keep_records_and_producer_state(
     before = {d.partition: d.producers for d in describe}
     await client.close()
 
-    current = local_cluster.LocalCluster.load(three_nodes.data_dir) or three_nodes
+    current = launcher.LocalCluster.load(three_nodes.data_dir) or three_nodes
     for node in current.nodes:
-        local_cluster.kill(node.pid, signal.SIGKILL, wait_s=10)
+        launcher.kill(node.pid, signal.SIGKILL, wait_s=10)
     for node in current.nodes:
-        current = local_cluster.restart_node(current, node.node_id)
+        current = launcher.restart_node(current, node.node_id)
     await wait_ready(current)
 
     records = await consume_all(client, "durable", 2_000)
@@ -240,7 +240,7 @@ def raw_frame(body: bytes) -> bytes:
 
 
 async def test_garbage_frames_get_errors_and_never_reach_a_log(
-    client: Cluster, three_nodes: local_cluster.LocalCluster
+    client: Cluster, three_nodes: launcher.LocalCluster
 ) -> None:
     await Admin(client).create_topic("garbage", 1, 3)
     node = three_nodes.nodes[0]
@@ -271,9 +271,9 @@ async def test_garbage_frames_get_errors_and_never_reach_a_log(
 
 
 async def test_a_client_that_leaves_mid_pipeline_does_not_wedge_the_node(
-    client: Cluster, three_nodes: local_cluster.LocalCluster
+    client: Cluster, three_nodes: launcher.LocalCluster
 ) -> None:
-    current = local_cluster.LocalCluster.load(three_nodes.data_dir) or three_nodes
+    current = launcher.LocalCluster.load(three_nodes.data_dir) or three_nodes
     node = current.nodes[1]  # earlier tests restarted nodes: their pids are in cluster.json
     log = three_nodes.data_dir / f"node{node.node_id}.log"
     logged_before = log.stat().st_size
@@ -284,12 +284,12 @@ async def test_a_client_that_leaves_mid_pipeline_does_not_wedge_the_node(
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     status = await Admin(client).cluster_status(node.client_address)
     assert status.node_id == node.node_id
-    assert local_cluster.alive(node.pid)
+    assert launcher.alive(node.pid)
     assert "Traceback" not in logged_since(log, logged_before)
 
 
 async def test_a_leader_change_never_answers_a_sequence_error(
-    client: Cluster, three_nodes: local_cluster.LocalCluster
+    client: Cluster, three_nodes: launcher.LocalCluster
 ) -> None:
     # SEMANTICS 10-12: across a leader SIGKILL, every answer to a batch is success, a duplicate
     # with the original offsets, or a retriable error; never OUT_OF_ORDER or a fatal error.

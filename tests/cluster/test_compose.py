@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cluster import local_cluster
 from cluster.client import Admin, Cluster, Consumer, Producer
+from cluster.local import launcher
 from tests.cluster.procs import REPO, running, spawn
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -92,10 +92,10 @@ async def test_the_compose_services_form_a_working_cluster(tmp_path: Path) -> No
         procs.append(spawn(local_command(argv, hosts, config), tmp_path / f"{name}.log"))
     with running(procs):
         nodes = tuple(
-            local_cluster.NodeProcess(i + 1, address, 9092, 19092, 8092, proc.pid)
+            launcher.NodeProcess(i + 1, address, 9092, 19092, 8092, proc.pid)
             for i, (address, proc) in enumerate(zip(hosts.values(), procs, strict=True))
         )
-        await local_cluster.wait_ready(local_cluster.LocalCluster(tmp_path, nodes), 60)
+        await launcher.wait_ready(launcher.LocalCluster(tmp_path, nodes), 60)
         client = Cluster([f"{address}:9092" for address in hosts.values()])
         try:
             await Admin(client).create_topic("compose", 3, 3)

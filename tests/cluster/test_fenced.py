@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
-from cluster import local_cluster
 from cluster.client import Admin, Cluster, ConsumedRecord, Consumer, ProducerFencedError
-from cluster.fenced import FencedWriter, FencedWriterConfig, SinkRecord
+from cluster.client.fenced import FencedWriter, FencedWriterConfig, SinkRecord
+from cluster.local import launcher
 from tests.cluster.conftest import wait_ready
 from tests.cluster.test_cluster import kill_and_restart, leader_of
 
@@ -85,7 +85,7 @@ async def test_a_run_cut_off_mid_batch_is_completed_by_the_rerun(client: Cluster
 
 
 async def test_a_fenced_write_rides_out_a_leader_kill(
-    client: Cluster, three_nodes: local_cluster.LocalCluster
+    client: Cluster, three_nodes: launcher.LocalCluster
 ) -> None:
     await Admin(client).create_topic("fenced-kill", 1, 3)
     batch = records("fenced-kill", 0, 6_000)

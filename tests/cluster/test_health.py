@@ -13,8 +13,8 @@ import urllib.request
 
 import pytest
 
-from cluster import local_cluster
 from cluster.client import Admin, Cluster, Producer
+from cluster.local import launcher
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -46,7 +46,7 @@ async def poll_health(
 
 
 async def test_a_paused_follower_makes_the_leader_report_unhealthy(
-    client: Cluster, three_nodes: local_cluster.LocalCluster
+    client: Cluster, three_nodes: launcher.LocalCluster
 ) -> None:
     await Admin(client).create_topic("watched", 1, 3)
     meta = await client.refresh(["watched"])
@@ -55,7 +55,7 @@ async def test_a_paused_follower_makes_the_leader_report_unhealthy(
     follower = next(n for n in three_nodes.nodes if n.node_id != leader.node_id)
     assert http_get(leader.host, leader.http_port, "/healthz")[0] == 200
 
-    local_cluster.kill(follower.pid, signal.SIGSTOP)
+    launcher.kill(follower.pid, signal.SIGSTOP)
     try:
         async with Producer(client) as producer:
             await asyncio.gather(*[await producer.send("watched", b"x") for _ in range(50)])
@@ -65,7 +65,7 @@ async def test_a_paused_follower_makes_the_leader_report_unhealthy(
         assert code == 503
         assert "watched-0" in body
     finally:
-        local_cluster.kill(follower.pid, signal.SIGCONT)
+        launcher.kill(follower.pid, signal.SIGCONT)
     await poll_health(client, leader.client_address, "watched-0", want=True)
 
     code, metrics = http_get(leader.host, leader.http_port, "/metrics")

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from cluster import local_cluster
-from cluster.mesh import ERROR, READ, WRITE, Mesh, MeshSettings, _Cipher, derive_keys
+from cluster.local import launcher
+from cluster.raft.mesh import ERROR, READ, WRITE, Mesh, MeshSettings, _Cipher, derive_keys
 from statemachine.codec import pack
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
@@ -132,7 +132,7 @@ def net() -> Iterator[Net]:
 
 @pytest.fixture
 def port() -> int:
-    return local_cluster.choose_ports(3, os.getpid())[2]
+    return launcher.choose_ports(3, os.getpid())[2]
 
 
 def test_holders_of_the_secret_link_and_route_messages_by_group(net: Net, port: int) -> None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from cluster import local_cluster
+from cluster.local import launcher
 from tests.cluster.procs import running, spawn, wait_until
 
 
 def test_a_taken_raft_port_stops_the_node_with_a_clear_error(tmp_path: Path) -> None:
-    cluster = local_cluster.up(tmp_path, 3)
-    local_cluster.down(cluster)
+    cluster = launcher.up(tmp_path, 3)
+    launcher.down(cluster)
     node = cluster.nodes[0]
     blocker = socket.create_server((node.host, node.raft_port))
     log = tmp_path / "blocked.log"

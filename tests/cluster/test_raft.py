@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cluster import local_cluster
+from cluster.local import launcher
 from tests.cluster.procs import running, spawn, wait_until
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
@@ -26,7 +26,7 @@ def run_group(
     tmp_path: Path, *, commands: int, size: int, extra: tuple[str, ...] = ()
 ) -> list[dict[str, Any]]:
     # A port free on all three addresses, below the kernel's ephemeral range.
-    port = local_cluster.choose_ports(len(HOSTS), os.getpid())[2]
+    port = launcher.choose_ports(len(HOSTS), os.getpid())[2]
     addresses = ",".join(f"{h}:{port}" for h in HOSTS)
     tmp_path.mkdir(parents=True, exist_ok=True)
     reports = [tmp_path / f"report{i}.json" for i in range(3)]

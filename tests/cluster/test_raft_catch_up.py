@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import local_cluster
+from cluster.local import launcher
 from cluster.raft import RaftDriver, RaftGroup
 from tests.cluster.raft_harness import HashChain
 from tests.cluster.test_raft_entries import started_group, until
@@ -60,7 +60,7 @@ async def propose_burst(leader: RaftGroup, first: int) -> None:
 async def test_a_follower_away_and_back_gets_every_entry_through_the_stock_paths(
     tmp_path: Path,
 ) -> None:
-    port = local_cluster.choose_ports(len(HOSTS), os.getpid())[2]
+    port = launcher.choose_ports(len(HOSTS), os.getpid())[2]
     replicas = [
         Replica(host, port, tuple(f"{h}:{port}" for h in HOSTS if h != host), tmp_path / host)
         for host in HOSTS

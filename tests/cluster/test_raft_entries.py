@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from cluster.config import Timing
-from cluster.mesh import MeshSettings
 from cluster.raft import GroupSpec, RaftDriver, RaftGroup
+from cluster.raft.mesh import MeshSettings
 from tests.cluster.raft_harness import HashChain
 
 HOST = "127.0.0.2"

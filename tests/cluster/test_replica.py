@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.replica import PartitionReplica
-from cluster.storage import PartitionStore, StorageError
+from cluster.broker.replica import PartitionReplica
+from cluster.broker.storage import PartitionStore, StorageError
 from statemachine.commands import AppendBatch
 from statemachine.partition import Appended, PartitionResult
 from statemachine.records import Record, RecordBatch

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from cluster import local_cluster
 from cluster import protocol as p
 from cluster.client import Admin, ClientError, Cluster, Producer, ProducerConfig
+from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from statemachine.records import RecordBatch
 from tests.cluster.conftest import running_cluster, wait_ready
@@ -28,7 +28,7 @@ TINY_RAFT_LOG = "[limits]\nraft_log_entries_max = 40\n"
 @pytest.fixture(scope="module")
 def compacting_cluster(
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[local_cluster.LocalCluster]:
+) -> Iterator[launcher.LocalCluster]:
     with running_cluster(tmp_path_factory.mktemp("restore"), TINY_RAFT_LOG) as cluster:
         yield cluster
 
@@ -58,7 +58,7 @@ async def read_replica(client: Cluster, address: str, topic: str) -> list[bytes]
 
 
 async def test_a_follower_behind_the_compacted_log_restores_every_record(
-    compacting_cluster: local_cluster.LocalCluster,
+    compacting_cluster: launcher.LocalCluster,
 ) -> None:
     client = Cluster(compacting_cluster.bootstrap)
     try:
@@ -66,14 +66,14 @@ async def test_a_follower_behind_the_compacted_log_restores_every_record(
         meta = await client.refresh(["restore"])
         leader_id = meta.topics[0].partitions[0].leader_id
         follower = next(n for n in compacting_cluster.nodes if n.node_id != leader_id)
-        local_cluster.kill(follower.pid, signal.SIGKILL)
+        launcher.kill(follower.pid, signal.SIGKILL)
 
         sent = [f"r{i}".encode() for i in range(600)]
         config = ProducerConfig(batch_size_bytes=100, linger_ms=0)
         async with Producer(client, config) as producer:
             for value in sent:  # one small batch at a time: hundreds of Raft entries
                 await (await producer.send("restore", value))
-        local_cluster.restart_node(compacting_cluster, follower.node_id)
+        launcher.restart_node(compacting_cluster, follower.node_id)
 
         deadline = asyncio.get_running_loop().time() + 60
         while (values := await read_replica(client, follower.client_address, "restore")) != sent:
@@ -85,7 +85,7 @@ async def test_a_follower_behind_the_compacted_log_restores_every_record(
         assert "restoring offsets 0.." in log  # the snapshot path really ran
         assert "restored offsets" in log
         await wait_ready(
-            local_cluster.LocalCluster.load(compacting_cluster.data_dir) or compacting_cluster
+            launcher.LocalCluster.load(compacting_cluster.data_dir) or compacting_cluster
         )
     finally:
         await client.close()

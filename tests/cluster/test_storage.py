@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.storage import (
+from cluster.broker.storage import (
     FRAME_HEADER_BYTES,
     PartitionStore,
     StorageCorruptionError,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from cluster import local_cluster
-from cluster.sync_client import SyncClient
+from cluster.client.sync import SyncClient
+from cluster.local import launcher
 
 
 def test_sync_client_produces_and_consumes_in_order(
-    three_nodes: local_cluster.LocalCluster,
+    three_nodes: launcher.LocalCluster,
 ) -> None:
     with SyncClient(three_nodes.bootstrap) as client:
         client.create_topic("scripted", partitions=2, replication_factor=3)

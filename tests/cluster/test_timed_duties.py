@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from cluster import local_cluster
 from cluster import protocol as p
 from cluster.client import Admin, ClientError, Cluster, Consumer, Producer, ProducerConfig
+from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from tests.cluster.conftest import running_cluster
 
@@ -29,7 +29,7 @@ FAST_DUTIES = (
 @pytest.fixture(scope="module")
 def expiring_cluster(
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[local_cluster.LocalCluster]:
+) -> Iterator[launcher.LocalCluster]:
     with running_cluster(tmp_path_factory.mktemp("expiry"), FAST_DUTIES) as cluster:
         yield cluster
 
@@ -49,7 +49,7 @@ async def replicas_converge(
 
 
 async def test_idle_transactional_id_expires_on_every_replica(
-    expiring_cluster: local_cluster.LocalCluster,
+    expiring_cluster: launcher.LocalCluster,
 ) -> None:
     client = Cluster(expiring_cluster.bootstrap)
     try:
@@ -72,7 +72,7 @@ async def test_idle_transactional_id_expires_on_every_replica(
 
 
 async def test_retention_by_bytes_moves_the_log_start_on_every_replica(
-    expiring_cluster: local_cluster.LocalCluster,
+    expiring_cluster: launcher.LocalCluster,
 ) -> None:
     client = Cluster(expiring_cluster.bootstrap)
     try:

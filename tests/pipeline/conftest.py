@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from cluster import local_cluster
-from cluster.sync_client import SyncClient
+from cluster.client.sync import SyncClient
+from cluster.local import launcher
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,23 +31,23 @@ _topic_numbers = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[local_cluster.LocalCluster]:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[launcher.LocalCluster]:
     data_dir: Path = tmp_path_factory.mktemp("pipeline-cluster")
-    cluster = local_cluster.up(data_dir, 3, CLUSTER_TOML)
+    cluster = launcher.up(data_dir, 3, CLUSTER_TOML)
     try:
-        asyncio.run(local_cluster.wait_ready(cluster, READY_TIMEOUT_S))
+        asyncio.run(launcher.wait_ready(cluster, READY_TIMEOUT_S))
         yield cluster
     finally:
-        local_cluster.down(local_cluster.LocalCluster.load(data_dir) or cluster)
+        launcher.down(launcher.LocalCluster.load(data_dir) or cluster)
 
 
 @pytest.fixture(scope="session")
-def bootstrap(broker: local_cluster.LocalCluster) -> str:
+def bootstrap(broker: launcher.LocalCluster) -> str:
     return ",".join(broker.bootstrap)
 
 
 @pytest.fixture(scope="session")
-def client(broker: local_cluster.LocalCluster) -> Iterator[SyncClient]:
+def client(broker: launcher.LocalCluster) -> Iterator[SyncClient]:
     with SyncClient(broker.bootstrap) as c:
         yield c
 

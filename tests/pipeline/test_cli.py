@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from cluster.sync_client import SyncClient
+from cluster.client.sync import SyncClient
 from tests.cluster.test_cli import raftbroker as cli_run
 from tests.pipeline.conftest import new_topic
 

@@ -11,7 +11,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession
 
 from cluster.client import Consumer
-from cluster.sync_client import SyncClient
+from cluster.client.sync import SyncClient
 from tests.pipeline.conftest import produce
 
 pytestmark = pytest.mark.spark

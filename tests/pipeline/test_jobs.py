@@ -14,8 +14,8 @@ pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession
 
 from cluster.client import Cluster, Producer, ProducerConfig
-from cluster.local_cluster import LocalCluster
-from cluster.sync_client import SyncClient
+from cluster.client.sync import SyncClient
+from cluster.local.launcher import LocalCluster
 from pipeline.jobs import settlement_totals
 from pipeline.jobs.audit import _per_partition, audit
 from pipeline.jobs.settlements import expected_totals, generate, settlements

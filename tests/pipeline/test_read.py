@@ -13,7 +13,7 @@ pytest.importorskip("pyspark")
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
-from cluster.sync_client import SyncClient
+from cluster.client.sync import SyncClient
 from tests.pipeline.conftest import new_topic, produce
 
 pytestmark = pytest.mark.spark

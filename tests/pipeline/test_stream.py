@@ -13,7 +13,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
-from cluster.sync_client import SyncClient
+from cluster.client.sync import SyncClient
 from pipeline.options import parse_read_options
 from pipeline.schema import read_schema
 from pipeline.source import StreamReader

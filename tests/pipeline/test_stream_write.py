@@ -19,7 +19,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from cluster.sync_client import SyncClient
+from cluster.client.sync import SyncClient
 from tests.pipeline.conftest import new_topic, produce
 
 pytestmark = pytest.mark.spark

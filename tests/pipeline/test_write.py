@@ -21,7 +21,7 @@ from pyspark.sql.types import (
 )
 
 from cluster.client import stable_partition
-from cluster.sync_client import SyncClient
+from cluster.client.sync import SyncClient
 from tests.pipeline.conftest import new_topic
 
 pytestmark = pytest.mark.spark

@@ -22,10 +22,10 @@ import contextlib
 import logging
 
 from cluster import protocol as p
+from cluster.broker.node import Node, PartitionHandle, now_ms
+from cluster.broker.storage import StorageError
 from cluster.client import ClientError, Cluster
-from cluster.node import Node, PartitionHandle, now_ms
 from cluster.raft import ProposalError
-from cluster.storage import StorageError
 from statemachine.commands import (
     AdvanceLogStart,
     AllocatePidBlock,
@@ -42,7 +42,7 @@ DUTY_INTERVAL_S = 0.5
 RESTORE_BYTES = 4 << 20
 
 
-class Controller:
+class NodeDuties:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.registered = asyncio.Event()

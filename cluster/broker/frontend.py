@@ -15,12 +15,12 @@ from collections.abc import Callable
 from functools import partial
 
 from cluster import protocol as p
-from cluster.metrics import Metrics
-from cluster.node import Node, PartitionHandle, now_ms
-from cluster.peers import PeerWatcher
+from cluster.broker.metrics import Metrics
+from cluster.broker.node import Node, PartitionHandle, now_ms
+from cluster.broker.peers import PeerWatcher
+from cluster.broker.server import HandlerError, Respond
+from cluster.broker.storage import StorageError
 from cluster.raft import ProposalError
-from cluster.server import HandlerError, Respond
-from cluster.storage import StorageError
 from statemachine.commands import (
     AppendBatch,
     AppendFencedBatch,
@@ -38,7 +38,7 @@ EARLIEST, LATEST = -2, -1
 Fence = tuple[str, int, int, int]  # (sink, writer, batch id, part) of a FencedProduce
 
 
-class Broker:
+class RequestFrontend:
     """The RequestHandler of a node."""
 
     def __init__(self, node: Node, peers: PeerWatcher, metrics: Metrics) -> None:

@@ -4,7 +4,7 @@
 `PartitionHandle` per partition whose replica set includes this node. The set of running
 partition groups follows the metadata state: `reconcile()` starts the groups of new topics and
 stops those of deleted ones, at runtime, without a restart. Request handling lives in
-`server.py`, periodic duties in `controller.py`; both reach the node through this class.
+`server.py`, periodic duties in `duties.py`; both reach the node through this class.
 
 Every group of a node, the metadata group included, talks to its peers over the node's one Raft
 port (`cluster/mesh.py`): a replica's Raft address is its node's.
@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster.broker.replica import Fatal, MetadataReplica, PartitionReplica
+from cluster.broker.storage import PartitionStore
 from cluster.config import NodeConfig, Peer
-from cluster.mesh import MeshSettings
 from cluster.raft import GroupSpec, GroupStatus, RaftDriver, RaftGroup
-from cluster.replica import Fatal, MetadataReplica, PartitionReplica
-from cluster.storage import PartitionStore
+from cluster.raft.mesh import MeshSettings
 from statemachine.limits import DEFAULT_LIMITS
 from statemachine.metadata import MetadataResult, TopicCreated, TopicDeleted, TopicInfo
 from statemachine.partition import Appended, PartitionResult

@@ -46,7 +46,7 @@ from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE
 from pysyncobj.transport import Transport
 
 from cluster.config import Timing
-from cluster.mesh import ERROR, READ, WRITE, Mesh, MeshSettings
+from cluster.raft.mesh import ERROR, READ, WRITE, Mesh, MeshSettings
 from statemachine.codec import CodecError, pack, unpack
 from statemachine.errors import ErrorCode
 

@@ -1,4 +1,4 @@
-"""A whole broker process, composed: node, controller duties, peers, server, HTTP endpoint.
+"""A whole broker process, composed: node, its periodic duties, peers, server, HTTP endpoint.
 
 `run_node` runs until cancelled, in one TaskGroup (structured concurrency: no task outlives
 the node), and stops the Raft driver and closes every store on the way out.
@@ -9,14 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from cluster.broker.duties import NodeDuties
+from cluster.broker.frontend import RequestFrontend
+from cluster.broker.metrics import HttpEndpoint, Metrics
+from cluster.broker.node import Node
+from cluster.broker.peers import PeerWatcher
+from cluster.broker.replica import Fatal
+from cluster.broker.server import Server
 from cluster.config import NodeConfig
-from cluster.controller import Controller
-from cluster.handlers import Broker
-from cluster.metrics import HttpEndpoint, Metrics
-from cluster.node import Node
-from cluster.peers import PeerWatcher
-from cluster.replica import Fatal
-from cluster.server import Server
 
 log = logging.getLogger(__name__)
 LEADER_WATCH_INTERVAL_S = 0.5
@@ -26,9 +26,13 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
     node = Node(config, fatal)
     metrics = Metrics()
     peers = PeerWatcher(config)
-    controller = Controller(node)
+    duties = NodeDuties(node)
     server = Server(
-        Broker(node, peers, metrics), config.host, config.client_port, config.limits, config.timing
+        RequestFrontend(node, peers, metrics),
+        config.host,
+        config.client_port,
+        config.limits,
+        config.timing,
     )
     http = HttpEndpoint(metrics, lambda: health_problems(node), config.host, config.http_port)
     await node.start()
@@ -38,7 +42,7 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
             tasks.create_task(server.serve())
             tasks.create_task(http.serve())
             tasks.create_task(node.reconcile_forever())
-            tasks.create_task(controller.run())
+            tasks.create_task(duties.run())
             tasks.create_task(peers.run())
             tasks.create_task(_watch_leaders(node, metrics))
             await server.listening.wait()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from cluster.storage import PartitionStore
+from cluster.broker.storage import PartitionStore
 from statemachine.limits import DEFAULT_LIMITS, StateLimits
 from statemachine.metadata import MetadataResult, MetadataStateMachine
 from statemachine.partition import (
