@@ -1,0 +1,32 @@
+"""The one error type of client and broker: a Kafka error code, whether to retry, a leader hint.
+
+Role: every failure that crosses a module boundary with an error code is a `RaftbrokerError`
+or one of its subclasses, which say where it arose (a refused request, a failed proposal, a
+broken frame, a store that cannot go on, a peer link, a client call). Code that only needs the
+code, the retry decision and the hint catches the base; code that must tell them apart catches
+a subclass.
+
+Rules: rejections of *entries* are not exceptions (a committed no-op returns an `ErrorCode`,
+see statemachine/errors.py); this type is for requests and calls that did not produce a
+result. A broken invariant is an `assert`, never one of these. Retriability is the code's
+(Kafka's `RetriableException` set), so a client and a broker never disagree about it.
+"""
+
+from __future__ import annotations
+
+from statemachine.errors import ErrorCode
+
+
+class RaftbrokerError(Exception):
+    """A failure with a Kafka error code; `leader` names the leader to try where one is known."""
+
+    def __init__(self, error: ErrorCode, message: str = "", *, leader: str = "") -> None:
+        super().__init__(f"{error.name}: {message}" if message else error.name)
+        self.error = error
+        self.message = message or error.name
+        self.leader = leader
+
+    @property
+    def retriable(self) -> bool:
+        """True where a Kafka client would retry the same request unchanged."""
+        return self.error.retriable
