@@ -17,6 +17,7 @@ from typing import IO
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from cli.common import (
     BootstrapOption,
@@ -85,7 +86,9 @@ def _follow_logs(cluster: launcher.LocalCluster) -> None:
                 for line in log_file.readlines():
                     quiet = False
                     color = LOG_COLORS[(node_id - 1) % len(LOG_COLORS)]
-                    console.print(f"[{color}]node{node_id} |[/{color}] {line.rstrip()}")
+                    # A log line is text, not markup, and stays one line whatever the width.
+                    prefix = (f"node{node_id} | ", color)
+                    console.print(Text.assemble(prefix, line.rstrip()), soft_wrap=True)
             if quiet:
                 time.sleep(0.2)  # tailing files: there is nothing to wait on but time
     finally:
