@@ -3,7 +3,7 @@
 Three replicas of one partition apply the same log, exactly as Raft would hand it to them.
 Each scene plays a story from the idempotent-producer literature (the lost acknowledgement,
 the out-of-order send, the zombie producer), returns what each step produced and whether the
-outcome is the one SEMANTICS.md promises. Rendering is the caller's business.
+outcome is the one docs/semantics.md promises. Rendering is the caller's business.
 """
 
 from __future__ import annotations

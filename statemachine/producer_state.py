@@ -1,4 +1,4 @@
-"""The per-partition producer table: the idempotence rules of SEMANTICS.md, in their order.
+"""The per-partition producer table: the rules of docs/semantics.md, "Batch validation", in order.
 
 For each producer id the table keeps its epoch, the time of its last batch (leader-stamped) and
 a window with the metadata of its last five appended batches. `check` decides what a batch is
@@ -54,7 +54,7 @@ Verdict = BatchMetadata | ErrorCode | None
 
 
 class ProducerTable:
-    """Producer id -> ProducerEntry, with the validation of SEMANTICS.md."""
+    """Producer id -> ProducerEntry, with the validation of docs/semantics.md."""
 
     __slots__ = ("_capacity", "_entries")
 

@@ -1,6 +1,6 @@
-"""A real PartitionStateMachine agrees with a reference model of SEMANTICS.md's batch validation.
+"""A real PartitionStateMachine agrees with a reference model of docs/semantics.md's validation.
 
-The model below is written from SEMANTICS.md ("Batch validation", "Expiry"), not from
+The model below is written from docs/semantics.md ("Batch validation", "Expiry"), not from
 `statemachine/producer_state.py`: per producer id it keeps the epoch, the stamped time of the
 last accepted batch and a window of the last 5 accepted batches, and it decides each batch by
 rules 1-7 in their order. A Hypothesis rule-based state machine then drives the real partition
@@ -17,7 +17,7 @@ What it proves, after every step of every generated run:
   real result, independently of the model);
 - the next contiguous batch of a well-behaved producer is always accepted;
 - the log end offset equals the number of records accepted, and a duplicate or a rejection
-  never moves it (statement 22);
+  never moves it (S22);
 - the real producer table (epoch, last timestamp, window) equals the model's.
 
 Leader-stamped time only moves forward here, as one leader's clock does.
@@ -42,7 +42,7 @@ from statemachine.partition import (
 )
 from statemachine.records import Record, RecordBatch
 
-# -- the reference model, from SEMANTICS.md -------------------------------------------------------
+# -- the reference model, from docs/semantics.md --------------------------------------------------
 
 SEQ_MAX = 2**31 - 1  # the largest sequence; the one after it is 0
 EPOCH_MAX = 2**15 - 1
@@ -85,7 +85,7 @@ class SentBatch:
 
 @dataclass(frozen=True)
 class Retained:
-    """One window entry, as SEMANTICS.md's "Window" term lists its fields."""
+    """One window entry, as docs/semantics.md's "Window" term lists its fields."""
 
     first_seq: int
     last_seq: int
@@ -229,10 +229,10 @@ class ProducerTableMachine(RuleBasedStateMachine):
                 client = self._client(batch.producer_id - FIRST_PID)
                 client.epoch, client.next_seq = batch.epoch, seq_add(batch.last_seq, 1)
         else:
-            # statement 22: duplicates and rejections do not move the log end offset
+            # S22: duplicates and rejections do not move the log end offset
             assert self.real.log_end_offset == before
         if isinstance(actual, Duplicate):
-            # statement 1: the *original* offsets, as the real machine returned them then
+            # S1: the *original* offsets, as the real machine returned them then
             original = self.appended[key]
             assert actual == (original.base_offset, original.last_offset, original.append_time_ms)
         if batch.producer_id != NON_IDEMPOTENT:

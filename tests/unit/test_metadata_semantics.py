@@ -1,6 +1,6 @@
-"""SEMANTICS.md's statements for the metadata group: PID blocks, transactional ids, topics.
+"""docs/semantics.md's statements for the metadata group: PID blocks, transactional ids, topics.
 
-Statements 15-21 at the state-machine level, plus topic creation, placement and validation.
+Statements S15-S21 at the state-machine level, plus topic creation, placement and validation.
 Every test applies encoded entries to a real MetadataStateMachine.
 """
 

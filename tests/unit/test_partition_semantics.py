@@ -1,4 +1,4 @@
-"""SEMANTICS.md's testable statements that live in a partition's apply, one test each.
+"""docs/semantics.md's statements that live in a partition's apply, one test each (`test_sN_`: SN).
 
 Each test drives a real PartitionStateMachine with encoded log entries, exactly as a replica
 applies them, and checks both the result and that the log end offset moved only for appends.
