@@ -598,6 +598,8 @@ class _Node(TCPNode):  # type: ignore[misc]
 
 
 class _Notifier:
+    """pysyncobj's pipe notifier, replaced: `notify` marks the group due on the driver's loop."""
+
     def __init__(self, notify: Callable[[], None]) -> None:
         self.notify = notify
 
