@@ -3,7 +3,8 @@
 pysyncobj's stock transport opens a connection per group and node pair, pickles every message,
 zlib-compresses it and wraps it in Fernet (AES-CBC + HMAC + base64): a fifth of a node's CPU under
 load, and a port per group. `Mesh` replaces it. Every Raft group of the process sends through it;
-a frame names its group, and `cluster/raft.py` plugs one thin endpoint per group into pysyncobj.
+a frame names its group, and cluster/raft/adapter.py plugs one thin endpoint per group into
+pysyncobj.
 
 Rules:
 - Runs on the Raft driver's event loop only, driven by its poller; it never blocks (sockets
@@ -11,15 +12,17 @@ Rules:
   ticks, the messages of one read that brought several), and what a socket does not take is
   queued and written when it is writable or by `flush`) and never raises out of a poller
   callback: a peer that misbehaves loses its link, the node carries on.
-- Of each pair the node with the smaller address dials; the other accepts. Both send a hello
-  (magic, version, addresses, a fresh 16-byte nonce). With a cluster secret each direction then
-  gets its own AES-256-GCM key from HKDF(secret, both nonces), nonces are frame counters, and the
-  first sealed frame each way proves the secret: a peer without it never gets a link, and a
-  replayed or reordered frame fails to open. Without a secret (loopback only, enforced by the
-  config) frames travel in clear.
+- Of each pair the node with the smaller address dials; the other accepts. A link opens only
+  through the handshake of cluster/raft/handshake.py (hellos, one AES-256-GCM key per
+  direction from the cluster secret, a sealed proof each way), which this module drives with
+  the frames a link receives before it opens; the handshake's deadline is the link's (half
+  `timeout_s`). Without a secret (loopback only, enforced by the config) frames travel in clear.
 - Frames are `u32 length | payload`, bounded by `frame_bytes_max`; a link whose peer stops
   reading is dropped once `queue_bytes_max` is queued; a link that hears nothing (not even the
   pings sent when idle) for `timeout_s` is dropped. Raft resends what a dropped link lost.
+- What went wrong shows: `failed_handshakes` counts connected links dropped before they
+  opened (a stranger, a wrong secret, garbage, a handshake that timed out), `last_failure`
+  says why; `dropped_frames` counts messages for groups not started here.
 """
 
 from __future__ import annotations
@@ -38,22 +41,16 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
+from cluster.addresses import parse_address
+from cluster.raft.handshake import FRAME_BYTES_MAX as HANDSHAKE_FRAME_BYTES_MAX
+from cluster.raft.handshake import NONCE_BYTES, Cipher, Handshake, LinkError, Opened
 from statemachine.codec import CodecError, pack, unpack
 
 log = logging.getLogger(__name__)
 
-MAGIC = "raftbroker-mesh"
-VERSION = 1
-READ, WRITE, ERROR = 1, 2, 4  # the poller's event bits (pysyncobj's values, checked in raft.py)
+READ, WRITE, ERROR = 1, 2, 4  # the poller's event bits
 _LENGTH = struct.Struct(">I")
-_NONCE_BYTES = 16
 _RECV_CHUNK_BYTES = 256 * 1024
-_HANDSHAKE_FRAME_BYTES_MAX = 1024
 _IOV_MAX = 512
 
 
@@ -87,73 +84,29 @@ class MeshSettings:
     recv_bytes_per_event: int = 4 * 1024 * 1024
 
 
-class LinkError(Exception):
-    """The peer broke the protocol, failed authentication or went silent: drop the link."""
-
-
 class _State(Enum):
     CONNECTING = "connecting"
-    HELLO = "hello"  # waiting for the peer's hello
-    AUTH = "auth"  # keys derived, waiting for the peer's sealed proof
+    HANDSHAKE = "handshake"
     OPEN = "open"
-
-
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host, int(port)
-
-
-class _Cipher:
-    """Seals and opens frames of one direction; the identity without a secret."""
-
-    def __init__(self, key: bytes | None) -> None:
-        self._aead = None if key is None else AESGCM(key)
-        self._counter = 0
-
-    def _nonce(self) -> bytes:
-        self._counter += 1
-        return self._counter.to_bytes(12, "big")
-
-    def seal(self, plain: bytes) -> bytes:
-        return plain if self._aead is None else self._aead.encrypt(self._nonce(), plain, None)
-
-    def open(self, sealed: bytes) -> bytes:
-        if self._aead is None:
-            return sealed
-        try:
-            return self._aead.decrypt(self._nonce(), sealed, None)
-        except InvalidTag:
-            raise LinkError("a frame failed authentication (wrong cluster secret?)") from None
-
-
-def derive_keys(secret: str, dialer_nonce: bytes, acceptor_nonce: bytes) -> tuple[bytes, bytes]:
-    """(dialer-to-acceptor key, acceptor-to-dialer key), fresh for every connection."""
-    okm = HKDF(
-        algorithm=hashes.SHA256(),
-        length=64,
-        salt=dialer_nonce + acceptor_nonce,
-        info=f"{MAGIC} v{VERSION}".encode(),
-    ).derive(secret.encode())
-    return okm[:32], okm[32:]
 
 
 class _Link:
     """One TCP connection to a peer, through its handshake and while open."""
 
-    def __init__(self, sock: socket.socket, *, dialer: bool, peer: str | None, now: float) -> None:
+    def __init__(self, sock: socket.socket, handshake: Handshake, now: float) -> None:
         self.sock = sock
         self.fd = sock.fileno()
-        self.dialer = dialer
-        self.peer = peer
-        self.state = _State.CONNECTING if dialer else _State.HELLO
+        self.handshake = handshake
+        self.peer = handshake.peer  # the acceptor learns it from the peer's hello
+        self.dialer = self.peer is not None
+        self.state = _State.CONNECTING if self.dialer else _State.HANDSHAKE
         self.inbuf = bytearray()
         self.read_offset = 0
         self.mask = 0
         self.out: deque[bytes | memoryview] = deque()
         self.out_bytes = 0
-        self.nonce = os.urandom(_NONCE_BYTES)
-        self.sealer = _Cipher(None)
-        self.opener = _Cipher(None)
+        self.sealer = Cipher(None)  # the handshake's, once open
+        self.opener = Cipher(None)
         self.last_recv = now
         self.last_send = now
         self.opened_at = now
@@ -162,7 +115,7 @@ class _Link:
         self.queue_frame(self.sealer.seal(payload))
 
     def queue_frame(self, frame: bytes) -> None:
-        """Queue one frame as it is (the hello is the only one sent in clear)."""
+        """Queue one frame as it is (sealed already, or a hello: the only one in clear)."""
         self.out.append(_LENGTH.pack(len(frame)))
         self.out.append(frame)
         self.out_bytes += len(frame) + _LENGTH.size
@@ -248,12 +201,14 @@ class Mesh:
         self._scratch = memoryview(bytearray(_RECV_CHUNK_BYTES))  # every link reads through it
         self._holding = False  # in `held`: sends are queued, written when it ends
         self.dropped_frames = 0
+        self.failed_handshakes = 0
+        self.last_failure = ""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def bind(self) -> None:
         """Listen on this node's Raft address; OSError (e.g. the port is taken) to the caller."""
-        host, port = split_address(self.settings.self_address)
+        host, port = parse_address(self.settings.self_address)
         try:
             listener = socket.create_server((host, port), backlog=64)
         except OSError as exc:
@@ -334,9 +289,10 @@ class Mesh:
         for link in list(self._links.values()):
             limit = s.timeout_s if link.state is _State.OPEN else s.timeout_s / 2
             if now - link.last_recv > limit:
-                self._drop(
-                    link, f"nothing heard for {now - link.last_recv:.1f} s ({link.state.value})"
-                )
+                state = link.state.value
+                if link.state is _State.HANDSHAKE:
+                    state = f"awaiting {link.handshake.awaiting}"
+                self._drop(link, f"nothing heard for {now - link.last_recv:.1f} s ({state})")
             elif link.state is _State.OPEN and now - link.last_send > s.ping_s:
                 link.queue(pack(("", None)))
                 link.last_send = now
@@ -368,8 +324,8 @@ class Mesh:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # From our own cluster address, so a peer (and a firewall rule) sees who dials.
-            sock.bind((split_address(self.settings.self_address)[0], 0))
-            code = sock.connect_ex(split_address(address))
+            sock.bind((parse_address(self.settings.self_address)[0], 0))
+            code = sock.connect_ex(parse_address(address))
         except OSError as exc:
             sock.close()
             log.debug("dial %s: %s", address, exc)
@@ -377,7 +333,7 @@ class Mesh:
         if code not in (0, errno.EINPROGRESS):
             sock.close()
             return
-        link = _Link(sock, dialer=True, peer=address, now=now)
+        link = _Link(sock, self._handshake(dialed=address), now)
         self._dialing[address] = link
         self._add(link, READ | WRITE | ERROR)
 
@@ -393,7 +349,18 @@ class Mesh:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._add(_Link(sock, dialer=False, peer=None, now=time.monotonic()), READ | ERROR)
+            link = _Link(sock, self._handshake(dialed=None), time.monotonic())
+            self._add(link, READ | ERROR)
+
+    def _handshake(self, *, dialed: str | None) -> Handshake:
+        s = self.settings
+        return Handshake(
+            s.self_address,
+            s.peer_addresses,
+            s.secret,
+            dialed=dialed,
+            nonce=os.urandom(NONCE_BYTES),
+        )
 
     def _add(self, link: _Link, mask: int) -> None:
         self._links[link.fd] = link
@@ -408,7 +375,7 @@ class Mesh:
         try:
             step(link, *args)
         except LinkError as exc:
-            self._drop(link, str(exc))
+            self._drop(link, exc.message)
         except OSError as exc:
             self._drop(link, f"socket error: {exc}")
 
@@ -447,8 +414,8 @@ class Mesh:
         code = link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if code or event & ERROR:
             raise LinkError(f"connect: {os.strerror(code) if code else 'error'}")
-        link.state = _State.HELLO
-        link.queue_frame(self._hello(link))
+        link.state = _State.HANDSHAKE
+        link.queue_frame(link.handshake.hello())
         self._write(link)
 
     def _write(self, link: _Link) -> None:
@@ -464,7 +431,7 @@ class Mesh:
     def _frame_limit(self, link: _Link) -> int:
         if link.state is _State.OPEN:
             return self.settings.frame_bytes_max
-        return _HANDSHAKE_FRAME_BYTES_MAX
+        return HANDSHAKE_FRAME_BYTES_MAX
 
     def _drop(self, link: _Link, reason: str | None) -> None:
         if self._links.pop(link.fd, None) is None:
@@ -479,81 +446,43 @@ class Mesh:
                 endpoint.peer_disconnected(link.peer)
             log.info("raft link to %s closed: %s", link.peer, reason or "shutdown")
         elif reason is not None:
+            if link.state is _State.HANDSHAKE:
+                self.failed_handshakes += 1
+                self.last_failure = reason
             log.debug("raft link to %s failed: %s", link.peer or "unknown peer", reason)
 
     # -- handshake and routing -------------------------------------------------------------------
 
-    def _hello(self, link: _Link) -> bytes:
-        return pack((MAGIC, VERSION, self.settings.self_address, link.peer, link.nonce))
-
     def _receive(self, link: _Link, frame: bytes) -> None:
-        if link.state is _State.HELLO:
-            self._on_hello(link, frame)  # the only frame in clear
-        elif link.state is _State.AUTH:
-            self._on_auth(link, link.opener.open(frame))
-        else:
+        if link.state is _State.OPEN:
             self._route(link, link.opener.open(frame))
-
-    def _on_hello(self, link: _Link, frame: bytes) -> None:
-        try:
-            fields = unpack(frame, size_max=_HANDSHAKE_FRAME_BYTES_MAX)
-        except CodecError as exc:
-            raise LinkError(f"malformed hello: {exc}") from None
-        if not (isinstance(fields, tuple) and len(fields) == 5 and fields[:2] == (MAGIC, VERSION)):
-            raise LinkError("not a raftbroker mesh hello of this version")
-        _, _, sender, target, nonce = fields
-        if not (isinstance(nonce, bytes) and len(nonce) == _NONCE_BYTES):
-            raise LinkError("a hello without a valid nonce")
-        me = self.settings.self_address
-        if link.dialer:
-            if sender != link.peer or target != me:
-                raise LinkError(f"dialed {link.peer}, but {sender!r} answered")
         else:
-            if sender not in self.settings.peer_addresses or target != me or not sender < me:
-                raise LinkError(f"a hello from {sender!r} for {target!r}: not a peer of {me}")
-            link.peer = sender
-            link.queue_frame(self._hello(link))
-        self._key(link, nonce)
-        link.state = _State.AUTH
-        if link.dialer:
-            link.queue(pack(("auth", me)))
+            self._shake(link, frame)
+
+    def _shake(self, link: _Link, frame: bytes) -> None:
+        """A frame of the handshake: send what it answers, and open the link once it is done."""
+        step = link.handshake.receive(frame)
+        link.peer = link.handshake.peer
+        for out in step.send:
+            link.queue_frame(out)
         self._write(link)
+        if step.opened is not None:
+            self._opened(link, step.opened)
 
-    def _key(self, link: _Link, peer_nonce: bytes) -> None:
-        secret = self.settings.secret
-        if secret is None:
-            return
-        dialer_nonce, acceptor_nonce = (
-            (link.nonce, peer_nonce) if link.dialer else (peer_nonce, link.nonce)
-        )
-        to_acceptor, to_dialer = derive_keys(secret, dialer_nonce, acceptor_nonce)
-        link.sealer = _Cipher(to_acceptor if link.dialer else to_dialer)
-        link.opener = _Cipher(to_dialer if link.dialer else to_acceptor)
-
-    def _on_auth(self, link: _Link, frame: bytes) -> None:
-        try:
-            fields = unpack(frame, size_max=_HANDSHAKE_FRAME_BYTES_MAX)
-        except CodecError as exc:
-            raise LinkError(f"malformed proof: {exc}") from None
-        if fields != ("auth", link.peer):
-            raise LinkError("a proof that names another node")
-        if not link.dialer:
-            link.queue(pack(("auth", self.settings.self_address)))
-            self._write(link)
-        self._opened(link)
-
-    def _opened(self, link: _Link) -> None:
-        assert link.peer is not None
+    def _opened(self, link: _Link, opened: Opened) -> None:
+        peer = opened.peer
+        assert link.peer == peer
+        link.sealer, link.opener = opened.sealer, opened.opener
         if link.dialer:
-            self._dialing.pop(link.peer, None)
-        old = self._open.get(link.peer)
+            self._dialing.pop(peer, None)
+        old = self._open.get(peer)
         if old is not None:  # the peer redialled: it saw the old link fail first
             self._drop(old, "replaced by a new connection")
         link.state = _State.OPEN
-        self._open[link.peer] = link
-        log.info("raft link to %s open", link.peer)
+        self._open[peer] = link
+        log.info("raft link to %s open", peer)
         for endpoint in list(self._endpoints.values()):
-            endpoint.peer_connected(link.peer)
+            endpoint.peer_connected(peer)
 
     def _route(self, link: _Link, frame: bytes) -> None:
         try:

@@ -17,10 +17,8 @@ import logging
 import time
 from pathlib import Path
 
-from cluster import raft
 from cluster.config import Timing
-from cluster.raft import GroupSpec, ProposalError, RaftDriver, RaftGroup
-from cluster.raft.mesh import MeshSettings
+from cluster.raft import GroupSpec, MeshSettings, ProposalError, RaftDriver, RaftGroup
 from statemachine.codec import pack, unpack
 
 
@@ -80,15 +78,7 @@ async def propose_all(group: RaftGroup, commands: int, size: int, window: int) -
     return failures
 
 
-def unpatch() -> None:
-    """Negative control: restore pysyncobj's stock next-index handling."""
-    stock = raft._PatchedSyncObj.__mro__[1]  # pysyncobj's SyncObj, without importing it here
-    raft._PatchedSyncObj._SyncObj__onMessageReceived = stock._SyncObj__onMessageReceived  # type: ignore[method-assign]
-
-
 async def main(args: argparse.Namespace) -> None:
-    if args.unpatched:
-        unpatch()
     counter = TruncationCounter()
     logging.getLogger("pysyncobj").addHandler(counter)
     logging.getLogger("pysyncobj.syncobj").addHandler(counter)
@@ -104,7 +94,7 @@ async def main(args: argparse.Namespace) -> None:
         retry_s=0.3,
         ping_s=0.1,
         # Reading in small pieces, as pysyncobj's own transport does, lets ticks run between
-        # the replies of a burst: what lets a stale reply rewind an unpatched leader.
+        # the replies of a burst: what let a stale reply rewind a leader before the fix.
         recv_bytes_per_event=16_384 if args.small_reads else 4 << 20,
     )
     driver = RaftDriver(Timing(), settings, compaction_entries=args.compaction)
@@ -150,6 +140,5 @@ if __name__ == "__main__":
     parser.add_argument("--window", type=int, default=500)
     parser.add_argument("--compaction", type=int, default=300)
     parser.add_argument("--deadline-s", type=float, default=90)
-    parser.add_argument("--unpatched", action="store_true")
     parser.add_argument("--small-reads", action="store_true")
     asyncio.run(main(parser.parse_args()))

@@ -1,7 +1,9 @@
-"""The Raft mesh (cluster/mesh.py) on real loopback sockets, driven in-process by one loop.
+"""The Raft mesh (cluster/raft/mesh.py) on real loopback sockets, driven in-process by one loop.
 
 Links open only between holders of the secret, carry each group's messages to that group,
-survive garbage and strangers, and report a peer that goes away.
+survive garbage and strangers, and report a peer that goes away. A refusal is awaited as the
+event the mesh counts (`failed_handshakes`, with its `last_failure`), never as a quiet window;
+the handshake's own cases are tests/unit/test_handshake.py's.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Any
 import pytest
 
 from cluster.local import launcher
-from cluster.raft.mesh import ERROR, READ, WRITE, Mesh, MeshSettings, _Cipher, derive_keys
+from cluster.raft.mesh import ERROR, READ, WRITE, Mesh, MeshSettings
 from statemachine.codec import pack
+from tests.polling import poll_until
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 
@@ -53,10 +56,12 @@ class Recorder:
 
     def __init__(self) -> None:
         self.connected: set[str] = set()
+        self.ever_connected: set[str] = set()
         self.messages: list[tuple[str, dict[str, Any]]] = []
 
     def peer_connected(self, address: str) -> None:
         self.connected.add(address)
+        self.ever_connected.add(address)
 
     def peer_disconnected(self, address: str) -> None:
         self.connected.discard(address)
@@ -105,16 +110,18 @@ class Net:
         self.run_until(lambda: on_a.connected == {b_addr} and on_b.connected == {a_addr})
         return a, b
 
-    def run_until(self, condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            assert time.monotonic() < deadline, "condition not reached in time"
-            self.step()
+    def run_until(
+        self, condition: Callable[[], bool], timeout_s: float = 5.0, what: str = "the condition"
+    ) -> None:
+        """Step every mesh until `condition` holds; TimeoutError after `timeout_s`."""
 
-    def run_for(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self.step()
+        def stepped() -> bool:
+            if condition():
+                return True
+            self.step()  # waits on the sockets up to 10 ms: no sleep needed between polls
+            return False
+
+        poll_until(stepped, timeout_s, what, interval_s=0)
 
     def close(self) -> None:
         for mesh in self.meshes:
@@ -159,10 +166,12 @@ def test_a_send_is_written_at_once_without_waiting_for_a_flush(net: Net, port: i
     a, _ = net.linked_pair(port, on_a, on_b)
     answer = {"type": "next_node_idx", "next_node_idx": 5, "reset": False, "success": True}
     assert a.send(b_addr, "g", answer)
-    deadline = time.monotonic() + 5.0
-    while not on_b.messages:  # only the sockets' readiness: no tick, no flush
-        assert time.monotonic() < deadline, "the message waited for a flush"
+
+    def arrived() -> bool:  # only the sockets' readiness: no tick, no flush
         net.poller.poll(0.01)
+        return bool(on_b.messages)
+
+    poll_until(arrived, 5.0, "the message, without a flush", interval_s=0)
     assert on_b.messages == [(a_addr, answer)]
 
 
@@ -224,8 +233,11 @@ def test_a_wrong_secret_never_gets_a_link(net: Net, port: int) -> None:
     on_a, on_b = Recorder(), Recorder()
     a.register("g", on_a)
     b.register("g", on_b)
-    net.run_for(1.0)
-    assert not on_a.connected and not on_b.connected
+    # Refused, and refused again when the dialer retries.
+    net.run_until(lambda: b.failed_handshakes >= 2, what="B to refuse A twice")
+    assert "authentication" in b.last_failure
+    net.run_until(lambda: a.failed_handshakes >= 2, what="A to see its links dropped")
+    assert not on_a.ever_connected and not on_b.ever_connected
     assert not a.send(b_addr, "g", {"type": "x"})
 
 
@@ -254,19 +266,37 @@ def test_garbage_on_the_raft_port_is_dropped_and_peers_still_link(
     try:
         stranger.sendall(garbage)
         stranger.setblocking(False)
-        net.run_until(lambda: _closed(stranger), timeout_s=3.0)
+        net.run_until(lambda: _closed(stranger), 3.0, "B to hang up on the stranger")
     finally:
         stranger.close()
+    assert b.failed_handshakes == 1
     a = net.node(a_addr, {b_addr})
     net.run_until(lambda: a.is_open(b_addr) and b.is_open(a_addr))
 
 
 def test_a_node_that_is_not_a_peer_is_refused(net: Net, port: int) -> None:
     a_addr, b_addr, c_addr = f"{A}:{port}", f"{B}:{port}", f"{C}:{port}"
-    b = net.node(c_addr, {a_addr})  # knows only A
-    intruder = net.node(b_addr, {c_addr})  # B claims to be a peer of C
-    net.run_for(0.5)
-    assert not b.is_open(b_addr) and not intruder.is_open(c_addr)
+    c = net.node(c_addr, {a_addr})  # knows only A
+    intruder = net.node(b_addr, {c_addr})  # B claims to be a peer of C, and dials it
+    net.run_until(lambda: c.failed_handshakes >= 2, what="C to refuse B twice")
+    assert "not a peer" in c.last_failure
+    net.run_until(lambda: intruder.failed_handshakes >= 2, what="B to see its links dropped")
+    assert not c.is_open(b_addr) and not intruder.is_open(c_addr)
+
+
+def test_a_stranger_that_says_nothing_is_dropped_when_the_handshake_times_out(
+    net: Net, port: int
+) -> None:
+    a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
+    b = net.node(b_addr, {a_addr})  # a link's handshake has half its 2 s timeout
+    stranger = socket.create_connection((B, port), timeout=2)
+    try:
+        stranger.setblocking(False)
+        net.run_until(lambda: b.failed_handshakes == 1, 3.0, "the handshake to time out")
+        assert "nothing heard" in b.last_failure and "hello" in b.last_failure
+        net.run_until(lambda: _closed(stranger), 3.0, "B to hang up on the stranger")
+    finally:
+        stranger.close()
 
 
 def test_a_peer_that_goes_away_is_reported_and_relinked_when_back(net: Net, port: int) -> None:
@@ -280,19 +310,6 @@ def test_a_peer_that_goes_away_is_reported_and_relinked_when_back(net: Net, port
     net.run_until(lambda: not on_a.connected)
     net.node(b_addr, {a_addr})
     net.run_until(lambda: on_a.connected == {b_addr})
-
-
-def test_sealed_frames_open_only_once_and_in_order() -> None:
-    to_acceptor, to_dialer = derive_keys("secret", b"d" * 16, b"a" * 16)
-    assert to_acceptor != to_dialer
-    sealer, opener = _Cipher(to_acceptor), _Cipher(to_acceptor)
-    first, second = sealer.seal(b"one"), sealer.seal(b"two")
-    with pytest.raises(Exception, match="authentication"):
-        opener.open(second)  # reordered
-    replay = _Cipher(to_acceptor)
-    assert replay.open(first) == b"one"
-    with pytest.raises(Exception, match="authentication"):
-        replay.open(first)  # replayed
 
 
 def _closed(sock: socket.socket) -> bool:

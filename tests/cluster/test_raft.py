@@ -1,9 +1,12 @@
-"""The pysyncobj hardening in cluster/raft.py, proven on a real 3-process Raft group.
+"""The pysyncobj hardening in cluster/raft/adapter.py: the next-index rewind, fixed.
 
-Pipelined load with frequent log compaction is what made stock pysyncobj 0.3.17 rewind a
-follower's next index, truncate entries the follower had applied, and sometimes leave a
-follower stuck forever. Every replica must apply every command, in the same order (equal
-digests), without one truncation warning.
+Stock pysyncobj 0.3.17 sets a follower's next index from every successful reply, so under
+pipelining an old reply rewinds it: the follower is sent entries it holds, truncates entries it
+may have applied, and sometimes stays stuck. Proven two ways: in process, step by step, with a
+follower played by hand (and a negative control showing that stock pysyncobj fails that check
+every time); and on a real 3-process group under pipelined load with frequent compaction,
+where every replica must apply every command, in the same order (equal digests), without one
+truncation warning.
 """
 
 from __future__ import annotations
@@ -16,15 +19,20 @@ from typing import Any
 
 import pytest
 
+from cluster.config import Timing
 from cluster.local import launcher
+from cluster.raft import MeshSettings, RaftDriver
+from cluster.raft.adapter import PatchedSyncObj
+from cluster.raft.mesh import Mesh
 from tests.cluster.procs import running, spawn, wait_until
+from tests.cluster.raft_harness import HashChain
+from tests.cluster.test_raft_entries import started_group
+from tests.polling import apoll_until
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 
 
-def run_group(
-    tmp_path: Path, *, commands: int, size: int, extra: tuple[str, ...] = ()
-) -> list[dict[str, Any]]:
+def run_group(tmp_path: Path, *, commands: int, size: int) -> list[dict[str, Any]]:
     # A port free on all three addresses, below the kernel's ephemeral range.
     port = launcher.choose_ports(len(HOSTS), os.getpid())[2]
     addresses = ",".join(f"{h}:{port}" for h in HOSTS)
@@ -54,7 +62,6 @@ def run_group(
                 "--deadline-s",
                 "40",
                 "--small-reads",
-                *extra,
             ],
             tmp_path / f"node{i}.log",
         )
@@ -95,13 +102,117 @@ def test_pipelined_load_with_compaction_keeps_every_replica_applying(tmp_path: P
     assert anomalies(reports, commands) == []
 
 
-@pytest.mark.slow
-def test_negative_control_stock_pysyncobj_is_caught(tmp_path: Path) -> None:
-    # Unpatched, the fault shows in roughly a third of runs here: six runs make a miss rare.
-    for attempt in range(6):
-        reports = run_group(
-            tmp_path / str(attempt), commands=20_000, size=2_048, extra=("--unpatched",)
+class ScriptedFollower:
+    """A follower played by hand over a real mesh link: it votes for any candidate, answers
+    every append while `answering` (the entries after `prevLogIdx` are then all it holds), and
+    keeps every append it got, in order."""
+
+    def __init__(self, mesh: Mesh, leader: str) -> None:
+        self.mesh = mesh
+        self.leader = leader
+        self.answering = True
+        self.appends: list[dict[str, Any]] = []
+
+    def peer_connected(self, address: str) -> None:
+        pass
+
+    def peer_disconnected(self, address: str) -> None:
+        pass
+
+    def deliver(self, address: str, message: dict[str, Any]) -> None:
+        if message["type"] == "request_vote":
+            self.mesh.send(address, ROUTE, {"type": "response_vote", "term": message["term"]})
+        elif message["type"] == "append_entries":
+            self.appends.append(message)
+            if self.answering:
+                self.answer(message["prevLogIdx"] + len(message["entries"]) + 1)
+
+    def answer(self, next_index: int) -> None:
+        """A successful reply: the follower holds everything before `next_index`."""
+        reply = {"type": "next_node_idx", "next_node_idx": next_index, "reset": False}
+        self.mesh.send(self.leader, ROUTE, {**reply, "success": True})
+
+    def holds(self, index: int) -> bool:
+        return any(entry[1] == index for m in self.appends for entry in m["entries"])
+
+
+ROUTE = "rewind"
+
+
+async def check_an_old_reply_keeps_the_next_index(directory: Path) -> None:
+    """The fix for the next-index rewind, in process: a leader pipelines five entries to its
+    follower, then hears the reply to the first of them. Its next append to that follower
+    must go on after the fifth, not resend what the follower holds: a follower sent entries
+    from an earlier index truncates its log there (pysyncobj logs it, and once applied, the
+    replicas' states may diverge)."""
+    port = launcher.choose_ports(2, os.getpid())[2]
+    leader_at, follower_at = f"{HOSTS[0]}:{port}", f"{HOSTS[1]}:{port}"
+    settings = MeshSettings(
+        follower_at,
+        frozenset({leader_at}),
+        secret=None,
+        frame_bytes_max=1 << 20,
+        queue_bytes_max=8 << 20,
+        timeout_s=2.5,
+        retry_s=0.1,
+        ping_s=0.1,
+    )
+    follower_driver = RaftDriver(Timing(), settings)
+    follower_driver.start()
+    follower = ScriptedFollower(follower_driver.mesh, leader_at)
+    follower_driver.mesh.register(ROUTE, follower)
+    driver, group = await started_group(
+        directory, HashChain(), port, host=HOSTS[0], peers=(follower_at,), name=ROUTE
+    )
+    try:
+        sync = group._sync
+        await apoll_until(
+            lambda: (
+                group.serving and sync.follower_match_indexes() == {follower_at: sync.log_index}
+            ),
+            10,
+            "a leader whose follower holds its whole log",
         )
-        if anomalies(reports, 20_000):
-            return
-    pytest.fail("six runs of stock pysyncobj showed no truncation and no stuck follower")
+        follower.answering = False
+        last = sync.log_index
+        for i in range(5):  # in one turn of the loop: five appends in flight
+            group.submit(i.to_bytes(4, "big"), 10, lambda _result, _error: None)
+        await apoll_until(lambda: follower.holds(last + 5), 10, "the five appends")
+        follower.answer(last + 2)  # the reply to the first, older than the leader's sends
+        await apoll_until(
+            lambda: sync.follower_match_indexes() == {follower_at: last + 1},
+            10,
+            "the leader to take the old reply in",
+        )
+        # Entry last+1 is now committed; the first append that says so left after the reply.
+        told = await apoll_until(
+            lambda: [m for m in follower.appends if m["commit_index"] > last],
+            10,
+            "the leader's next append",
+        )
+        after = told[0]
+        assert after["prevLogIdx"] == last + 5, (
+            f"an old reply rewound the follower's next index: the leader resent entries from "
+            f"{after['prevLogIdx'] + 1} to a follower holding them up to {last + 5}, which "
+            f"would truncate them"
+        )
+    finally:
+        driver.stop()
+        follower_driver.stop()
+
+
+@pytest.mark.asyncio
+async def test_an_old_reply_never_rewinds_a_followers_next_index(tmp_path: Path) -> None:
+    await check_an_old_reply_keeps_the_next_index(tmp_path)
+
+
+@pytest.mark.asyncio
+async def test_negative_control_stock_pysyncobj_fails_that_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With pysyncobj's own message handler, the same check fails, every time."""
+    stock = next(c for c in PatchedSyncObj.__mro__ if c.__module__ == "pysyncobj.syncobj")
+    handler = vars(stock)["_SyncObj__onMessageReceived"]
+    monkeypatch.setattr(PatchedSyncObj, "_SyncObj__onMessageReceived", handler)
+    with pytest.raises(AssertionError, match="rewound the follower's next index"):
+        await check_an_old_reply_keeps_the_next_index(tmp_path)

@@ -1,4 +1,5 @@
-"""Raft's steady-state shortcuts (cluster/raft.py) and the stock paths they leave the rest to.
+"""Raft's steady-state shortcuts (cluster/raft/adapter.py) and the stock paths they leave the
+rest to.
 
 A leader sends a new entry alone (`_send_new_entry`) only while every follower holds everything
 before it, and a follower takes an append directly (`_extends_log`) only when it goes right after
@@ -18,7 +19,8 @@ import pytest
 from cluster.local import launcher
 from cluster.raft import RaftDriver, RaftGroup
 from tests.cluster.raft_harness import HashChain
-from tests.cluster.test_raft_entries import started_group, until
+from tests.cluster.test_raft_entries import started_group
+from tests.polling import apoll_until
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 BURST = 40
@@ -68,7 +70,9 @@ async def test_a_follower_away_and_back_gets_every_entry_through_the_stock_paths
     try:
         for replica in replicas:
             await replica.start()
-        await until(lambda: any(r.group and r.group.serving for r in replicas), "a leader")
+        await apoll_until(
+            lambda: any(r.group and r.group.serving for r in replicas), 10, "a leader"
+        )
         leader = next(r for r in replicas if r.group and r.group.serving)
         away = next(r for r in replicas if r is not leader)
         assert leader.group is not None
@@ -80,16 +84,18 @@ async def test_a_follower_away_and_back_gets_every_entry_through_the_stock_paths
         away.stop()
         await propose_burst(leader.group, BURST)  # one follower gone: the stock walk
         await away.start()
-        await until(lambda: mesh.is_open(away.address), "the follower's link back")
+        await apoll_until(lambda: mesh.is_open(away.address), 10, "the follower's link back")
         # Connected but behind: no shortcut to it; the walk brings it back and its stock
         # handler takes in what it lacks, while new entries keep coming.
         await propose_burst(leader.group, 2 * BURST)
-        await until(lambda: away.machine.count == 3 * BURST, "the follower caught up")
+        await apoll_until(lambda: away.machine.count == 3 * BURST, 10, "the follower caught up")
         await propose_burst(leader.group, 3 * BURST)  # all hold everything again: shortcuts
 
         total = 4 * BURST
-        await until(
-            lambda: all(r.machine.count == total for r in replicas), "every replica applying all"
+        await apoll_until(
+            lambda: all(r.machine.count == total for r in replicas),
+            10,
+            "every replica applying all",
         )
         expected = HashChain()
         for i in range(total):

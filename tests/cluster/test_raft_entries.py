@@ -1,23 +1,31 @@
-"""Log entries of a real single-replica Raft group, in process: what goes into the journal and
-what a restart applies from it.
+"""Log entries of a real single-replica Raft group, in process: what goes into the journal,
+what a restart applies from it, and what the group refuses.
 
-Commands go into the log as they are, behind a two-byte prefix; entries written by earlier
-versions (a pickled call of `apply_command`) must still apply when a node restarts on an old
-journal, in log order with the new ones.
+Commands go into the log as they are, behind a two-byte prefix; an entry without it (what
+stock pysyncobj writes: a pickled method call) is a broken invariant, never unpickled. A group
+bounds the proposals it holds in flight and refuses more with a retriable error.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
+import pickle
 from pathlib import Path
 
 import pytest
 
 from cluster.config import Timing
-from cluster.raft import GroupSpec, RaftDriver, RaftGroup
-from cluster.raft.mesh import MeshSettings
+from cluster.raft import (
+    GroupSpec,
+    MeshSettings,
+    ProposalError,
+    ProposalQueueFullError,
+    RaftDriver,
+    RaftGroup,
+)
+from statemachine.errors import ErrorCode
 from tests.cluster.raft_harness import HashChain
+from tests.polling import apoll_until
 
 HOST = "127.0.0.2"
 
@@ -50,14 +58,6 @@ async def started_group(
     return driver, group
 
 
-async def until(predicate: object, what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)  # polling the replica, bounded by the deadline
-
-
 def free_port() -> int:
     import socket  # noqa: PLC0415 - only this helper needs it
 
@@ -67,39 +67,75 @@ def free_port() -> int:
         return port
 
 
+def _unpickled(what: str) -> None:
+    """What unpickling `_Trap` would call: the proof that an entry was unpickled."""
+    UNPICKLED.append(what)
+
+
+UNPICKLED: list[str] = []
+
+
+class _Trap:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return _unpickled, ("an entry without our prefix",)
+
+
 @pytest.mark.asyncio
-async def test_old_pickled_entries_and_new_entries_apply_in_order_after_a_restart(
+async def test_an_entry_without_our_prefix_is_refused_and_never_unpickled(
     tmp_path: Path,
 ) -> None:
+    """What stock pysyncobj wrote for a command (its type byte, then a pickled call) must not
+    be applied, nor unpickled, here or on a restart: the replica stops at it, unhealthy."""
+    UNPICKLED.clear()
     port = free_port()
-    first = HashChain()
-    driver, group = await started_group(tmp_path, first, port)
+    machine = HashChain()
+    driver, group = await started_group(tmp_path, machine, port)
     try:
-        await until(lambda: group.serving, "the single replica to lead")
-        base = first.count  # pysyncobj's own entries apply nowhere near the machine
-        # An entry as earlier versions wrote it: pysyncobj's pickled call of the method.
-        old_done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        group._sync.apply_command(
-            b"old-format", callback=lambda result, _error: old_done.set_result(result)
-        )
+        await apoll_until(lambda: group.serving, 10, "the single replica to lead")
+        assert await group.propose(b"before", timeout_s=10) == 1
+        stock_entry = bytes([0]) + pickle.dumps(_Trap())  # pysyncobj's REGULAR type byte
+        group._sync._append_as_leader(stock_entry, lambda _result, _error: None)
         group._sync.raftbroker_wake()
-        assert await asyncio.wait_for(old_done, 10) == base + 1
-        assert await group.propose(b"new-format", timeout_s=10) == base + 2
-        digest = first.digest
+        await apoll_until(lambda: not group.status().healthy, 10, "the apply to fail")
+        status = group.status()
+        assert "failed ticks" in status.detail
+        assert status.last_applied < status.commit_index, "stopped at the entry, not past it"
+        assert machine.count == 1
     finally:
         driver.stop()
 
     replayed = HashChain()
     driver, group = await started_group(tmp_path, replayed, port)
     try:
-        await until(lambda: replayed.count == base + 2, "the journal to be applied again")
-        assert replayed.digest == digest, "the same commands, in the same order"
+        await apoll_until(lambda: not group.status().healthy, 10, "the replayed apply to fail")
+        assert replayed.count == 1, "the entry before it applied again, nothing after"
     finally:
         driver.stop()
-    expected = HashChain()
-    for command in (b"old-format", b"new-format"):
-        expected.apply(command)
-    assert base == 0 and digest == expected.digest, "each applied as it was proposed"
+    assert UNPICKLED == []
+
+
+@pytest.mark.asyncio
+async def test_a_full_proposal_queue_refuses_with_a_retriable_error_of_its_own(
+    tmp_path: Path,
+) -> None:
+    machine = HashChain()
+    driver, group = await started_group(tmp_path, machine, free_port())  # 100 may be pending
+    try:
+        await apoll_until(lambda: group.serving, 10, "the single replica to lead")
+        results: list[tuple[object, ProposalError | None]] = []
+        for i in range(100):  # no await between them: none can apply meanwhile
+            group.submit(i.to_bytes(4, "big"), 10, lambda r, e: results.append((r, e)))
+        with pytest.raises(ProposalQueueFullError) as refused:
+            group.submit(b"one too many", 10, lambda r, e: results.append((r, e)))
+        assert isinstance(refused.value, ProposalError), "what the frontend and duties catch"
+        assert refused.value.error is ErrorCode.THROTTLING_QUOTA_EXCEEDED
+        assert refused.value.retriable
+        await apoll_until(lambda: len(results) == 100, 10, "the queued proposals to apply")
+        assert [r for r, _ in results] == list(range(1, 101))
+        assert all(e is None for _, e in results), "the refusal failed none of them"
+        assert await group.propose(b"room again", timeout_s=10) == 101
+    finally:
+        driver.stop()
 
 
 @pytest.mark.asyncio
@@ -113,7 +149,7 @@ async def test_a_journal_that_grew_many_times_replays_every_entry_after_a_restar
     commands = [bytes([i % 251]) * (100 + 37 * i) for i in range(200)]  # ~750 KiB in all
     driver, group = await started_group(tmp_path, first, port)
     try:
-        await until(lambda: group.serving, "the single replica to lead")
+        await apoll_until(lambda: group.serving, 10, "the single replica to lead")
         for start in range(0, len(commands), 20):
             await asyncio.gather(*(group.propose(c, timeout_s=10) for c in commands[start:][:20]))
         digest = first.digest
@@ -124,7 +160,9 @@ async def test_a_journal_that_grew_many_times_replays_every_entry_after_a_restar
     replayed = HashChain()
     driver, group = await started_group(tmp_path, replayed, port)
     try:
-        await until(lambda: replayed.count == len(commands), "the journal to be applied again")
+        await apoll_until(
+            lambda: replayed.count == len(commands), 10, "the journal to be applied again"
+        )
         assert replayed.digest == digest
     finally:
         driver.stop()

@@ -1,0 +1,76 @@
+"""What a Raft group is to the rest of the node: its machine, its spec, its status, its errors.
+
+Role: the types other packages name (the broker's replicas, metrics, request frontend) and the
+Raft modules share, kept apart from the code that implements them so that the adapter (which
+needs the machine and the spec) and the group (which needs the adapter) import no cycle.
+
+Rules: plain types only; no pysyncobj, no I/O. A proposal that does not produce a result is a
+`ProposalError` carrying a retriable Kafka code and, where one is known, the leader to try.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from cluster.errors import RaftbrokerError
+from statemachine.errors import ErrorCode
+
+
+class ReplicatedMachine(Protocol):
+    """What a Raft group applies: deterministic, called only by the driver, on its loop."""
+
+    def apply(self, command: bytes) -> object: ...
+
+    def settle(self) -> None:
+        """After a run of applies, once their proposers heard: carry out what they left."""
+
+    def snapshot(self) -> bytes: ...
+
+    def restore(self, data: bytes) -> None: ...
+
+
+class ProposalError(RaftbrokerError):
+    """A proposal that did not produce a result; `error` is retriable, `leader` a hint."""
+
+
+class ProposalQueueFullError(ProposalError):
+    """The group holds as many proposals in flight as it may: refused before the log, so the
+    command is known not to be in it. THROTTLING_QUOTA_EXCEEDED, the code the state machine
+    gives a full table: retriable, and a Kafka client backs off before it retries (a timeout
+    would say the outcome is unknown; NOT_ENOUGH_REPLICAS would blame replicas that are fine).
+    """
+
+    def __init__(self, pending_max: int) -> None:
+        super().__init__(
+            ErrorCode.THROTTLING_QUOTA_EXCEEDED, f"{pending_max} proposals in flight already"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """One replica of a group: its name, its Raft address and its peers' Raft addresses.
+
+    `route` names the group on the wire and must never name another group, even a deleted one
+    of the same name: a replica left behind would otherwise talk to its successor.
+    """
+
+    name: str
+    self_address: str
+    peer_addresses: tuple[str, ...]
+    directory: Path
+    route: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    name: str
+    is_leader: bool
+    serving: bool
+    leader_address: str | None
+    term: int
+    commit_index: int
+    last_applied: int
+    healthy: bool
+    detail: str
