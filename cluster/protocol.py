@@ -40,6 +40,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 import msgpack
 
 from cluster.config import Limits
+from cluster.errors import RaftbrokerError
 from statemachine.codec import CodecError, pack, unpack
 from statemachine.commands import INT32_MAX
 from statemachine.errors import ErrorCode
@@ -58,13 +59,14 @@ LATEST = -1
 _DEFAULT_LIMITS = Limits()
 
 
-class ProtocolError(ValueError):
-    """Bytes that are not a frame, request or response of this protocol version."""
+class ProtocolError(RaftbrokerError):
+    """Bytes that are not a frame, request or response of this protocol version.
 
-    def __init__(self, code: ErrorCode, message: str, correlation_id: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+    `correlation_id` is the request's, when it could be read: the answer goes to that request.
+    """
+
+    def __init__(self, error: ErrorCode, message: str, correlation_id: int | None = None) -> None:
+        super().__init__(error, message)
         self.correlation_id = correlation_id
 
 

@@ -54,9 +54,11 @@ from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import NamedTuple, Self
+from typing import ClassVar, NamedTuple, Self
 
 from cluster.config import Limits
+from cluster.errors import RaftbrokerError
+from statemachine.errors import ErrorCode
 from statemachine.limits import KIB, MIB
 
 _FRAME_HEAD = struct.Struct(">II")  # length of the batch, crc
@@ -75,8 +77,18 @@ _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 _DEFAULTS = Limits()
 
 
-class StorageError(Exception):
-    """The store cannot do what was asked; the caller must not go on as if it had."""
+class StorageError(RaftbrokerError):
+    """The store cannot do what was asked; the caller must not go on as if it had.
+
+    KAFKA_STORAGE_ERROR, as Kafka answers for a log it cannot use (a closed store, a log that
+    diverged or has a gap): retriable, since another replica, or this one once restored, can
+    serve the request.
+    """
+
+    ERROR: ClassVar[ErrorCode] = ErrorCode.KAFKA_STORAGE_ERROR
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.ERROR, message)
 
 
 class StorageGapError(StorageError):
@@ -84,7 +96,13 @@ class StorageGapError(StorageError):
 
 
 class StorageCorruptionError(StorageError):
-    """Damage on disk that no torn write explains: safer refused than served or dropped."""
+    """Damage on disk that no torn write explains: safer refused than served or dropped.
+
+    CORRUPT_MESSAGE, as Kafka answers for stored records that fail their checks (retriable: a
+    healthy replica can serve them).
+    """
+
+    ERROR: ClassVar[ErrorCode] = ErrorCode.CORRUPT_MESSAGE
 
 
 class StoredBatch(NamedTuple):

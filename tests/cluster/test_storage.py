@@ -25,6 +25,7 @@ from cluster.broker.storage import (
     StoredBatch,
     segment_file_name,
 )
+from statemachine.errors import ErrorCode
 from statemachine.records import Record, RecordBatch
 
 PID = 7
@@ -245,8 +246,9 @@ def test_damage_in_a_sealed_segment_refuses_to_open(tmp_path: Path) -> None:
     data = bytearray(first.read_bytes())
     data[0] = 0xFF  # the length of the first frame: now far past the end of the file
     first.write_bytes(bytes(data))
-    with pytest.raises(StorageCorruptionError, match=r"00000000000000000000\.log"):
+    with pytest.raises(StorageCorruptionError, match=r"00000000000000000000\.log") as info:
         open_store(tmp_path)
+    assert info.value.error == ErrorCode.CORRUPT_MESSAGE  # as Kafka answers for bad records
 
 
 def test_a_missing_middle_segment_refuses_to_open(tmp_path: Path) -> None:
@@ -290,9 +292,10 @@ def test_a_differing_append_below_the_end_truncates_and_appends(tmp_path: Path) 
 def test_an_append_past_the_end_is_a_gap(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
         fill(store, 2)
-        with pytest.raises(StorageGapError, match="at offset 7 but the log ends at 6"):
+        with pytest.raises(StorageGapError, match="at offset 7 but the log ends at 6") as info:
             store.append(7, 1, 1, encoded(9, records=1))
         assert store.next_offset == 6
+    assert (info.value.error, info.value.retriable) == (ErrorCode.KAFKA_STORAGE_ERROR, True)
 
 
 def test_a_diverged_append_inside_a_stored_batch_is_a_gap(tmp_path: Path) -> None:
@@ -427,8 +430,9 @@ def test_fsync_mode_and_close(tmp_path: Path) -> None:
     store.flush()
     store.close()
     store.close()
-    with pytest.raises(StorageError, match="closed"):
+    with pytest.raises(StorageError, match="closed") as info:
         store.append(*batches[8])
+    assert info.value.error == ErrorCode.KAFKA_STORAGE_ERROR
     with pytest.raises(StorageError, match="closed"):
         store.read(batches[5].base_offset, 100)
     with open_store(tmp_path, fsync=True) as reopened:

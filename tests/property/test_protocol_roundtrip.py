@@ -169,7 +169,8 @@ def test_mutated_requests_raise_protocol_errors_with_their_correlation_id(
     body = packed([version, cid, op, mutate(data, payload)])
     outcome = attempt(lambda: p.decode_request(body, LIMITS))
     if isinstance(outcome, p.ProtocolError):
-        assert (outcome.code, outcome.correlation_id) == (ErrorCode.INVALID_REQUEST, correlation_id)
+        assert outcome.error == ErrorCode.INVALID_REQUEST
+        assert outcome.correlation_id == correlation_id
     else:
         assert outcome[0] == correlation_id
 
@@ -184,7 +185,8 @@ def test_mutated_responses_raise_protocol_errors_with_their_correlation_id(
     body = packed([version, cid, error, mutate(data, payload)])
     outcome = attempt(lambda: p.decode_response(body, request_type))
     if isinstance(outcome, p.ProtocolError):
-        assert (outcome.code, outcome.correlation_id) == (ErrorCode.INVALID_REQUEST, correlation_id)
+        assert outcome.error == ErrorCode.INVALID_REQUEST
+        assert outcome.correlation_id == correlation_id
     else:
         assert outcome[0] == correlation_id
 
