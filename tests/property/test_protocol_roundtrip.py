@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from cluster import protocol as p
 from cluster.config import Limits
+from statemachine import fields as f
 from statemachine.errors import ErrorCode
 
 T = TypeVar("T")
@@ -42,15 +43,15 @@ garbage: st.SearchStrategy[Any] = st.recursive(
 def values(rule: p.Rule) -> st.SearchStrategy[Any]:
     """Every value a field with this rule may hold on the wire."""
     match rule:
-        case p.IntRule(lo=lo, hi=hi):
+        case f.IntRule(lo=lo, hi=hi):
             return st.integers(lo, hi)
-        case p.BoolRule():
+        case f.BoolRule():
             return st.booleans()
-        case p.StrRule(chars_max=chars_max):
+        case f.StrRule(chars_max=chars_max):
             return st.text(max_size=min(chars_max, 12))
-        case p.BytesRule():
+        case f.BytesRule():
             return st.binary(max_size=24)
-        case p.ErrorCodeRule():
+        case f.ErrorCodeRule():
             return st.sampled_from(ErrorCode)
         case p.StructRule(cls=cls):
             return records(cls)

@@ -17,6 +17,7 @@ import pytest
 from cluster import protocol as p
 from cluster.config import Limits
 from cluster.errors import RaftbrokerError
+from statemachine import fields as f
 from statemachine.errors import ErrorCode
 from statemachine.limits import KIB
 
@@ -398,13 +399,13 @@ def test_every_op_has_one_request_type_and_each_a_response_type() -> None:
 def rule_fits(rule: p.Rule, hint: object) -> bool:
     """Whether a field's rule decodes to values of its annotated type."""
     match rule:
-        case p.IntRule() | p.ErrorCodeRule():
+        case f.IntRule() | f.ErrorCodeRule():
             return hint is int
-        case p.BoolRule():
+        case f.BoolRule():
             return hint is bool
-        case p.StrRule():
+        case f.StrRule():
             return hint is str
-        case p.BytesRule():
+        case f.BytesRule():
             return hint is bytes
         case p.StructRule(cls=cls):
             return hint is cls
