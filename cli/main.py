@@ -141,4 +141,5 @@ def render(scenes: list[walkthrough_scenes.Scene], console: Console) -> None:
         console.print(table)
         console.print(f"{mark}  {scene.verdict}\n")
     passed = sum(s.passed for s in scenes)
-    console.print(f"[bold]{passed}/{len(scenes)} scenes behaved as SEMANTICS.md promises[/bold]")
+    verdict = f"{passed}/{len(scenes)} scenes behaved as docs/semantics.md promises"
+    console.print(f"[bold]{verdict}[/bold]")

@@ -1,4 +1,5 @@
-"""Periodic duties of a node: registration, producer-id blocks, and expiry entries.
+"""Periodic duties of a node, five tasks: registration, producer-id blocks, retention,
+restoration and expiry.
 
 - Registration: until the metadata state lists this broker with its addresses, propose
   `RegisterBroker` (forwarded to the metadata leader by any node).

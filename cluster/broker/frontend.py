@@ -265,7 +265,7 @@ class RequestFrontend:
             return answer(ErrorCode.LEADER_NOT_AVAILABLE)
         try:
             stored = replica.store.read(fp.offset, max_bytes) if fp.offset < high else []
-        except StorageError:  # the store was swapped (a restoration finished) mid-read
+        except StorageError:  # damage on disk: retriable, another replica can serve it
             return answer(ErrorCode.LEADER_NOT_AVAILABLE)
         self.metrics.fetched_bytes.inc(sum(len(b.batch) for b in stored))
         return answer(
