@@ -41,6 +41,7 @@ from statemachine.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 WRITE_TIMEOUT_S = 30.0
+ERROR_MESSAGE_CHARS_MAX = 512
 
 # What a handler answers a request with: a response, or an exception. A `RaftbrokerError`
 # (a `RequestRefusedError` above all) is a whole-request refusal, answered with its code; any
@@ -222,8 +223,7 @@ class _Connection(asyncio.Protocol):
 
     def _respond(self, slot: _Slot, correlation_id: int, outcome: Outcome) -> None:
         if isinstance(outcome, RaftbrokerError):
-            info = ErrorInfo(outcome.message[:512], outcome.leader)
-            frame = encode_response(correlation_id, info, outcome.error)
+            frame = _error_frame(correlation_id, outcome.error, outcome.message, outcome.leader)
         elif isinstance(outcome, Exception):
             log.error("request failed", exc_info=outcome)
             frame = _error_frame(correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error")
@@ -277,5 +277,8 @@ class _Connection(asyncio.Protocol):
             self._transport.abort()
 
 
-def _error_frame(correlation_id: int, error: ErrorCode, message: str) -> bytes:
-    return encode_response(correlation_id, ErrorInfo(message[:512], ""), error)
+def _error_frame(correlation_id: int, error: ErrorCode, message: str, leader: str = "") -> bytes:
+    """A whole-request refusal, its message cut short (the wire would take TEXT_CHARS_MAX)."""
+    return encode_response(
+        correlation_id, ErrorInfo(message[:ERROR_MESSAGE_CHARS_MAX], leader), error
+    )
