@@ -248,19 +248,28 @@ def decode_fields(
     values = raw[2:]
     if len(values) != len(rules):
         raise CommandDecodeError(f"{cls.__name__}: expected {len(rules)} fields")
-    for (name, field_rule), value in zip(rules, values, strict=True):
-        # The checks of IntRule and BytesRule, inline (no method frame per field of the apply
-        # path's AppendBatch); any other rule, and every failure, goes through `load`.
-        if type(field_rule) is IntRule:
-            if type(value) is int and field_rule.lo <= value <= field_rule.hi:
-                continue
-        elif type(field_rule) is BytesRule and type(value) is bytes:
-            continue
-        try:
-            field_rule.load(value)
-        except FieldError as exc:
-            raise CommandDecodeError(f"{cls.__name__}.{name}: {exc.reason}") from None
+    _check_fields(cls, rules, values)
     return cls, values
+
+
+def _check_fields(
+    cls: type[Command], rules: tuple[tuple[str, Rule], ...], values: tuple[Any, ...]
+) -> None:
+    """Each value under its field's rule. The checks are inline (no method frame per field on
+    the apply path); a value that fails one goes through the rule's `load` for the reason."""
+    for (name, field_rule), value in zip(rules, values, strict=True):
+        if type(field_rule) is IntRule:
+            ok = type(value) is int and field_rule.lo <= value <= field_rule.hi
+        elif type(field_rule) is StrRule:
+            ok = type(value) is str and len(value) <= field_rule.chars_max
+        else:
+            ok = type(value) is bytes
+        if not ok:
+            try:
+                field_rule.load(value)
+            except FieldError as exc:
+                raise CommandDecodeError(f"{cls.__name__}.{name}: {exc.reason}") from None
+            raise AssertionError(f"{field_rule!r} loads {value!r}, which its inline check refused")
 
 
 def decode_command(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> Command:
