@@ -75,6 +75,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import apply as apply_bench
+from cli.common import run as run_on_loop
 from cluster import protocol as p
 from cluster.client import (
     Admin,
@@ -953,6 +954,7 @@ async def idle_scenario(settings: Settings) -> dict[str, Any]:
 
 ECHO_SERVER = """
 import asyncio, sys
+from cli.common import run
 async def echo(reader, writer):
     while data := await reader.read(65536):
         writer.write(data)
@@ -961,11 +963,7 @@ async def main():
     server = await asyncio.start_server(echo, sys.argv[1], 0)
     print(server.sockets[0].getsockname()[1], flush=True)
     await server.serve_forever()
-try:
-    import uvloop
-    uvloop.run(main())
-except ImportError:
-    asyncio.run(main())
+run(main())
 """
 
 
@@ -1150,14 +1148,9 @@ async def _cancelled_on_sigterm(coro: Coroutine[Any, Any, dict[str, Any]]) -> di
 
 
 def run_loop(coro: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
-    """Run a benchmark on uvloop where available, cancelled on SIGTERM."""
-    try:
-        import uvloop  # noqa: PLC0415 - optional, as in cli.runtime
-
-        result: dict[str, Any] = uvloop.run(_cancelled_on_sigterm(coro))
-    except ImportError:
-        result = asyncio.run(_cancelled_on_sigterm(coro))
-    return result
+    """Run a benchmark on the loop `raftbroker` runs on (uvloop where installed), cancelled on
+    SIGTERM."""
+    return run_on_loop(_cancelled_on_sigterm(coro))
 
 
 def emit(report: dict[str, Any], out: Path | None) -> int:

@@ -11,20 +11,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import re
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 
+from cluster.addresses import parse_address
 from cluster.client import ClientError
 from cluster.config import ConfigError
 from cluster.local import launcher
 
 P = ParamSpec("P")
 T = TypeVar("T")
-ADDRESS = re.compile(r"[A-Za-z0-9.\-]+:[0-9]{1,5}")
 
 BootstrapOption = typer.Option(
     None,
@@ -69,19 +68,22 @@ def resolve_bootstrap(bootstrap: list[str] | None, data_dir: Path | None) -> lis
             )
         addresses = cluster.bootstrap
     for address in addresses:
-        if not ADDRESS.fullmatch(address):
-            raise CliError(f"{address!r} is not HOST:PORT")
+        try:
+            parse_address(address)
+        except ValueError:
+            raise CliError(f"{address!r} is not HOST:PORT") from None
     return addresses
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion (on uvloop where available)."""
+    """Run a coroutine to completion on a new loop: uvloop's where it is installed, else
+    asyncio's. The one runner of the project (nodes, commands, benchmarks): uvloop is used
+    nowhere else."""
     try:
         import uvloop  # noqa: PLC0415 - optional: absent on Windows
-
-        return uvloop.run(coro)
     except ImportError:
         return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def one_line_errors(fn: Callable[P, T]) -> Callable[P, T]:

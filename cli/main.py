@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -18,6 +17,7 @@ from rich.table import Table
 
 from cli import chaos_cmd, cluster_cmd, io_cmd, pipeline_cmd, runtime, topic_cmd
 from cli import walkthrough as walkthrough_scenes
+from cli.common import fail
 from cli.demo import DemoReport, demo_in_temporary_directory
 from cluster.config import ConfigError
 
@@ -42,12 +42,6 @@ app.command()(io_cmd.consume)
 @app.callback()
 def main() -> None:
     """raftbroker: run and use a Raft-replicated, idempotent message broker."""
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    """One clear line on stderr and a non-zero exit: never a traceback."""
-    typer.echo(f"raftbroker: {message}", err=True)
-    raise typer.Exit(code)
 
 
 @app.command()

@@ -1,8 +1,9 @@
-"""Process setup, done only here: TOML, logging, uvloop, signals, and the fatal exit.
+"""A node's process setup, done only here: TOML, logging, signals, and the fatal exit.
 
-A node runs under `run_node_process`: SIGTERM and SIGINT cancel it cleanly (Raft driver stopped,
-stores closed); a fatal storage error logs and exits at once with status 70, since going on
-would leave a replica's state ahead of its data.
+A node runs under `run_node_process`, on `cli.common.run`'s loop (uvloop where installed):
+SIGTERM and SIGINT cancel it cleanly (Raft driver stopped, stores closed); a fatal storage error
+logs and exits at once with status 70, since going on would leave a replica's state ahead of
+its data.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, NoReturn
 
+from cli.common import run
 from cluster.broker.service import run_node
 from cluster.config import ConfigError, NodeConfig
 
@@ -53,17 +55,6 @@ def fatal_exit(reason: str) -> NoReturn:
     os._exit(EXIT_FATAL)
 
 
-def run(coro: Coroutine[Any, Any, None]) -> None:
-    """Run on uvloop where available, cancelling the coroutine on SIGTERM or SIGINT."""
-    try:
-        import uvloop  # noqa: PLC0415 - optional: absent on Windows
-
-        runner: Any = uvloop.run
-    except ImportError:
-        runner = asyncio.run
-    runner(_cancel_on_signals(coro))
-
-
 async def _cancel_on_signals(coro: Coroutine[Any, Any, None]) -> None:
     task = asyncio.current_task()
     assert task is not None
@@ -88,7 +79,7 @@ def run_node_process(config: NodeConfig) -> None:
     configure_logging(f"node{config.node_id}")
     config.data_dir.mkdir(parents=True, exist_ok=True)
     try:
-        run(run_node(config, fatal_exit))
+        run(_cancel_on_signals(run_node(config, fatal_exit)))
     except* OSError as group:
         for exc in group.exceptions:
             log.critical("cannot run: %s", exc)

@@ -13,9 +13,17 @@ PORT_MAX = 65_535
 def parse_address(text: str) -> tuple[str, int]:
     """`(host, port)` of `host:port`; ValueError naming the text when it is not one."""
     host, sep, port = text.strip().rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= PORT_MAX:
+    if (
+        not sep
+        or not host
+        or any(c.isspace() or c in "[]" for c in host)
+        or (":" in host and not bracketed)  # an IPv6 host, or a second port: ambiguous
+        or not (port.isascii() and port.isdigit())
+        or not 1 <= int(port) <= PORT_MAX
+    ):
         raise ValueError(f"'{text}' is not host:port (a port is 1-{PORT_MAX})")
     return host, int(port)
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+from cluster.addresses import PORT_MAX, join_address
+from statemachine.fields import check_positive_ints
 from statemachine.limits import KIB, MIB
 
 T = TypeVar("T")
@@ -21,13 +23,6 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A setting that is missing, of the wrong type or out of range; the message names it."""
-
-
-def _check_positive_ints(obj: object) -> None:
-    for f in fields(obj):  # type: ignore[arg-type]
-        value = getattr(obj, f.name)
-        if type(value) is not int or value <= 0:
-            raise ConfigError(f"{type(obj).__name__}.{f.name} must be a positive integer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +45,7 @@ class Limits:
     raft_queue_bytes_max: int = 256 * MIB
 
     def __post_init__(self) -> None:
-        _check_positive_ints(self)
+        check_positive_ints(self, ConfigError)
         if self.raft_frame_bytes_max < 2 * self.frame_bytes_max + 64 * KIB:
             raise ConfigError("Limits.raft_frame_bytes_max must exceed twice frame_bytes_max")
         if self.raft_queue_bytes_max < self.raft_frame_bytes_max:
@@ -78,7 +73,7 @@ class Timing:
     pid_block_size: int = 1_000
 
     def __post_init__(self) -> None:
-        _check_positive_ints(self)
+        check_positive_ints(self, ConfigError)
         if self.election_timeout_ms_min <= 3 * self.heartbeat_ms:
             raise ConfigError("Timing.election_timeout_ms_min must exceed 3 heartbeats")
         if self.election_timeout_ms_max <= self.election_timeout_ms_min:
@@ -100,11 +95,11 @@ class Peer:
 
     @property
     def client_address(self) -> str:
-        return f"{self.host}:{self.client_port}"
+        return join_address(self.host, self.client_port)
 
     @property
     def raft_address(self) -> str:
-        return f"{self.host}:{self.raft_port}"
+        return join_address(self.host, self.raft_port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +125,8 @@ class NodeConfig:
     def __post_init__(self) -> None:
         for name in ("client_port", "raft_port", "http_port"):
             port = getattr(self, name)
-            if type(port) is not int or not 1 <= port <= 65_535:
-                raise ConfigError(f"{name} must be a port number (1-65535), not {port!r}")
+            if type(port) is not int or not 1 <= port <= PORT_MAX:
+                raise ConfigError(f"{name} must be a port number (1-{PORT_MAX}), not {port!r}")
         ids = [p.node_id for p in self.peers]
         if len(set(ids)) != len(ids):
             raise ConfigError("peers: node ids must be unique")
@@ -154,7 +149,7 @@ class NodeConfig:
 
     @property
     def client_address(self) -> str:
-        return f"{self.host}:{self.client_port}"
+        return join_address(self.host, self.client_port)
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> Self:

@@ -30,3 +30,7 @@ class RaftbrokerError(Exception):
     def retriable(self) -> bool:
         """True where a Kafka client would retry the same request unchanged."""
         return self.error.retriable
+
+
+class RequestRefusedError(RaftbrokerError):
+    """A whole request the broker refuses: answered with its code, message and leader hint."""

@@ -2,8 +2,11 @@
 
 Role: the one place that turns bytes from a socket into typed requests and responses and back;
 the server, the client and the peer watcher speak only through it. It is the only module in
-`cluster/` that uses msgpack (through `statemachine.codec`, and `msgpack.Unpacker` to peek at a
-correlation id without decoding a whole body).
+`cluster/` that imports msgpack itself, for one thing: `msgpack.Unpacker` peeks at a correlation
+id without decoding a whole body. Every other use of msgpack goes through `statemachine.codec`:
+the bodies of these frames, the Raft mesh's link frames (cluster/raft/mesh.py), the Raft dump
+files (cluster/raft/__init__.py), and in statemachine/ the commands, record batches and
+snapshots.
 
 Rules:
 - A frame is a 4-byte big-endian unsigned length, then that many bytes of msgpack. A length
@@ -33,16 +36,29 @@ import asyncio
 import operator
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import msgpack
 
 from cluster.config import Limits
+from cluster.errors import RaftbrokerError
 from statemachine.codec import CodecError, pack, unpack
 from statemachine.commands import INT32_MAX
 from statemachine.errors import ErrorCode
+from statemachine.fields import (
+    BoolRule,
+    BytesRule,
+    ErrorCodeRule,
+    FieldError,
+    IntRule,
+    Scalar,
+    StrRule,
+    known_error_code,
+    rule,
+    rules_of,
+)
 from statemachine.limits import DEFAULT_LIMITS, WINDOW_BATCHES
 from statemachine.records import INT64_MAX, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PRODUCER_EPOCH_MAX
 
@@ -58,29 +74,18 @@ LATEST = -1
 _DEFAULT_LIMITS = Limits()
 
 
-class ProtocolError(ValueError):
-    """Bytes that are not a frame, request or response of this protocol version."""
+class ProtocolError(RaftbrokerError):
+    """Bytes that are not a frame, request or response of this protocol version.
 
-    def __init__(self, code: ErrorCode, message: str, correlation_id: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+    `correlation_id` is the request's, when it could be read: the answer goes to that request.
+    """
+
+    def __init__(self, error: ErrorCode, message: str, correlation_id: int | None = None) -> None:
+        super().__init__(error, message)
         self.correlation_id = correlation_id
 
 
-class _FieldError(Exception):
-    """A field that breaks its rule; `path` locates it below the record being decoded."""
-
-    def __init__(self, reason: str, path: str = "") -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.path = path
-
-    def at(self, prefix: str) -> _FieldError:
-        return _FieldError(self.reason, prefix + self.path)
-
-
-# -- Field rules ---------------------------------------------------------------------------------
+# -- Field rules: statemachine/fields.py's scalars, and the wire's nested records and arrays -----
 
 Bound = Callable[[Limits], int]
 
@@ -95,73 +100,6 @@ def _per_frame(limits: Limits) -> int:
 
 def _at_most(count: int) -> Bound:
     return lambda _limits: count
-
-
-class _AsIs:
-    """A rule whose values msgpack writes as they are: its dump is the identity."""
-
-    __slots__ = ()
-    AS_IS: ClassVar[bool] = True
-
-    def dump(self, value: object) -> object:
-        return value
-
-
-@dataclass(frozen=True, slots=True)
-class IntRule(_AsIs):
-    """An integer (never a bool) within [lo, hi]."""
-
-    lo: int
-    hi: int
-
-    def load(self, value: object, _limits: Limits) -> object:
-        if type(value) is not int or not self.lo <= value <= self.hi:
-            raise _FieldError(f"expected an integer in [{self.lo}, {self.hi}]")
-        return value
-
-
-@dataclass(frozen=True, slots=True)
-class BoolRule(_AsIs):
-    def load(self, value: object, _limits: Limits) -> object:
-        if type(value) is not bool:
-            raise _FieldError("expected a bool")
-        return value
-
-
-@dataclass(frozen=True, slots=True)
-class StrRule(_AsIs):
-    """A string of at most `chars_max` characters (valid UTF-8 on the wire)."""
-
-    chars_max: int
-
-    def load(self, value: object, _limits: Limits) -> object:
-        if type(value) is not str or len(value) > self.chars_max:
-            raise _FieldError(f"expected a string of at most {self.chars_max} characters")
-        return value
-
-
-@dataclass(frozen=True, slots=True)
-class BytesRule(_AsIs):
-    """Opaque bytes (msgpack bin), bounded by the frame."""
-
-    def load(self, value: object, _limits: Limits) -> object:
-        if type(value) is not bytes:
-            raise _FieldError("expected bytes")
-        return value
-
-
-_ERROR_CODES = {int(code): code for code in ErrorCode}
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorCodeRule(_AsIs):
-    """An ErrorCode value; it decodes to the enum member (an IntEnum, written as its value)."""
-
-    def load(self, value: object, _limits: Limits) -> object:
-        code = _ERROR_CODES.get(value) if type(value) is int else None
-        if code is None:
-            raise _FieldError("expected a known error code")
-        return code
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,15 +126,15 @@ class TupleRule:
 
     def load(self, value: object, limits: Limits) -> object:
         if type(value) is not tuple:
-            raise _FieldError("expected an array")
+            raise FieldError("expected an array")
         count_max = self.bound(limits)
         if len(value) > count_max:
-            raise _FieldError(f"expected at most {count_max} items")
+            raise FieldError(f"expected at most {count_max} items")
         load, items = self.item.load, []
         try:
             for item in value:
                 items.append(load(item, limits))
-        except _FieldError as exc:
+        except FieldError as exc:
             raise exc.at(f"[{len(items)}]") from None  # the items before it loaded
         return tuple(items)
 
@@ -207,11 +145,11 @@ class TupleRule:
         return [dump(item) for item in value]  # type: ignore[attr-defined]
 
 
-Rule = IntRule | BoolRule | StrRule | BytesRule | ErrorCodeRule | StructRule | TupleRule
+Rule = Scalar | StructRule | TupleRule
 
 
-def _rule(rule: Rule) -> Any:
-    return field(metadata={"rule": rule})
+def _rule(spec: Rule) -> Any:
+    return rule(spec)
 
 
 def _int(lo: int, hi: int) -> Any:
@@ -686,7 +624,7 @@ _PLANS: dict[type[Struct], _Plan] = {}
 
 def _new_plan(cls: type[Struct]) -> _Plan:
     """Prepare `cls` (once: callers look in `_PLANS` first, which saves a call per record)."""
-    rules = tuple((f.name, f.metadata["rule"]) for f in fields(cls))  # type: ignore[arg-type]
+    rules = rules_of(cls)
     plan = _PLANS[cls] = _Plan(
         rules,
         tuple(rule.load for _, rule in rules),
@@ -721,12 +659,12 @@ def _dump_struct(value: Struct) -> object:
 def _load_struct(cls: type[S], raw: object, limits: Limits) -> S:
     plan = _PLANS.get(cls) or _new_plan(cls)
     if type(raw) is not tuple or len(raw) != len(plan.loads):
-        raise _FieldError(f"expected an array of {len(plan.loads)} fields")
+        raise FieldError(f"expected an array of {len(plan.loads)} fields")
     values: list[object] = []
     try:
         for load, value in zip(plan.loads, raw, strict=True):
             values.append(load(value, limits))
-    except _FieldError as exc:
+    except FieldError as exc:
         raise exc.at(f".{plan.rules[len(values)][0]}") from None  # the fields before it loaded
     return cls(*values)
 
@@ -734,7 +672,7 @@ def _load_struct(cls: type[S], raw: object, limits: Limits) -> S:
 def _load_payload(cls: type[S], raw: object, limits: Limits, correlation_id: int) -> S:
     try:
         return _load_struct(cls, raw, limits)
-    except _FieldError as exc:
+    except FieldError as exc:
         message = f"{cls.__name__}{exc.path}: {exc.reason}"
         raise ProtocolError(ErrorCode.INVALID_REQUEST, message, correlation_id) from None
 
@@ -861,7 +799,7 @@ def load_response(
     limits: Limits = _DEFAULT_LIMITS,
 ) -> Response | ErrorResponse:
     """The answer in a `split_response` body sent for a `request_type` request."""
-    code = _ERROR_CODES.get(error) if type(error) is int else None
+    code = known_error_code(error)
     if code is None:
         message = f"unknown error code {error!r}"
         raise ProtocolError(ErrorCode.INVALID_REQUEST, message, correlation_id)

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from cluster.addresses import parse_address
+
 EARLIEST = -2  # Kafka's (and cluster.protocol's) markers inside offset JSON
 LATEST = -1
 BOOTSTRAP = "raftbroker.bootstrap.servers"
@@ -169,9 +171,10 @@ def _bootstrap(options: Mapping[str, str]) -> tuple[str, ...]:
         raise OptionError(f"option '{BOOTSTRAP}' is required (comma-separated host:port)")
     addresses = tuple(a.strip() for a in raw.split(",") if a.strip())
     for address in addresses:
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise OptionError(f"option '{BOOTSTRAP}': '{address}' is not host:port")
+        try:
+            parse_address(address)
+        except ValueError:
+            raise OptionError(f"option '{BOOTSTRAP}': '{address}' is not host:port") from None
     return addresses
 
 

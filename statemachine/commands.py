@@ -3,8 +3,9 @@
 An entry in a Raft log is one encoded command: a msgpack array `[tag, version, *fields]`.
 Commands travel through pysyncobj as a single `bytes` value, so pickling them is a memcpy.
 Decoding is strict and total: an unknown tag or version, a wrong field count or a field of the
-wrong type or range raises `CommandDecodeError` and nothing else. Meaning (topic name rules,
-limits on counts) is checked in apply, where a violation is a committed rejection.
+wrong type or range raises `CommandDecodeError` and nothing else. Each field's type and range is
+a rule of statemachine/fields.py (the rules the client wire uses too). Meaning (topic name
+rules, limits on counts) is checked in apply, where a violation is a committed rejection.
 
 Time enters only here: commands that need the time carry `now_ms`, stamped by the leader that
 proposed them, and settings that decide an outcome (expiration intervals, block sizes) travel
@@ -13,10 +14,11 @@ in the entry too, so every replica reaches the same result at the same index.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from statemachine.codec import CodecError, pack, unpack
+from statemachine.fields import BytesRule, FieldError, IntRule, StrRule, rule, rules_of
 from statemachine.limits import DEFAULT_LIMITS, StateLimits
 from statemachine.records import INT64_MAX, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PRODUCER_EPOCH_MAX
 
@@ -27,40 +29,23 @@ class CommandDecodeError(ValueError):
     """Bytes that are not a command this version understands."""
 
 
-@dataclass(frozen=True, slots=True)
-class IntRule:
-    """An integer field (never a bool) within [lo, hi]."""
-
-    lo: int
-    hi: int
-
-    def check(self, name: str, value: object) -> object:
-        if type(value) is not int or not self.lo <= value <= self.hi:
-            raise CommandDecodeError(f"{name}: expected an integer in [{self.lo}, {self.hi}]")
-        return value
-
-
-@dataclass(frozen=True, slots=True)
-class TypeRule:
-    """A field of one plain type (str or bytes); lengths are bounded by the entry's size."""
-
-    kind: type
-
-    def check(self, name: str, value: object) -> object:
-        if type(value) is not self.kind:
-            raise CommandDecodeError(f"{name}: expected {self.kind.__name__}")
-        return value
-
-
-Rule = IntRule | TypeRule
+# Strings and bytes are bounded by the entry's size; what a string means (a topic name's
+# rules, an address) is apply's to judge, as a committed rejection.
+Rule = IntRule | StrRule | BytesRule
+_STR = StrRule()
+_BYTES = BytesRule()
 
 
 def _int(lo: int, hi: int) -> Any:
-    return field(metadata={"rule": IntRule(lo, hi)})
+    return rule(IntRule(lo, hi))
 
 
-def _of(kind: type) -> Any:
-    return field(metadata={"rule": TypeRule(kind)})
+def _str() -> Any:
+    return rule(_STR)
+
+
+def _bytes() -> Any:
+    return rule(_BYTES)
 
 
 _TIME_MS = (0, INT64_MAX)
@@ -102,7 +87,7 @@ class AppendBatch(Command):
 
     TAG: ClassVar[int] = 1
     now_ms: int = _int(*_TIME_MS)
-    batch: bytes = _of(bytes)
+    batch: bytes = _bytes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +100,8 @@ class AppendFencedBatch(Command):
 
     TAG: ClassVar[int] = 4
     now_ms: int = _int(*_TIME_MS)
-    batch: bytes = _of(bytes)
-    sink: str = _of(str)
+    batch: bytes = _bytes()
+    sink: str = _str()
     writer: int = _int(0, INT32_MAX)
     batch_id: int = _int(0, INT64_MAX)
     part: int = _int(0, INT32_MAX)
@@ -148,8 +133,8 @@ class RegisterBroker(Command):
 
     TAG: ClassVar[int] = 10
     broker_id: int = _int(*_BROKER_ID)
-    client_address: str = _of(str)
-    raft_address: str = _of(str)
+    client_address: str = _str()
+    raft_address: str = _str()
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +142,7 @@ class CreateTopic(Command):
     """Create a topic; replicas are placed deterministically across registered brokers."""
 
     TAG: ClassVar[int] = 11
-    name: str = _of(str)
+    name: str = _str()
     partitions: int = _int(*_COUNT)
     replication_factor: int = _int(*_COUNT)
     retention_ms: int = _int(-1, INT64_MAX)
@@ -167,7 +152,7 @@ class CreateTopic(Command):
 @dataclass(frozen=True, slots=True)
 class DeleteTopic(Command):
     TAG: ClassVar[int] = 12
-    name: str = _of(str)
+    name: str = _str()
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +169,7 @@ class InitTransactionalProducer(Command):
     """InitProducerId with a transactional id; `expected_*` is -1 when the caller has none."""
 
     TAG: ClassVar[int] = 14
-    transactional_id: str = _of(str)
+    transactional_id: str = _str()
     transaction_timeout_ms: int = _int(0, INT32_MAX)
     expected_producer_id: int = _int(NO_PRODUCER_ID, INT64_MAX)
     expected_epoch: int = _int(NO_PRODUCER_EPOCH, PRODUCER_EPOCH_MAX)
@@ -227,7 +212,7 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
 
 def field_rules(cls: type[Command]) -> tuple[tuple[str, Rule], ...]:
     """The (name, rule) of each field of a command class, in encoding order."""
-    return tuple((f.name, f.metadata["rule"]) for f in fields(cls))  # type: ignore[arg-type]
+    return rules_of(cls)
 
 
 def _schemas() -> dict[int, tuple[type[Command], tuple[tuple[str, Rule], ...]]]:
@@ -263,13 +248,28 @@ def decode_fields(
     values = raw[2:]
     if len(values) != len(rules):
         raise CommandDecodeError(f"{cls.__name__}: expected {len(rules)} fields")
-    for (name, rule), value in zip(rules, values, strict=True):
-        if type(rule) is IntRule:  # IntRule.check, inline: no method frame per field
-            if type(value) is not int or not rule.lo <= value <= rule.hi:
-                rule.check(name, value)
-        elif type(value) is not rule.kind:  # type: ignore[union-attr]
-            rule.check(name, value)
+    _check_fields(cls, rules, values)
     return cls, values
+
+
+def _check_fields(
+    cls: type[Command], rules: tuple[tuple[str, Rule], ...], values: tuple[Any, ...]
+) -> None:
+    """Each value under its field's rule. The checks are inline (no method frame per field on
+    the apply path); a value that fails one goes through the rule's `load` for the reason."""
+    for (name, field_rule), value in zip(rules, values, strict=True):
+        if type(field_rule) is IntRule:
+            ok = type(value) is int and field_rule.lo <= value <= field_rule.hi
+        elif type(field_rule) is StrRule:
+            ok = type(value) is str and len(value) <= field_rule.chars_max
+        else:
+            ok = type(value) is bytes
+        if not ok:
+            try:
+                field_rule.load(value)
+            except FieldError as exc:
+                raise CommandDecodeError(f"{cls.__name__}.{name}: {exc.reason}") from None
+            raise AssertionError(f"{field_rule!r} loads {value!r}, which its inline check refused")
 
 
 def decode_command(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> Command:

@@ -8,7 +8,9 @@ below; changing one is a versioned upgrade, not a node setting.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+
+from statemachine.fields import check_positive_ints
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -37,10 +39,7 @@ class StateLimits:
     address_length_max: int = 261  # a DNS name (253) + ":" + a port
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"StateLimits.{f.name} must be a positive integer, not {value!r}")
+        check_positive_ints(self)
         if WINDOW_BATCHES * self.batch_records_max >= SEQUENCE_SPACE:
             # The producer table's fast path relies on a window never wrapping the sequences.
             raise ValueError("StateLimits.batch_records_max: 5 batches must not wrap 2^31")

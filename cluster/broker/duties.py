@@ -1,4 +1,5 @@
-"""Periodic duties of a node: registration, producer-id blocks, and expiry entries.
+"""Periodic duties of a node, five tasks: registration, producer-id blocks, retention,
+restoration and expiry.
 
 - Registration: until the metadata state lists this broker with its addresses, propose
   `RegisterBroker` (forwarded to the metadata leader by any node).
@@ -22,9 +23,10 @@ import contextlib
 import logging
 
 from cluster import protocol as p
-from cluster.broker.node import Node, PartitionHandle, now_ms
-from cluster.broker.storage import StorageError
+from cluster.broker.node import Node, PartitionHandle
 from cluster.client import ClientError, Cluster
+from cluster.clock import wall_ms
+from cluster.errors import RaftbrokerError
 from cluster.raft import ProposalError
 from statemachine.commands import (
     AdvanceLogStart,
@@ -124,7 +126,7 @@ class NodeDuties:
             return
         replica = handle.replica
         cutoff = replica.store.segments_for_retention(
-            now_ms(), topic.retention_ms, topic.retention_bytes
+            wall_ms(), topic.retention_ms, topic.retention_bytes
         )
         if cutoff is not None and cutoff > replica.log_start_offset:
             command = AdvanceLogStart(min(cutoff, replica.high_watermark)).encode()
@@ -160,7 +162,7 @@ class NodeDuties:
             await handle.group.read(lambda: replica.adopt_backfill(side))
             adopted = True
             log.info("%s-%d: restored offsets %d..%d", *handle.key, wanted, end)
-        except (ClientError, StorageError, BatchFormatError) as exc:
+        except (RaftbrokerError, BatchFormatError) as exc:  # a peer, the store, a batch
             log.warning("%s-%d: restoration interrupted: %r", *handle.key, exc)
         finally:
             if not adopted:
@@ -188,7 +190,7 @@ class NodeDuties:
         if not handle.group.serving:
             return
         expiration_ms = self.node.config.timing.producer_id_expiration_ms
-        stamp = now_ms()
+        stamp = wall_ms()
         replica = handle.replica
         if await handle.group.read(lambda: replica.machine.expiry_due(stamp, expiration_ms)):
             command = ExpireProducers(stamp, expiration_ms).encode()
@@ -200,7 +202,7 @@ class NodeDuties:
         if not group.serving:
             return
         expiration_ms = self.node.config.timing.transactional_id_expiration_ms
-        stamp = now_ms()
+        stamp = wall_ms()
         replica = self.node.metadata_replica
         if await group.read(lambda: replica.machine.expiry_due(stamp, expiration_ms)):
             command = ExpireTransactionalIds(stamp, expiration_ms).encode()

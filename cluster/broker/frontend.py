@@ -16,10 +16,12 @@ from functools import partial
 
 from cluster import protocol as p
 from cluster.broker.metrics import Metrics
-from cluster.broker.node import Node, PartitionHandle, now_ms
+from cluster.broker.node import Node, PartitionHandle
 from cluster.broker.peers import PeerWatcher
-from cluster.broker.server import HandlerError, Respond
+from cluster.broker.server import Respond
 from cluster.broker.storage import StorageError
+from cluster.clock import wall_ms
+from cluster.errors import RaftbrokerError, RequestRefusedError
 from cluster.raft import ProposalError
 from statemachine.commands import (
     AppendBatch,
@@ -56,7 +58,7 @@ class RequestFrontend:
         error = "NONE"
         try:
             return await self._dispatch(request)
-        except HandlerError as exc:
+        except RaftbrokerError as exc:
             error = exc.error.name
             raise
         finally:
@@ -83,7 +85,9 @@ class RequestFrontend:
                 return await self.delete_topic(request)
             case p.ClusterStatus():
                 return self.cluster_status()
-        raise HandlerError(ErrorCode.INVALID_REQUEST, f"unsupported {type(request).__name__}")
+        raise RequestRefusedError(
+            ErrorCode.INVALID_REQUEST, f"unsupported {type(request).__name__}"
+        )
 
     # -- partitions: where they are ----------------------------------------------------------
 
@@ -156,9 +160,9 @@ class RequestFrontend:
             finish(self._failed(entry, ErrorCode.CORRUPT_MESSAGE))
             return
         command = (
-            AppendBatch(now_ms(), entry.batch).encode()
+            AppendBatch(wall_ms(), entry.batch).encode()
             if fence is None
-            else AppendFencedBatch(now_ms(), entry.batch, *fence).encode()
+            else AppendFencedBatch(wall_ms(), entry.batch, *fence).encode()
         )
         try:
             handle.group.submit(command, timeout_s, applied)
@@ -261,7 +265,7 @@ class RequestFrontend:
             return answer(ErrorCode.LEADER_NOT_AVAILABLE)
         try:
             stored = replica.store.read(fp.offset, max_bytes) if fp.offset < high else []
-        except StorageError:  # the store was swapped (a restoration finished) mid-read
+        except StorageError:  # damage on disk: retriable, another replica can serve it
             return answer(ErrorCode.LEADER_NOT_AVAILABLE)
         self.metrics.fetched_bytes.inc(sum(len(b.batch) for b in stored))
         return answer(
@@ -309,12 +313,13 @@ class RequestFrontend:
         try:
             return await self.node.metadata.propose(command, self._timeout_s, forward=True)
         except ProposalError as exc:
-            raise HandlerError(exc.error) from exc
+            # Its code only: a proposal's leader hint is a Raft address, not one clients use.
+            raise RequestRefusedError(exc.error) from exc
 
     async def create_topic(self, request: p.CreateTopic) -> p.CreateTopicResponse:
         problem = topic_name_error(request.name, self.node.limits)
         if problem:
-            raise HandlerError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+            raise RequestRefusedError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
         command = CreateTopic(
             request.name,
             request.partitions,
@@ -324,14 +329,14 @@ class RequestFrontend:
         )
         result = await self._propose_metadata(command.encode())
         if isinstance(result, Rejected):
-            raise HandlerError(result.error)
+            raise RequestRefusedError(result.error)
         assert isinstance(result, TopicCreated), result
         return p.CreateTopicResponse(result.topic.topic_id)
 
     async def delete_topic(self, request: p.DeleteTopic) -> p.DeleteTopicResponse:
         result = await self._propose_metadata(DeleteTopic(request.name).encode())
         if isinstance(result, Rejected):
-            raise HandlerError(result.error)
+            raise RequestRefusedError(result.error)
         assert isinstance(result, TopicDeleted), result
         return p.DeleteTopicResponse()
 
@@ -340,18 +345,18 @@ class RequestFrontend:
             producer_id = self.node.lease.take()
             self.node.pid_block_wanted.set()  # prefetch, or refill an empty lease
             if isinstance(producer_id, ErrorCode):
-                raise HandlerError(producer_id, "no producer-id block yet; retry")
+                raise RequestRefusedError(producer_id, "no producer-id block yet; retry")
             return p.InitProducerIdResponse(producer_id, 0)
         command = InitTransactionalProducer(
             request.transactional_id,
             request.transaction_timeout_ms,
             request.expected_producer_id,
             request.expected_epoch,
-            now_ms(),
+            wall_ms(),
         )
         result = await self._propose_metadata(command.encode())
         if isinstance(result, Rejected):
-            raise HandlerError(result.error)
+            raise RequestRefusedError(result.error)
         assert isinstance(result, ProducerIdAndEpoch), result
         return p.InitProducerIdResponse(result.producer_id, result.epoch)
 

@@ -3,11 +3,12 @@
 `Node` owns the Raft driver, the metadata replica (every configured node is a voter), and one
 `PartitionHandle` per partition whose replica set includes this node. The set of running
 partition groups follows the metadata state: `reconcile()` starts the groups of new topics and
-stops those of deleted ones, at runtime, without a restart. Request handling lives in
-`server.py`, periodic duties in `duties.py`; both reach the node through this class.
+stops those of deleted ones, at runtime, without a restart. What each request is answered with
+lives in `frontend.py` (the server in `server.py` only frames and orders), periodic duties in
+`duties.py`; both reach the node through this class.
 
 Every group of a node, the metadata group included, talks to its peers over the node's one Raft
-port (`cluster/mesh.py`): a replica's Raft address is its node's.
+port (`cluster/raft/mesh.py`): a replica's Raft address is its node's.
 """
 
 from __future__ import annotations
@@ -54,11 +55,6 @@ def mesh_settings(config: NodeConfig) -> MeshSettings:
         retry_s=timing.connection_retry_ms / 1000,
         ping_s=timing.heartbeat_ms / 1000,
     )
-
-
-def now_ms() -> int:
-    """The leader's wall clock, stamped into entries: the only way time enters apply."""
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(slots=True)

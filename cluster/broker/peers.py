@@ -24,6 +24,7 @@ class PeerWatcher:
         self._config = config
         self._others = [peer for peer in config.peers if peer.node_id != config.node_id]
         self._seen: dict[int, tuple[float, p.ClusterStatusResponse]] = {}
+        self._by_raft_address = {peer.raft_address: peer.node_id for peer in config.peers}
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tasks:
@@ -74,12 +75,6 @@ class PeerWatcher:
         return -1 if found is None else found[1]
 
     def node_of_raft_address(self, address: str | None) -> int | None:
-        """The node whose host serves this Raft address (any group's port)."""
-        if address is None:
-            return None
-        host, _, port = address.rpartition(":")
-        candidates = [
-            peer for peer in self._config.peers if peer.host == host and peer.raft_port <= int(port)
-        ]
-        best = max(candidates, key=lambda peer: peer.raft_port, default=None)
-        return None if best is None else best.node_id
+        """The node with this Raft address: one port per node carries all of its groups (the
+        mesh), so a group's leader address is its node's `raft_address`, as configured."""
+        return None if address is None else self._by_raft_address.get(address)

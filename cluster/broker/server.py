@@ -27,6 +27,7 @@ from functools import partial
 from typing import Protocol, cast
 
 from cluster.config import Limits, Timing
+from cluster.errors import RaftbrokerError
 from cluster.protocol import (
     ErrorInfo,
     ProtocolError,
@@ -40,20 +41,13 @@ from statemachine.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 WRITE_TIMEOUT_S = 30.0
+ERROR_MESSAGE_CHARS_MAX = 512
 
-# What a handler answers a request with: a response, or a whole-request refusal.
+# What a handler answers a request with: a response, or an exception. A `RaftbrokerError`
+# (a `RequestRefusedError` above all) is a whole-request refusal, answered with its code; any
+# other exception is a bug, logged and answered UNKNOWN_SERVER_ERROR.
 Outcome = Response | Exception
 Respond = Callable[[Outcome], None]
-
-
-class HandlerError(Exception):
-    """A whole request refused with an error code (and a leader hint for NOT_LEADER)."""
-
-    def __init__(self, error: ErrorCode, message: str = "", leader: str = "") -> None:
-        super().__init__(message or error.name)
-        self.error = error
-        self.message = message or error.name
-        self.leader = leader
 
 
 class RequestHandler(Protocol):
@@ -179,7 +173,7 @@ class _Connection(asyncio.Protocol):
             try:
                 frame = take_frame(buf, offset, self._limits.frame_bytes_max)
             except ProtocolError as exc:  # oversize: answer (its body is never read), close
-                self._complete(self._new_slot(), _error_frame(0, exc.code, exc.message))
+                self._complete(self._new_slot(), _error_frame(0, exc.error, exc.message))
                 self._finish()
                 break
             if frame is None:
@@ -199,7 +193,8 @@ class _Connection(asyncio.Protocol):
             if exc.correlation_id is None:
                 self._finish()  # cannot even answer it: close after the earlier answers
                 return
-            self._complete(self._new_slot(), _error_frame(exc.correlation_id, exc.code, str(exc)))
+            frame = _error_frame(exc.correlation_id, exc.error, exc.message)
+            self._complete(self._new_slot(), frame)
             return
         respond = partial(self._respond, self._new_slot(), correlation_id)
         try:
@@ -227,9 +222,8 @@ class _Connection(asyncio.Protocol):
         return slot
 
     def _respond(self, slot: _Slot, correlation_id: int, outcome: Outcome) -> None:
-        if isinstance(outcome, HandlerError):
-            info = ErrorInfo(outcome.message[:512], outcome.leader)
-            frame = encode_response(correlation_id, info, outcome.error)
+        if isinstance(outcome, RaftbrokerError):
+            frame = _error_frame(correlation_id, outcome.error, outcome.message, outcome.leader)
         elif isinstance(outcome, Exception):
             log.error("request failed", exc_info=outcome)
             frame = _error_frame(correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error")
@@ -283,5 +277,8 @@ class _Connection(asyncio.Protocol):
             self._transport.abort()
 
 
-def _error_frame(correlation_id: int, error: ErrorCode, message: str) -> bytes:
-    return encode_response(correlation_id, ErrorInfo(message[:512], ""), error)
+def _error_frame(correlation_id: int, error: ErrorCode, message: str, leader: str = "") -> bytes:
+    """A whole-request refusal, its message cut short (the wire would take TEXT_CHARS_MAX)."""
+    return encode_response(
+        correlation_id, ErrorInfo(message[:ERROR_MESSAGE_CHARS_MAX], leader), error
+    )

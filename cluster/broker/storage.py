@@ -1,9 +1,14 @@
 """Segment files of one partition: an append-only log on disk, a sparse offset index, recovery.
 
 Role: `PartitionStore` keeps the batches a partition's state machine accepted (the `Appended`
-effects of apply) and serves them to Fetch. The Raft driver appends, truncates and deletes
-in apply, Fetch reads, both on the node's event loop (the locks keep it safe for any thread).
-Records live on disk only: nothing here keeps batch bytes after an append returns.
+effects of apply) and serves them to Fetch. Records live on disk only: nothing here keeps
+batch bytes after an append returns.
+
+Threads: one. A store is not thread-safe and takes no lock: every caller runs on the node's
+event loop (the replica appends, truncates and deletes when the Raft driver applies and
+settles; Fetch and the restoration duty read and append there too), or on the one thread of
+bench/storage.py and the tests. Each call runs to its end before the next begins, so a read
+never meets a write, a truncation or a deletion half done.
 
 Layout: one directory per partition, holding segment files named by the offset of their first
 record, zero-padded to 20 digits (`00000000000000000000.log`). Only the newest (active) segment
@@ -21,13 +26,10 @@ Rules:
   append at `next_offset` extends the log. An append below it is a replay after a restart: a
   batch stored with identical bytes is skipped, a different one means the tail diverged, so the
   log is truncated there and the batch appended. An append above it is a `StorageGapError`.
-- A reader never sees a partial frame: the writer puts a frame past the published end of the
-  segment, and moves that end (under `_lock`, held only to copy or change a few integers) once
-  the frame is whole, and fsynced if `fsync=True`. Reads use `os.pread`, so they share no file
-  position with the writer and never wait for its I/O.
-- A file deleted while a read uses it is closed by the last read that pinned it, so a read never
-  uses a closed (or reused) descriptor. A truncation counts itself; a read that overlapped one
-  starts again.
+- A frame counts once it is whole: it is written past the segment's known end, which moves
+  only after the write (and the fsync, if `fsync=True`) succeeded; bytes a failed write left
+  are never read and are cut off when the segment is rolled or recovered. Reads and writes use
+  `os.pread` / `os.pwritev` at explicit positions, never a shared file position.
 - Recovery: a segment is fsynced when it is rolled, so only the active segment can end in a torn
   write. On open, its every frame's CRC is checked and the file is truncated at the first bad
   frame (`recovered_truncated_bytes` says how much went). Sealed segments are walked only to
@@ -38,8 +40,6 @@ Rules:
   rebuilds after an unclean shutdown, and is not persisted.
 - The log start offset is not persisted either: on open it is the first segment's base offset.
   The state machine, which is replayed from Raft, owns the logical log start.
-- Mutations (append, truncate, delete, reset, flush, close) are serialized by `_write_lock`,
-  which reads never take.
 """
 
 from __future__ import annotations
@@ -48,15 +48,16 @@ import bisect
 import os
 import re
 import struct
-import threading
 import zlib
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import NamedTuple, Self
+from typing import ClassVar, NamedTuple, Self
 
 from cluster.config import Limits
+from cluster.errors import RaftbrokerError
+from statemachine.errors import ErrorCode
 from statemachine.limits import KIB, MIB
 
 _FRAME_HEAD = struct.Struct(">II")  # length of the batch, crc
@@ -68,15 +69,23 @@ FRAME_BATCH_BYTES_MAX = 64 * MIB
 # Recovery reads whole chunks: sequential I/O, never a seek per frame.
 SCAN_CHUNK_BYTES = 1 * MIB
 READ_CHUNK_BYTES_MIN = 64 * KIB
-# A read starts again only when a truncation overlapped it; truncations are rare.
-READ_ATTEMPTS = 4
 SEGMENT_SUFFIX = ".log"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 _DEFAULTS = Limits()
 
 
-class StorageError(Exception):
-    """The store cannot do what was asked; the caller must not go on as if it had."""
+class StorageError(RaftbrokerError):
+    """The store cannot do what was asked; the caller must not go on as if it had.
+
+    KAFKA_STORAGE_ERROR, as Kafka answers for a log it cannot use (a closed store, a log that
+    diverged or has a gap): retriable, since another replica, or this one once restored, can
+    serve the request.
+    """
+
+    ERROR: ClassVar[ErrorCode] = ErrorCode.KAFKA_STORAGE_ERROR
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.ERROR, message)
 
 
 class StorageGapError(StorageError):
@@ -84,7 +93,13 @@ class StorageGapError(StorageError):
 
 
 class StorageCorruptionError(StorageError):
-    """Damage on disk that no torn write explains: safer refused than served or dropped."""
+    """Damage on disk that no torn write explains: safer refused than served or dropped.
+
+    CORRUPT_MESSAGE, as Kafka answers for stored records that fail their checks (retriable: a
+    healthy replica can serve them).
+    """
+
+    ERROR: ClassVar[ErrorCode] = ErrorCode.CORRUPT_MESSAGE
 
 
 class StoredBatch(NamedTuple):
@@ -243,7 +258,7 @@ class _Scanner:
 
 
 class _Segment:
-    """One segment file and what is known of it; the store changes it only under its lock."""
+    """One segment file and what is known of it."""
 
     __slots__ = (
         "base_offset",
@@ -253,8 +268,6 @@ class _Segment:
         "max_append_time_ms",
         "next_offset",
         "path",
-        "pins",
-        "retired",
         "size",
     )
 
@@ -262,15 +275,13 @@ class _Segment:
         self.path = path
         self.base_offset = base_offset
         self.fd = fd
-        self.size = 0  # bytes of whole frames: the end readers may read up to
+        self.size = 0  # bytes of whole frames: the end reads may read up to
         self.next_offset = base_offset
         # Retention compares it with the clock; after a truncation it may be an upper bound,
         # which can keep a segment longer but never delete one early.
         self.max_append_time_ms = -1
         self.index_offsets = array("q")
         self.index_positions = array("q")
-        self.pins = 0  # reads in flight on `fd`
-        self.retired = False
 
     def add_frame(
         self,
@@ -301,16 +312,8 @@ class _Segment:
         self.size = frame.position
         self.next_offset = frame.base_offset
 
-    def unpin(self) -> None:
-        self.pins -= 1
-        self._close_if_unused()
-
-    def retire(self) -> None:
-        self.retired = True
-        self._close_if_unused()
-
-    def _close_if_unused(self) -> None:
-        if self.retired and self.pins == 0 and self.fd >= 0:
+    def close(self) -> None:
+        if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
 
@@ -326,11 +329,6 @@ class _Span(NamedTuple):
     start: int
     end: int
     expected_offset: int
-
-
-class _ReadPlan(NamedTuple):
-    spans: list[_Span]
-    truncations: int  # the store's count when planned: a change means the read overlapped one
 
 
 class PartitionStore:
@@ -350,13 +348,10 @@ class PartitionStore:
         self._segment_bytes_max = segment_bytes_max
         self._index_interval_bytes = index_interval_bytes
         self._fsync = fsync
-        self._lock = threading.Lock()
-        self._write_lock = threading.Lock()
         self._segments: list[_Segment] = []
         self._log_start_offset = 0
         self._next_offset = 0
         self._size_bytes = 0
-        self._truncations = 0
         self._closed = False
         self.recovered_truncated_bytes = 0
         self.recovery_problem: str | None = None
@@ -405,7 +400,7 @@ class PartitionStore:
                     self._recover_active(segment)
         except BaseException:
             for segment in self._segments:
-                segment.retire()
+                segment.close()
             raise
         self._log_start_offset = bases[0]
         self._next_offset = self._segments[-1].next_offset
@@ -480,11 +475,10 @@ class PartitionStore:
         if record_count < 1 or not 0 < len(batch) <= FRAME_BATCH_BYTES_MAX:
             raise ValueError(f"bad batch: {record_count} records, {len(batch)} bytes")
         wanted = StoredBatch(base_offset, record_count, append_time_ms, batch)
-        with self._write_lock:
-            self._check_open()
-            if base_offset != self._next_offset and self._already_stored(wanted):
-                return
-            self._write(wanted)
+        self._check_open()
+        if base_offset != self._next_offset and self._already_stored(wanted):
+            return
+        self._write(wanted)
 
     def _already_stored(self, wanted: StoredBatch) -> bool:
         """Whether a replayed batch is stored as is; if it is not, make room for it."""
@@ -524,16 +518,15 @@ class PartitionStore:
         _pwrite(segment.fd, (header, wanted.batch), segment.size)
         if self._fsync:
             os.fsync(segment.fd)
-        with self._lock:  # publish: from here on readers may see the frame
-            segment.add_frame(
-                frame_size,
-                wanted.base_offset,
-                wanted.record_count,
-                wanted.append_time_ms,
-                self._index_interval_bytes,
-            )
-            self._next_offset = segment.next_offset
-            self._size_bytes += frame_size
+        segment.add_frame(  # only now: from here on, reads see the frame
+            frame_size,
+            wanted.base_offset,
+            wanted.record_count,
+            wanted.append_time_ms,
+            self._index_interval_bytes,
+        )
+        self._next_offset = segment.next_offset
+        self._size_bytes += frame_size
 
     def _roll(self) -> _Segment:
         sealed = self._segments[-1]
@@ -542,8 +535,7 @@ class PartitionStore:
         os.ftruncate(sealed.fd, sealed.size)
         os.fsync(sealed.fd)
         segment = self._create_segment(self._next_offset)
-        with self._lock:
-            self._segments.append(segment)
+        self._segments.append(segment)
         return segment
 
     # -- reading -----------------------------------------------------------------------------
@@ -553,52 +545,35 @@ class PartitionStore:
 
         At least one batch whenever `offset` is stored, however large it is (as Kafka serves an
         oversize batch); nothing for an offset below `log_start_offset` or at `next_offset` and
-        beyond. Safe to call from any thread while another appends.
+        beyond. StorageCorruptionError if a frame on the way is not what the index says.
         """
         if max_bytes < 0:
             raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
-        for _ in range(READ_ATTEMPTS):
-            plan = self._plan_read(offset, max_bytes)
-            if plan is None:
-                return []
-            try:
-                batches, problem = self._read_spans(plan.spans, offset, max_bytes)
-            finally:
-                unchanged = self._unpin(plan)
-            if unchanged:
-                if problem is not None:
-                    raise StorageCorruptionError(problem)
-                return batches
-        return []  # truncated under every attempt: the caller polls again
+        self._check_open()
+        if not self._log_start_offset <= offset < self._next_offset:
+            return []
+        return self._read_spans(self._spans(offset, max_bytes), offset, max_bytes)
 
     def export_from(self, offset: int, max_bytes: int) -> list[StoredBatch]:
         """Batches for a snapshot or a lagging replica: the same as `read`."""
         return self.read(offset, max_bytes)
 
-    def _plan_read(self, offset: int, max_bytes: int) -> _ReadPlan | None:
-        """Pin the segments a read needs and note where to start, under the lock."""
-        with self._lock:
-            self._check_open()
-            if not self._log_start_offset <= offset < self._next_offset:
-                return None
-            first = bisect.bisect_right(self._segments, offset, key=_base_offset_of) - 1
-            position, indexed_offset = self._segments[first].lookup(offset)
-            # The frame holding `offset` starts less than one index interval past `position`.
-            budget = max_bytes + self._index_interval_bytes
-            spans: list[_Span] = []
-            for segment in self._segments[first:]:
-                spans.append(_Span(segment, position, segment.size, indexed_offset))
-                segment.pins += 1
-                budget -= segment.size - position
-                if budget <= 0:
-                    break
-                position, indexed_offset = 0, segment.next_offset
-            return _ReadPlan(spans, self._truncations)
+    def _spans(self, offset: int, max_bytes: int) -> list[_Span]:
+        """The parts of segments a read of `max_bytes` from a stored `offset` may scan."""
+        first = bisect.bisect_right(self._segments, offset, key=_base_offset_of) - 1
+        position, indexed_offset = self._segments[first].lookup(offset)
+        # The frame holding `offset` starts less than one index interval past `position`.
+        budget = max_bytes + self._index_interval_bytes
+        spans: list[_Span] = []
+        for segment in self._segments[first:]:
+            spans.append(_Span(segment, position, segment.size, indexed_offset))
+            budget -= segment.size - position
+            if budget <= 0:
+                break
+            position, indexed_offset = 0, segment.next_offset
+        return spans
 
-    def _read_spans(
-        self, spans: list[_Span], offset: int, max_bytes: int
-    ) -> tuple[list[StoredBatch], str | None]:
-        """The batches read without the lock, and a problem met on the way, if any."""
+    def _read_spans(self, spans: list[_Span], offset: int, max_bytes: int) -> list[StoredBatch]:
         chunk_bytes = max(READ_CHUNK_BYTES_MIN, max_bytes + self._index_interval_bytes)
         batches: list[StoredBatch] = []
         total = 0
@@ -615,19 +590,13 @@ class PartitionStore:
                 if frame.next_offset <= offset:
                     continue
                 if batches and total + len(frame.batch) > max_bytes:
-                    return batches, None
+                    return batches
                 batches.append(frame.stored())
                 total += len(frame.batch)
             if scanner.problem is not None:
-                return batches, f"{span.segment.path} at {scanner.position}: {scanner.problem}"
-        return batches, None
-
-    def _unpin(self, plan: _ReadPlan) -> bool:
-        """Release a read's pins; whether no truncation overlapped it."""
-        with self._lock:
-            for span in plan.spans:
-                span.segment.unpin()
-            return self._truncations == plan.truncations
+                problem = f"{span.segment.path} at {scanner.position}: {scanner.problem}"
+                raise StorageCorruptionError(problem)
+        return batches
 
     def _segment_for(self, offset: int) -> _Segment:
         i = bisect.bisect_right(self._segments, offset, key=_base_offset_of) - 1
@@ -635,7 +604,7 @@ class PartitionStore:
         return self._segments[i]
 
     def _locate(self, segment: _Segment, offset: int) -> _Frame:
-        """The frame of `segment` holding `offset`; writer's side only (nothing is unpinned)."""
+        """The frame of `segment` holding `offset`."""
         position, indexed_offset = segment.lookup(offset)
         scanner = _Scanner(
             segment.fd,
@@ -659,9 +628,8 @@ class PartitionStore:
 
         A batch that straddles `offset` goes whole, so `next_offset` may end up below it.
         """
-        with self._write_lock:
-            self._check_open()
-            self._truncate(offset)
+        self._check_open()
+        self._truncate(offset)
 
     def _truncate(self, offset: int) -> None:
         if offset >= self._next_offset:
@@ -671,16 +639,13 @@ class PartitionStore:
             return
         segment = self._segment_for(offset)
         cut = self._locate(segment, offset)
-        with self._lock:
-            # Counted before the file changes, so every read that could see the change retries.
-            self._truncations += 1
-            keep = self._segments.index(segment) + 1
-            doomed = self._segments[keep:]
-            del self._segments[keep:]
-            self._size_bytes -= sum(s.size for s in doomed) + segment.size - cut.position
-            segment.cut(cut)
-            self._next_offset = segment.next_offset
-            self._log_start_offset = min(self._log_start_offset, self._next_offset)
+        keep = self._segments.index(segment) + 1
+        doomed = self._segments[keep:]
+        del self._segments[keep:]
+        self._size_bytes -= sum(s.size for s in doomed) + segment.size - cut.position
+        segment.cut(cut)
+        self._next_offset = segment.next_offset
+        self._log_start_offset = min(self._log_start_offset, self._next_offset)
         # Newest first, and durably before shortening the file: a crash in between leaves a
         # log with no gap, whose extra tail the replay compares and truncates again.
         self._delete_files(doomed[::-1], sync=True)
@@ -694,23 +659,19 @@ class PartitionStore:
         The active segment stays (as in Kafka), even if all its records are below `offset`.
         `log_start_offset` becomes max(itself, offset).
         """
-        with self._write_lock:
-            self._check_open()
-            if offset > self._next_offset:
-                raise ValueError(f"log start {offset} would pass the log end {self._next_offset}")
-            with self._lock:
-                count = 0
-                while (
-                    count < len(self._segments) - 1 and self._segments[count].next_offset <= offset
-                ):
-                    count += 1
-                doomed = self._segments[:count]
-                del self._segments[:count]
-                self._size_bytes -= sum(s.size for s in doomed)
-                self._log_start_offset = max(self._log_start_offset, offset)
-                assert self._segments[0].base_offset <= self._log_start_offset
-            # Oldest first: a crash in between leaves a log with no gap.
-            self._delete_files(doomed, sync=self._fsync)
+        self._check_open()
+        if offset > self._next_offset:
+            raise ValueError(f"log start {offset} would pass the log end {self._next_offset}")
+        count = 0
+        while count < len(self._segments) - 1 and self._segments[count].next_offset <= offset:
+            count += 1
+        doomed = self._segments[:count]
+        del self._segments[:count]
+        self._size_bytes -= sum(s.size for s in doomed)
+        self._log_start_offset = max(self._log_start_offset, offset)
+        assert self._segments[0].base_offset <= self._log_start_offset
+        # Oldest first: a crash in between leaves a log with no gap.
+        self._delete_files(doomed, sync=self._fsync)
 
     def segments_for_retention(
         self, now_ms: int, retention_ms: int | None, retention_bytes: int | None
@@ -721,52 +682,44 @@ class PartitionStore:
         without it still holds `retention_bytes` (Kafka's rule). Only a prefix of sealed
         segments counts: never the active one. None or a negative value means no limit.
         """
-        with self._lock:
-            sealed = self._segments[:-1]
-            excess = -1
-            if retention_bytes is not None and retention_bytes >= 0:
-                excess = self._size_bytes - retention_bytes
-            cutoff: int | None = None
-            for segment in sealed:
-                expired = (
-                    retention_ms is not None
-                    and retention_ms >= 0
-                    and now_ms - segment.max_append_time_ms > retention_ms
-                )
-                if not (expired or excess >= segment.size):
-                    break
-                excess -= segment.size
-                cutoff = segment.next_offset
-            return cutoff
+        excess = -1
+        if retention_bytes is not None and retention_bytes >= 0:
+            excess = self._size_bytes - retention_bytes
+        cutoff: int | None = None
+        for segment in self._segments[:-1]:  # the sealed ones
+            expired = (
+                retention_ms is not None
+                and retention_ms >= 0
+                and now_ms - segment.max_append_time_ms > retention_ms
+            )
+            if not (expired or excess >= segment.size):
+                break
+            excess -= segment.size
+            cutoff = segment.next_offset
+        return cutoff
 
     def reset(self, offset: int) -> None:
         """Delete everything and start an empty log at `offset` (a follower behind a snapshot)."""
-        with self._write_lock:
-            self._check_open()
-            self._reset(offset)
+        self._check_open()
+        self._reset(offset)
 
     def _reset(self, offset: int) -> None:
         if offset < 0:
             raise ValueError(f"offset must not be negative, got {offset}")
-        with self._lock:
-            self._truncations += 1
-            doomed = self._segments
-            self._segments = []
-            self._log_start_offset = self._next_offset = offset
-            self._size_bytes = 0
+        doomed = self._segments
+        self._segments = []
+        self._log_start_offset = self._next_offset = offset
+        self._size_bytes = 0
         # A crash before the new segment exists leaves an empty directory, which opens as an
         # empty log at 0: the replica then finds itself behind its snapshot and resets again.
         self._delete_files(doomed[::-1], sync=self._fsync)
-        segment = self._create_segment(offset)
-        with self._lock:
-            self._segments = [segment]
+        self._segments = [self._create_segment(offset)]
 
     def _delete_files(self, doomed: list[_Segment], *, sync: bool) -> None:
-        """Unlink files in the order given; each closes once no read pins it."""
+        """Unlink and close files, in the order given."""
         for segment in doomed:
             segment.path.unlink(missing_ok=True)
-            with self._lock:
-                segment.retire()
+            segment.close()
         if doomed and sync:
             _fsync_directory(self.directory)
 
@@ -774,20 +727,17 @@ class PartitionStore:
 
     def flush(self) -> None:
         """fsync the active segment (sealed ones were synced when rolled)."""
-        with self._write_lock:
-            self._check_open()
-            os.fsync(self._segments[-1].fd)
+        self._check_open()
+        os.fsync(self._segments[-1].fd)
 
     def close(self) -> None:
-        """Close every file; reads still in flight finish first. Closing twice is harmless."""
-        with self._write_lock:
-            if self._closed:
-                return
-            with self._lock:
-                self._closed = True
-                for segment in self._segments:
-                    segment.retire()
-                self._segments = []
+        """Close every file. Closing twice is harmless."""
+        if self._closed:
+            return
+        self._closed = True
+        for segment in self._segments:
+            segment.close()
+        self._segments = []
 
     def _check_open(self) -> None:
         if self._closed:

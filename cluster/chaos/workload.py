@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import itertools
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +32,7 @@ from cluster.client import (
 )
 from cluster.client import Cluster as ClientCluster
 from cluster.client.fenced import FencedWriter, FencedWriterConfig, SinkRecord
+from cluster.clock import wall_ms
 from statemachine.errors import ErrorCode
 from statemachine.records import Record as LogRecord
 from statemachine.records import RecordBatch
@@ -292,7 +292,7 @@ class Workload:
                 return
             partition, value = n % self.settings.partitions, f"{process}-{n}"
             sequence = sequences[partition]
-            stamp = time.time_ns() // 1_000_000
+            stamp = wall_ms()
             batch = RecordBatch(pid, epoch, sequence, (LogRecord(None, value.encode(), stamp),))
             self.event("invoke", process, "send", partition=partition, value=value)
             encoded = batch.encode()

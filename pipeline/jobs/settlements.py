@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cluster.client import Cluster, Producer, ProducerConfig
+from cluster.clock import wall_ms
 
 CURRENCY = "EUR"
 
@@ -72,7 +73,7 @@ async def generate(
                 delay = start + i / rate_per_s - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)  # pacing, not synchronisation
-            ts_ms = time.time_ns() // 1_000_000
+            ts_ms = wall_ms()
             futures.append(await producer.send(topic, s.encode(ts_ms), key=s.merchant_id.encode()))
         await asyncio.gather(*futures)
     return len(futures)

@@ -38,12 +38,12 @@ from statemachine.commands import (
     COMMAND_TYPES,
     Command,
     CommandDecodeError,
-    IntRule,
     Rule,
     decode_command,
     field_rules,
 )
 from statemachine.errors import Rejected
+from statemachine.fields import BytesRule, IntRule, StrRule
 from statemachine.metadata import (
     BrokerRegistered,
     MetadataStateMachine,
@@ -97,12 +97,13 @@ METADATA_RESULTS = (
 
 
 def strategy_for(rule: Rule) -> st.SearchStrategy[Any]:
-    if isinstance(rule, IntRule):
-        return st.integers(rule.lo, rule.hi)
-    if rule.kind is str:
-        return st.text()
-    if rule.kind is bytes:
-        return st.binary()
+    match rule:
+        case IntRule(lo=lo, hi=hi):
+            return st.integers(lo, hi)
+        case StrRule(chars_max=chars_max):
+            return st.text(max_size=chars_max)
+        case BytesRule():
+            return st.binary()
     raise AssertionError(f"no strategy for {rule!r}: extend this test")
 
 
@@ -117,7 +118,7 @@ def invalid_values(rule: Rule) -> list[object]:
         wrong += [True, False, "1", b"1"]
         wrong += [v for v in (rule.lo - 1, rule.hi + 1) if MSGPACK_INT_MIN <= v <= MSGPACK_INT_MAX]
     else:
-        wrong += [0, b"x" if rule.kind is str else "x"]
+        wrong += [0, b"x" if isinstance(rule, StrRule) else "x"]
     return wrong
 
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from cluster import protocol as p
 from cluster.config import Limits
+from statemachine import fields as f
 from statemachine.errors import ErrorCode
 
 T = TypeVar("T")
@@ -42,15 +43,15 @@ garbage: st.SearchStrategy[Any] = st.recursive(
 def values(rule: p.Rule) -> st.SearchStrategy[Any]:
     """Every value a field with this rule may hold on the wire."""
     match rule:
-        case p.IntRule(lo=lo, hi=hi):
+        case f.IntRule(lo=lo, hi=hi):
             return st.integers(lo, hi)
-        case p.BoolRule():
+        case f.BoolRule():
             return st.booleans()
-        case p.StrRule(chars_max=chars_max):
+        case f.StrRule(chars_max=chars_max):
             return st.text(max_size=min(chars_max, 12))
-        case p.BytesRule():
+        case f.BytesRule():
             return st.binary(max_size=24)
-        case p.ErrorCodeRule():
+        case f.ErrorCodeRule():
             return st.sampled_from(ErrorCode)
         case p.StructRule(cls=cls):
             return records(cls)
@@ -169,7 +170,8 @@ def test_mutated_requests_raise_protocol_errors_with_their_correlation_id(
     body = packed([version, cid, op, mutate(data, payload)])
     outcome = attempt(lambda: p.decode_request(body, LIMITS))
     if isinstance(outcome, p.ProtocolError):
-        assert (outcome.code, outcome.correlation_id) == (ErrorCode.INVALID_REQUEST, correlation_id)
+        assert outcome.error == ErrorCode.INVALID_REQUEST
+        assert outcome.correlation_id == correlation_id
     else:
         assert outcome[0] == correlation_id
 
@@ -184,7 +186,8 @@ def test_mutated_responses_raise_protocol_errors_with_their_correlation_id(
     body = packed([version, cid, error, mutate(data, payload)])
     outcome = attempt(lambda: p.decode_response(body, request_type))
     if isinstance(outcome, p.ProtocolError):
-        assert (outcome.code, outcome.correlation_id) == (ErrorCode.INVALID_REQUEST, correlation_id)
+        assert outcome.error == ErrorCode.INVALID_REQUEST
+        assert outcome.correlation_id == correlation_id
     else:
         assert outcome[0] == correlation_id
 

@@ -16,6 +16,8 @@ import pytest
 
 from cluster import protocol as p
 from cluster.config import Limits
+from cluster.errors import RaftbrokerError
+from statemachine import fields as f
 from statemachine.errors import ErrorCode
 from statemachine.limits import KIB
 
@@ -197,7 +199,7 @@ UNREADABLE_ID = [
 @pytest.mark.parametrize("data", UNREADABLE_ID)
 def test_a_body_without_a_readable_correlation_id_is_refused_without_one(data: bytes) -> None:
     error = refusal(data)
-    assert (error.code, error.correlation_id) == (ErrorCode.INVALID_REQUEST, None)
+    assert (error.error, error.correlation_id) == (ErrorCode.INVALID_REQUEST, None)
 
 
 @pytest.mark.parametrize(
@@ -212,7 +214,7 @@ def test_a_body_without_a_readable_correlation_id_is_refused_without_one(data: b
 )
 def test_unknown_versions_and_ops_are_unsupported(data: bytes, message: str) -> None:
     error = refusal(data)
-    assert (error.code, error.correlation_id) == (ErrorCode.UNSUPPORTED_VERSION, 7)
+    assert (error.error, error.correlation_id) == (ErrorCode.UNSUPPORTED_VERSION, 7)
     assert message in str(error)
 
 
@@ -250,8 +252,18 @@ def test_malformed_payloads_are_invalid_and_keep_the_correlation_id(
     data: bytes, message: str
 ) -> None:
     error = refusal(data)
-    assert (error.code, error.correlation_id) == (ErrorCode.INVALID_REQUEST, 7)
+    assert (error.error, error.correlation_id) == (ErrorCode.INVALID_REQUEST, 7)
     assert message in str(error)
+
+
+def test_a_refusal_is_one_of_the_coded_errors_with_its_message_apart() -> None:
+    """Code that maps errors to answers catches `RaftbrokerError`; the server answers with the
+    bare message (the code travels in the header, not in front of the text)."""
+    error = refusal(packed(1, 7, PRODUCE, [True, []]))
+    assert isinstance(error, RaftbrokerError)
+    assert (error.error, error.retriable, error.leader) == (ErrorCode.INVALID_REQUEST, False, "")
+    assert error.message == "Produce.timeout_ms: expected an integer in [0, 3600000]"
+    assert str(error) == f"INVALID_REQUEST: {error.message}"
 
 
 def test_strings_are_bounded_but_names_are_left_to_the_server() -> None:
@@ -264,7 +276,7 @@ def test_counts_are_bounded_by_partitions_per_request_max() -> None:
     entries = tuple(p.ProduceEntry("t", n, b"") for n in range(3))
     assert p.decode_request(body_of(p.encode_request(1, p.Produce(1, entries[:2]))), limits)
     error = refusal(body_of(p.encode_request(1, p.Produce(1, entries))), limits)
-    assert (error.code, error.correlation_id) == (ErrorCode.INVALID_REQUEST, 1)
+    assert (error.error, error.correlation_id) == (ErrorCode.INVALID_REQUEST, 1)
     assert "Produce.entries: expected at most 2 items" in str(error)
 
 
@@ -272,7 +284,7 @@ def test_an_oversize_body_is_refused_before_decoding() -> None:
     limits = Limits(frame_bytes_max=128 * KIB, fetch_bytes_max=64 * KIB)
     request = p.Produce(1, (p.ProduceEntry("t", 0, b"x" * 128 * KIB),))
     error = refusal(body_of(p.encode_request(4, request)), limits)
-    assert (error.code, error.correlation_id) == (ErrorCode.MESSAGE_TOO_LARGE, 4)
+    assert (error.error, error.correlation_id) == (ErrorCode.MESSAGE_TOO_LARGE, 4)
 
 
 # -- Malformed responses -------------------------------------------------------------------------
@@ -338,7 +350,7 @@ async def test_read_frame_refuses_an_oversize_prefix_without_reading_the_body() 
     reader = reader_with(p.LENGTH_PREFIX.pack(101), eof=False)  # the body never comes
     with pytest.raises(p.ProtocolError, match="101 bytes") as info:
         await asyncio.wait_for(p.read_frame(reader, 100), timeout=1)
-    assert (info.value.code, info.value.correlation_id) == (ErrorCode.MESSAGE_TOO_LARGE, None)
+    assert (info.value.error, info.value.correlation_id) == (ErrorCode.MESSAGE_TOO_LARGE, None)
     reader.feed_data(b"body")
     reader.feed_eof()
     assert await reader.read() == b"body"
@@ -368,7 +380,7 @@ def test_take_frame_cuts_exact_bodies_and_waits_for_the_rest() -> None:
 def test_take_frame_refuses_an_oversize_prefix_before_its_body_arrives() -> None:
     with pytest.raises(p.ProtocolError, match="101 bytes") as info:
         p.take_frame(bytearray(p.LENGTH_PREFIX.pack(101)), 0, 100)
-    assert (info.value.code, info.value.correlation_id) == (ErrorCode.MESSAGE_TOO_LARGE, None)
+    assert (info.value.error, info.value.correlation_id) == (ErrorCode.MESSAGE_TOO_LARGE, None)
     assert p.take_frame(bytearray(p.LENGTH_PREFIX.pack(100) + b"x" * 100), 0, 100) == (
         b"x" * 100,
         104,
@@ -387,13 +399,13 @@ def test_every_op_has_one_request_type_and_each_a_response_type() -> None:
 def rule_fits(rule: p.Rule, hint: object) -> bool:
     """Whether a field's rule decodes to values of its annotated type."""
     match rule:
-        case p.IntRule() | p.ErrorCodeRule():
+        case f.IntRule() | f.ErrorCodeRule():
             return hint is int
-        case p.BoolRule():
+        case f.BoolRule():
             return hint is bool
-        case p.StrRule():
+        case f.StrRule():
             return hint is str
-        case p.BytesRule():
+        case f.BytesRule():
             return hint is bytes
         case p.StructRule(cls=cls):
             return hint is cls

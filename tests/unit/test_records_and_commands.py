@@ -120,6 +120,22 @@ def test_malformed_commands_raise_decode_errors_only(data: bytes) -> None:
         decode_command(data)
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ([1, 1, True, b""], r"^AppendBatch\.now_ms: expected an integer in \[0, "),
+        ([1, 1, 0, "text"], r"^AppendBatch\.batch: expected bytes$"),
+        ([4, 1, 0, b"", b"sink", 0, 0, 0], r"^AppendFencedBatch\.sink: expected a string$"),
+    ],
+)
+def test_a_refused_field_is_named_with_the_reason_of_its_rule(
+    fields: list[object], message: str
+) -> None:
+    """The rules are statemachine/fields.py's, shared with the client wire: the same reasons."""
+    with pytest.raises(CommandDecodeError, match=message):
+        decode_command(msgpack.packb(fields))
+
+
 def test_oversize_entry_is_refused_before_decoding() -> None:
     entry = AppendBatch(1, b"x" * 2_000).encode()
     with pytest.raises(CommandDecodeError, match="exceed"):
