@@ -17,11 +17,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 def spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     """Start `python -m ...` from the repository root, output to `log_path`."""
-    log = log_path.open("wb")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env
-    )
+    with log_path.open("wb") as log:  # the child writes to its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env
+        )
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
