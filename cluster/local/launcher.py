@@ -133,14 +133,14 @@ def existing_secret(data_dir: Path) -> str | None:
 
 
 def start_node(config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
-    log = log_path.open("ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "cli", "node", "--config", str(config_path)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    with log_path.open("ab") as log:  # the node writes to its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli", "node", "--config", str(config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
 
 
 def up(

@@ -44,6 +44,18 @@ def three_nodes(cluster_dir: Path) -> Iterator[launcher.LocalCluster]:
 
 
 @pytest_asyncio.fixture
+async def whole_cluster(three_nodes: launcher.LocalCluster) -> launcher.LocalCluster:
+    """The module's cluster with every node running and ready, whatever an earlier test left
+    (a test that failed between killing a node and restarting it): its current pids."""
+    current = launcher.LocalCluster.load(three_nodes.data_dir) or three_nodes
+    for node in current.nodes:
+        if not launcher.alive(node.pid):
+            current = launcher.restart_node(current, node.node_id)
+    await wait_ready(current)
+    return current
+
+
+@pytest_asyncio.fixture
 async def client(three_nodes: launcher.LocalCluster) -> AsyncIterator[Cluster]:
     c = Cluster(three_nodes.bootstrap, request_timeout_s=5.0)
     try:

@@ -7,29 +7,26 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from tests.polling import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     """Start `python -m ...` from the repository root, output to `log_path`."""
-    log = log_path.open("wb")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env
-    )
+    with log_path.open("wb") as log:  # the child writes to its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env
+        )
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll `condition` until it holds; fail with `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
+    """`tests.polling.poll_until`, for callers that want no value back."""
+    poll_until(condition, timeout_s, what)
 
 
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 10) -> None:

@@ -186,6 +186,8 @@ def test_foreground_cluster_streams_logs_and_ctrl_c_stops_every_node(tmp_path: P
     finally:
         if proc.poll() is None:
             proc.kill()
+        if proc.stdout is not None:
+            proc.stdout.close()
         cluster = launcher.LocalCluster.load(tmp_path)
         if cluster is not None:
             launcher.down(cluster)

@@ -1,7 +1,9 @@
 """Issue 3's cluster tests: a real 3-node cluster, real processes, SIGKILL, restarts.
 
-Each test creates its own topic on the shared module cluster, so they do not interfere; tests
-that kill nodes restart them and wait until the cluster is whole again before they end.
+The tests share one module cluster but nothing else: each creates its own topics and producers,
+and starts from a whole cluster (`whole_cluster` restarts any node an earlier test left down and
+waits until every node is ready), so any one of them passes alone and in any order. Tests that
+kill nodes restart them before they end. Every wait polls a condition with a deadline.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import asyncio
 import signal
 import socket
 import struct
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -30,8 +34,9 @@ from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from statemachine.records import Record, RecordBatch
 from tests.cluster.conftest import wait_ready
+from tests.polling import apoll_until
 
-pytestmark = pytest.mark.asyncio(loop_scope="function")
+pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.usefixtures("whole_cluster")]
 
 
 async def consume_all(
@@ -40,32 +45,52 @@ async def consume_all(
     consumer = Consumer(cluster)
     await consumer.assign(topic)
     records: list[ConsumedRecord] = []
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while len(records) < expected:
+
+    async def enough() -> bool:
         records.extend(await consumer.poll(200))
-        assert asyncio.get_running_loop().time() < deadline, f"consumed {len(records)}/{expected}"
+        return len(records) >= expected
+
+    await apoll_until(enough, timeout_s, f"{expected} records of {topic}", interval_s=0)
     records.extend(await consumer.poll(0))  # anything beyond `expected` is a duplicate
     return records
 
 
-async def leader_of(cluster: Cluster, topic: str, partition: int) -> int:
-    for _ in range(200):
+async def leader_of(cluster: Cluster, topic: str, partition: int, *, not_: int = -1) -> int:
+    """The partition's leader as metadata reports it, once there is one other than `not_`."""
+
+    async def elected() -> int | None:
         meta = await cluster.refresh([topic])
         leader = meta.topics[0].partitions[partition].leader_id
-        if leader >= 0:
-            return leader
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no leader for {topic}-{partition}")
+        return leader if leader not in (-1, not_) else None
+
+    return await apoll_until(elected, 20, f"a leader of {topic}-{partition}", interval_s=0.1)
+
+
+async def metadata_leader(cluster: Cluster, address: str, *, not_: int = -1) -> int:
+    """The metadata group's leader as the node at `address` sees it, once one other than
+    `not_` is elected."""
+
+    async def elected() -> int | None:
+        status = await Admin(cluster).cluster_status(address)
+        leader = next(g.leader_id for g in status.groups if g.group == "__metadata")
+        return leader if leader not in (-1, not_) else None
+
+    return await apoll_until(elected, 20, "a metadata leader", interval_s=0.1)
 
 
 async def kill_and_restart(
-    three: launcher.LocalCluster, node_id: int, pause_s: float = 0.0
+    three: launcher.LocalCluster,
+    node_id: int,
+    while_down: Callable[[], Awaitable[object]] | None = None,
 ) -> launcher.LocalCluster:
+    """SIGKILL one node, await `while_down()` (a condition the test wants reached without it),
+    and start the node again; the cluster with its new pid."""
     # Earlier tests restarted nodes: the running pids are in cluster.json, not in `three`.
     current = launcher.LocalCluster.load(three.data_dir) or three
     node = next(n for n in current.nodes if n.node_id == node_id)
     launcher.kill(node.pid, signal.SIGKILL, wait_s=10)
-    await asyncio.sleep(pause_s)
+    if while_down is not None:
+        await while_down()
     return launcher.restart_node(current, node_id)
 
 
@@ -104,17 +129,18 @@ async def raw_produce(cluster: Cluster, address: str, topic: str, batch: bytes) 
 
 
 async def produce_until_acked(cluster: Cluster, topic: str, batch: bytes) -> p.ProduceResult:
-    for _ in range(300):
+    """Send `batch` to the partition's leader until it is acknowledged (retrying any error)."""
+
+    async def acked() -> p.ProduceResult | None:
         leader = await leader_of(cluster, topic, 0)
         address = next(a for n, a in cluster._brokers.items() if n == leader)
         try:
             result = await raw_produce(cluster, address, topic, batch)
         except ClientError:
-            result = None
-        if result is not None and result.error == ErrorCode.NONE:
-            return result
-        await asyncio.sleep(0.1)
-    raise AssertionError("batch never acknowledged")
+            return None
+        return result if result.error == ErrorCode.NONE else None
+
+    return await apoll_until(acked, 30, f"a batch acknowledged on {topic}", interval_s=0.1)
 
 
 async def test_leader_kill_during_produce_loses_and_duplicates_nothing(
@@ -134,11 +160,12 @@ async def test_leader_kill_during_produce_loses_and_duplicates_nothing(
         futures = []
         for i in range(3_000):
             futures.append(await producer.send("failover", f"p{i}".encode()))
-            if i == 1_000:
+            if i == 1_000:  # with about 200 records in flight
                 victim = await leader_of(client, "failover", 0)
-                cluster = await kill_and_restart(three_nodes, victim, pause_s=0.5)
-            if i % 100 == 0:
-                await asyncio.sleep(0.01)
+                elected = partial(leader_of, client, "failover", 0, not_=victim)
+                cluster = await kill_and_restart(three_nodes, victim, elected)
+            if i % 100 == 0 and i >= 200:
+                await futures[i - 200]  # paced by acknowledgements: records fly during the kill
         acked = await asyncio.gather(*futures)
     assert len(acked) == 3_000
 
@@ -169,9 +196,11 @@ async def test_pids_are_unique_across_brokers_and_a_metadata_leader_kill(
         return found
 
     before = await pids_from_every_node(150)
-    status = await Admin(client).cluster_status()
-    meta_leader = next(g.leader_id for g in status.groups if g.group == "__metadata")
-    cluster = await kill_and_restart(three_nodes, meta_leader, pause_s=1.0)
+    meta_leader = await metadata_leader(client, three_nodes.bootstrap[0])
+    survivor = next(n.client_address for n in three_nodes.nodes if n.node_id != meta_leader)
+    cluster = await kill_and_restart(
+        three_nodes, meta_leader, lambda: metadata_leader(client, survivor, not_=meta_leader)
+    )
     await wait_ready(cluster)
     after = await pids_from_every_node(150)
     every = before + after
@@ -240,9 +269,10 @@ def raw_frame(body: bytes) -> bytes:
 
 
 async def test_garbage_frames_get_errors_and_never_reach_a_log(
-    client: Cluster, three_nodes: launcher.LocalCluster
+    client: Cluster, whole_cluster: launcher.LocalCluster
 ) -> None:
     await Admin(client).create_topic("garbage", 1, 3)
+    three_nodes = whole_cluster
     node = three_nodes.nodes[0]
     end_before = await Admin(client).list_offsets("garbage", 0, -1)
     log = three_nodes.data_dir / f"node{node.node_id}.log"
@@ -271,11 +301,10 @@ async def test_garbage_frames_get_errors_and_never_reach_a_log(
 
 
 async def test_a_client_that_leaves_mid_pipeline_does_not_wedge_the_node(
-    client: Cluster, three_nodes: launcher.LocalCluster
+    client: Cluster, whole_cluster: launcher.LocalCluster
 ) -> None:
-    current = launcher.LocalCluster.load(three_nodes.data_dir) or three_nodes
-    node = current.nodes[1]  # earlier tests restarted nodes: their pids are in cluster.json
-    log = three_nodes.data_dir / f"node{node.node_id}.log"
+    node = whole_cluster.nodes[1]
+    log = whole_cluster.data_dir / f"node{node.node_id}.log"
     logged_before = log.stat().st_size
     requests = b"".join(p.encode_request(i, p.ClusterStatus()) for i in range(1, 1_001))
     for _ in range(3):
@@ -299,25 +328,31 @@ async def test_a_leader_change_never_answers_a_sequence_error(
     answers: list[ErrorCode] = []
     offsets: list[int] = []
     current = three_nodes
+
+    async def answered(batch: bytes) -> p.ProduceResult | None:
+        """One attempt: the success, or None after a retriable error (which is recorded)."""
+        address = client.leader_address("answers", 0) or three_nodes.bootstrap[0]
+        try:
+            result = await raw_produce(client, address, "answers", batch)
+        except ClientError as exc:
+            if not exc.retriable:
+                raise
+            await client.refresh(["answers"])
+            return None
+        answers.append(ErrorCode(result.error))
+        if result.error == ErrorCode.NONE:
+            return result
+        assert ErrorCode(result.error).retriable, ErrorCode(result.error).name
+        await client.refresh(["answers"])
+        return None
+
     for seq in range(300):
         batch = RecordBatch(init.producer_id, 0, seq, (Record(None, f"a{seq}".encode(), 1),))
         if seq == 100:
             current = await kill_and_restart(current, await leader_of(client, "answers", 0))
-        while True:
-            address = client.leader_address("answers", 0) or three_nodes.bootstrap[0]
-            try:
-                result = await raw_produce(client, address, "answers", batch.encode())
-            except ClientError as exc:
-                if not exc.retriable:
-                    raise
-                await client.refresh(["answers"])
-                continue
-            answers.append(ErrorCode(result.error))
-            if result.error == ErrorCode.NONE:
-                offsets.append(result.base_offset)
-                break
-            assert ErrorCode(result.error).retriable, ErrorCode(result.error).name
-            await client.refresh(["answers"])
+        attempt = partial(answered, batch.encode())
+        result = await apoll_until(attempt, 30, f"batch {seq} acknowledged", interval_s=0)
+        offsets.append(result.base_offset)
     assert ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER not in answers
     assert offsets == list(range(300))  # each batch once, in order, retries deduplicated
     values = [r.value for r in await consume_all(client, "answers", 300)]

@@ -15,6 +15,7 @@ import pytest
 
 from cluster.client import Admin, Cluster, Producer
 from cluster.local import launcher
+from tests.polling import apoll_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -36,13 +37,14 @@ async def group_health(client: Cluster, address: str, group: str) -> tuple[bool,
 async def poll_health(
     client: Cluster, address: str, group: str, want: bool, timeout_s: float = 20
 ) -> str:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
+    """The group's health detail once `address` reports it healthy == `want`."""
+
+    async def reported() -> tuple[str] | None:
         healthy, detail = await group_health(client, address, group)
-        if healthy == want:
-            return detail
-        assert asyncio.get_running_loop().time() < deadline, f"{group} healthy={healthy}"
-        await asyncio.sleep(0.2)
+        return (detail,) if healthy == want else None  # a tuple: the detail may be ""
+
+    (detail,) = await apoll_until(reported, timeout_s, f"{group} healthy={want}", interval_s=0.2)
+    return detail
 
 
 async def test_a_paused_follower_makes_the_leader_report_unhealthy(

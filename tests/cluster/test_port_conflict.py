@@ -11,7 +11,8 @@ import socket
 from pathlib import Path
 
 from cluster.local import launcher
-from tests.cluster.procs import running, spawn, wait_until
+from tests.cluster.procs import running, spawn
+from tests.polling import poll_until
 
 
 def test_a_taken_raft_port_stops_the_node_with_a_clear_error(tmp_path: Path) -> None:
@@ -24,7 +25,7 @@ def test_a_taken_raft_port_stops_the_node_with_a_clear_error(tmp_path: Path) -> 
     try:
         proc = spawn(["-m", "cli", "node", "--config", str(config)], log)
         with running([proc]):
-            wait_until(lambda: proc.poll() is not None, 30, "the node to give up")
+            poll_until(lambda: proc.poll() is not None, 30, "the node to give up")
         assert proc.returncode == 71
         text = log.read_text()
         assert f"cannot listen for Raft peers on {node.host}:{node.raft_port}" in text
@@ -33,5 +34,5 @@ def test_a_taken_raft_port_stops_the_node_with_a_clear_error(tmp_path: Path) -> 
         blocker.close()
     proc = spawn(["-m", "cli", "node", "--config", str(config)], tmp_path / "free.log")
     with running([proc]):
-        wait_until(lambda: "serving clients" in (tmp_path / "free.log").read_text(), 30, "the node")
+        poll_until(lambda: "serving clients" in (tmp_path / "free.log").read_text(), 30, "the node")
         assert proc.poll() is None

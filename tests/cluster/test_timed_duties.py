@@ -2,6 +2,8 @@
 
 - Transactional-id expiry (2 s): the leader stamps `ExpireTransactionalIds` entries; every
   replica removes the idle id at the same index, and InitProducerId then allocates a new PID.
+  The test polls with a probe that cannot refresh the id, so it waits for the expiry itself,
+  not for a guessed amount of time.
 - Retention by bytes: the leader proposes `AdvanceLogStart` when whole segments are out of
   retention; the log start moves on every replica and old offsets are no longer served.
 """
@@ -9,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +21,7 @@ from cluster.client import Admin, ClientError, Cluster, Consumer, Producer, Prod
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from tests.cluster.conftest import running_cluster
+from tests.polling import apoll_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 FAST_DUTIES = (
@@ -38,14 +42,32 @@ async def replicas_converge(
     client: Cluster, addresses: list[str], group: str = "__metadata", timeout_s: float = 10
 ) -> None:
     """Every replica of `group` reaches the same applied index (so the same state)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
+
+    async def one_index() -> bool:
         statuses = [await Admin(client).cluster_status(a) for a in addresses]
         applied = {next(g.last_applied for g in s.groups if g.group == group) for s in statuses}
-        if len(applied) == 1:
-            return
-        assert asyncio.get_running_loop().time() < deadline, f"replicas at {applied}"
-        await asyncio.sleep(0.05)
+        return len(applied) == 1
+
+    await apoll_until(one_index, timeout_s, f"every replica of {group} at one applied index")
+
+
+async def expired(client: Cluster, txn_id: str, holder: p.InitProducerIdResponse) -> int | None:
+    """The producer id InitProducerId gives `txn_id` once the registry forgot it; None before.
+
+    The probe names an epoch the id never had, so while the id is registered it is refused as
+    fenced and touches nothing (a call that bumped or retried would refresh the id and keep it
+    alive); once the id is gone it registers afresh, at epoch 0.
+    """
+    probe = p.InitProducerId(txn_id, 60_000, holder.producer_id, holder.epoch + 7)
+    try:
+        fresh = await client.send_any(probe)
+    except ClientError as exc:
+        if exc.error != ErrorCode.PRODUCER_FENCED:
+            raise
+        return None
+    assert isinstance(fresh, p.InitProducerIdResponse)
+    assert fresh.epoch == 0
+    return fresh.producer_id
 
 
 async def test_idle_transactional_id_expires_on_every_replica(
@@ -55,17 +77,21 @@ async def test_idle_transactional_id_expires_on_every_replica(
     try:
         first = await client.send_any(p.InitProducerId("nightly-job", 60_000, -1, -1))
         assert isinstance(first, p.InitProducerIdResponse)
+        touched = time.monotonic()
         again = await client.send_any(p.InitProducerId("nightly-job", 60_000, -1, -1))
         assert isinstance(again, p.InitProducerIdResponse)
         assert (again.producer_id, again.epoch) == (first.producer_id, 1)  # not expired yet
 
-        # Time passing is what is under test (any call for the id would refresh it): wait out
-        # the 2 s interval with room for the 200 ms expiry ticks.
-        await asyncio.sleep(3.0)
-        fresh = await client.send_any(p.InitProducerId("nightly-job", 60_000, -1, -1))
-        assert isinstance(fresh, p.InitProducerIdResponse)
-        assert fresh.producer_id != first.producer_id
-        assert fresh.epoch == 0
+        assert await expired(client, "nightly-job", again) is None  # the probe is fenced
+        fresh_pid = await apoll_until(
+            lambda: expired(client, "nightly-job", again),
+            15,
+            "the idle transactional id to expire",
+            interval_s=0.2,
+        )
+        # The leader stamped the last touch after `touched`, and expires 2 s after that stamp.
+        assert time.monotonic() - touched >= 1.9
+        assert fresh_pid != first.producer_id
         await replicas_converge(client, expiring_cluster.bootstrap)
     finally:
         await client.close()
@@ -80,10 +106,9 @@ async def test_retention_by_bytes_moves_the_log_start_on_every_replica(
         async with Producer(client, ProducerConfig(batch_size_bytes=8_000)) as producer:
             futures = [await producer.send("short-lived", bytes(100)) for _ in range(5_000)]
             await asyncio.gather(*futures)
-        deadline = asyncio.get_running_loop().time() + 20
-        while (start := await Admin(client).list_offsets("short-lived", 0, -2)) == 0:
-            assert asyncio.get_running_loop().time() < deadline, "log start never moved"
-            await asyncio.sleep(0.1)
+        start = await apoll_until(
+            lambda: Admin(client).list_offsets("short-lived", 0, -2), 20, "the log start to move"
+        )
         assert 0 < start < 5_000
         consumer = Consumer(client)
         await consumer.seek("short-lived", 0, 0)

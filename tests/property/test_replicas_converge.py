@@ -18,17 +18,44 @@ pid/epoch, `ExpireTransactionalIds`, garbage), it proves:
 Metadata logs are built adaptively: a scratch replica applies each entry as it is generated, so
 InitTransactionalProducer can name the producer id and epoch that are current (or previous,
 or stale) at that point of the log.
+
+Two replicas in one process share a hash seed, so they cannot diverge through it. The fixed
+history at the end of this file (`FIXED_PARTITION_OPS`, `FIXED_METADATA_OPS`: producers, epoch
+bumps, retries inside and outside the dedup window, gaps, fenced epochs, sink fences, expiry of
+both, pid blocks, transactional ids, topics recreated) is therefore also applied in separate
+processes started with different PYTHONHASHSEED values, whose results and snapshot bytes must be
+identical: a snapshot that iterated a set of strings, say, would differ between them.
+
+The same history is pinned in `golden/fixed_history.txt`: the SHA-256 of both snapshots, the
+decoded state, and every entry's result in a readable form. A change there is a change of the
+snapshot format or of what apply returns, which replicas of two versions would disagree on; so
+regenerating it is a deliberate format change (a new SNAPSHOT_VERSION, or a reasoned exception),
+never a way to make the test pass. To regenerate, after such a change:
+
+    python -m tests.property.test_replicas_converge --write-golden
+
+(from the repository root) and review the diff before committing it.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import enum
+import hashlib
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from pathlib import Path
+from typing import NamedTuple, Protocol, TypeVar
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from statemachine.codec import unpack
 from statemachine.commands import (
     AdvanceLogStart,
     AllocatePidBlock,
@@ -173,8 +200,29 @@ class Raw:
     entry: bytes
 
 
+@dataclass(frozen=True)
+class SinkPart:
+    """A streaming sink's fenced part of plain records, stamped with the log's time."""
+
+    sink: str
+    writer: int
+    batch_id: int
+    part: int
+
+
 PartitionOp = (
-    Produce | Retry | Gap | Bump | Fenced | NearWrap | Plain | Corrupt | Tick | Expire | Raw
+    Produce
+    | Retry
+    | Gap
+    | Bump
+    | Fenced
+    | NearWrap
+    | Plain
+    | Corrupt
+    | Tick
+    | Expire
+    | Raw
+    | SinkPart
 )
 
 WHO = st.integers(0, PIDS - 1)
@@ -289,6 +337,9 @@ class PartitionLog:
                 self.entries.append(ExpireProducers(stamp, expiration_ms).encode())
             case Raw(entry):
                 self.entries.append(entry)
+            case SinkPart(sink, writer, batch_id, part):
+                fenced = AppendFencedBatch(self.now_ms, PLAIN_BATCH, sink, writer, batch_id, part)
+                self.entries.append(fenced.encode())
 
 
 def partition_log(ops: list[PartitionOp]) -> list[bytes]:
@@ -447,3 +498,252 @@ def test_metadata_snapshot_then_rest_equals_replay(
 @given(METADATA_LOGS)
 def test_metadata_restore_after_every_entry_equals_replay(entries: list[bytes]) -> None:
     check_restore_everywhere(entries, MetadataStateMachine, MetadataStateMachine.restore)
+
+
+# -- one fixed history: across hash seeds, and pinned --------------------------------------------
+
+SINKS = ("orders-sink", "audit", "ledger", "billing", "zeta", "alpha", "m", "warehouse")
+FIXED_PARTITION_OPS: tuple[PartitionOp, ...] = (
+    Produce(0, (3, 2, 1)),
+    Produce(1, (1, 4)),
+    Retry(0, 0),  # the last batch again: a duplicate, answered with its offsets
+    Retry(0, 2),  # the first batch, still inside the dedup window
+    Produce(0, (1, 1, 1, 1, 1, 1)),  # the window rolls over
+    Retry(0, 8),  # the first batch again, outside the window now
+    Gap(1, 5, 1),  # out of order
+    Bump(0, 0),  # a new epoch from sequence 0
+    Fenced(0),  # the old epoch: fenced
+    Bump(1, 7),  # a new epoch that does not start at sequence 0
+    NearWrap(2, 3),  # a producer crossing the sequence wrap
+    Produce(2, (1, 2)),
+    Plain(2),
+    Corrupt(1, 30, 0x40),
+    *(SinkPart(sink, writer, 0, 0) for sink in SINKS for writer in (1, 0)),
+    SinkPart("audit", 0, 0, 0),  # a replay
+    SinkPart("audit", 0, 0, 1),
+    SinkPart("audit", 0, 1, 0),
+    SinkPart("ledger", 1, 0, 0),  # a replay
+    SinkPart("", 0, 0, 0),  # no sink name
+    Tick(2_000),
+    Produce(1, (2,)),
+    Raw(AdvanceLogStart(5).encode()),
+    Raw(AdvanceLogStart(2).encode()),  # backwards: the log start stays
+    Raw(Noop(3).encode()),
+    Raw(DeleteTopic("orders").encode()),  # a metadata command sent to a partition
+    Raw(b"\x93garbage"),
+    Tick(5_000),
+    Produce(0, (1,)),
+    SinkPart("zeta", 0, 1, 0),
+    SinkPart("alpha", 1, 1, 0),
+    SinkPart("warehouse", 1, 1, 0),
+    SinkPart("m", 0, 0, 1),
+    Expire(4_000, 0),  # idle producers and sink writers are forgotten
+    Expire(1_000, 10_000),  # a lagging leader's stamp: the clock does not run back
+    Produce(1, (1,)),  # a forgotten producer
+    SinkPart("billing", 0, 0, 0),  # a forgotten writer: new again
+    Tick(100),
+    Produce(0, (2,)),
+)
+TXN_IDS = ("tx-a", "tx-b", "tx-c", "tx-d", "tx-e", "tx-f", "settlements", "nightly-job")
+FIXED_METADATA_OPS: tuple[MetadataOp, ...] = (
+    MetaRaw(RegisterBroker(1, "10.0.0.1:9092", "10.0.0.1:9093").encode()),
+    MetaRaw(RegisterBroker(2, "10.0.0.2:9092", "10.0.0.2:9093").encode()),
+    MetaRaw(RegisterBroker(3, "broker-3:19092", "[::1]:9093").encode()),
+    MetaRaw(RegisterBroker(4, "nohost", "h:1").encode()),  # not host:port
+    MetaRaw(RegisterBroker(2, "broker-2:19092", "10.0.0.2:9093").encode()),  # moved
+    MetaRaw(CreateTopic("orders", 3, 3, -1, -1).encode()),
+    MetaRaw(CreateTopic("payments", 5, 2, 60_000, 1 << 30).encode()),
+    MetaRaw(CreateTopic("audit-log", 1, 1, -1, -1).encode()),
+    MetaRaw(CreateTopic("z.metrics", 2, 3, -1, -1).encode()),
+    MetaRaw(CreateTopic("a_b", 1, 2, -1, -1).encode()),
+    MetaRaw(CreateTopic("bad name", 1, 1, -1, -1).encode()),
+    MetaRaw(CreateTopic("orders", 1, 1, -1, -1).encode()),  # exists
+    MetaRaw(CreateTopic("wide", 1, 5, -1, -1).encode()),  # more replicas than brokers
+    MetaRaw(CreateTopic("huge", 2_000, 1, -1, -1).encode()),  # too many partitions
+    MetaRaw(DeleteTopic("payments").encode()),
+    MetaRaw(DeleteTopic("never").encode()),
+    MetaRaw(CreateTopic("payments", 2, 3, -1, -1).encode()),  # recreated: a new topic id
+    MetaRaw(AllocatePidBlock(1, 1_000).encode()),
+    MetaRaw(AllocatePidBlock(2, 10).encode()),
+    MetaRaw(AllocatePidBlock(9, 10).encode()),  # not registered
+    MetaRaw(AllocatePidBlock(3, 2_000_000).encode()),  # too large
+    *(InitTxn(txn_id, 60_000, "none") for txn_id in TXN_IDS),
+    MetaTick(1_000),
+    InitTxn("tx-a", 60_000, "current"),  # an epoch bump
+    InitTxn("tx-a", 60_000, "previous"),  # a retry of that bump
+    InitTxn("tx-b", 60_000, "stale_epoch"),  # fenced
+    InitTxn("tx-c", 60_000, "other_pid"),  # fenced
+    InitTxn("tx-d", 60_000, "half"),  # only one of the pair given
+    InitTxn("", 60_000, "none"),  # no id
+    InitTxn("tx-e", 0, "none"),  # no timeout
+    InitTxn("tx-e", 900_001, "none"),  # over the limit
+    MetaTick(5_000),
+    InitTxn("tx-f", 60_000, "current"),
+    InitTxn("settlements", 30_000, "none"),
+    ExpireTxns(4_000, 0),  # ids idle for 4 s are gone
+    ExpireTxns(1_000, 20_000),  # a lagging leader's stamp: the clock does not run back
+    InitTxn("tx-a", 60_000, "none"),  # expired: a new producer id
+    MetaRaw(Noop(7).encode()),
+    MetaRaw(AdvanceLogStart(3).encode()),  # a partition command sent to metadata
+    MetaRaw(b"\xc1"),
+    *(InitTxn(f"job-{n}", 60_000, "none") for n in (9, 3, 7, 1, 8, 2, 6, 4, 5)),
+)
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parent / "golden" / "fixed_history.txt"
+GOLDEN_HEADER = (
+    "# The fixed history of tests/property/test_replicas_converge.py: both snapshots' SHA-256,\n"
+    "# their decoded state and every entry's result. Regenerating this file is a change of the\n"
+    "# snapshot format or of what apply returns: see that module's docstring.\n"
+)
+HASH_SEEDS = ("0", "1", "12345", "random")
+
+
+class FixedRun(NamedTuple):
+    """What one process makes of the fixed history."""
+
+    partition_snapshot: bytes
+    metadata_snapshot: bytes
+    readable: str  # the golden file's text
+
+
+def render(value: object) -> str:
+    """A stable, readable rendering of a result or snapshot field (bytes by size and digest)."""
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes {hashlib.sha256(value).hexdigest()[:12]}>"
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        inner = ", ".join(f"{f}={render(getattr(value, f))}" for f in value._fields)
+        return f"{type(value).__name__}({inner})"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = [f.name for f in dataclasses.fields(value)]
+        inner = ", ".join(f"{name}={render(getattr(value, name))}" for name in names)
+        return f"{type(value).__name__}({inner})"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(render(v) for v in value) + "]"
+    return repr(value)
+
+
+def describe(name: str, snapshot: bytes, results: Sequence[object]) -> list[str]:
+    state = unpack(snapshot, size_max=len(snapshot))
+    assert isinstance(state, tuple)
+    lines = [
+        f"{name} snapshot: {len(snapshot)} bytes, sha256 {hashlib.sha256(snapshot).hexdigest()}"
+    ]
+    for index, item in enumerate(state):
+        if isinstance(item, tuple) and item and all(isinstance(row, tuple) for row in item):
+            lines.append(f"  field {index}: {len(item)} rows")
+            lines.extend(f"    {render(row)}" for row in item)
+        else:
+            lines.append(f"  field {index}: {render(item)}")
+    lines.append(f"{name} results:")
+    lines.extend(f"  {i:03} {render(result)}" for i, result in enumerate(results))
+    return lines
+
+
+class FixedHistory(NamedTuple):
+    partition: PartitionStateMachine
+    partition_results: list[object]
+    metadata: MetadataStateMachine
+    metadata_results: list[object]
+
+
+def apply_fixed_history() -> FixedHistory:
+    partition, metadata = PartitionStateMachine(), MetadataStateMachine()
+    return FixedHistory(
+        partition,
+        [partition.apply(e) for e in partition_log(list(FIXED_PARTITION_OPS))],
+        metadata,
+        [metadata.apply(e) for e in metadata_log(list(FIXED_METADATA_OPS))],
+    )
+
+
+def fixed_run() -> FixedRun:
+    history = apply_fixed_history()
+    partition, metadata = history.partition.snapshot(), history.metadata.snapshot()
+    lines = [
+        *describe("partition", partition, history.partition_results),
+        *describe("metadata", metadata, history.metadata_results),
+    ]
+    return FixedRun(partition, metadata, GOLDEN_HEADER + "\n".join(lines) + "\n")
+
+
+def run_in_process_with_hash_seed(seed: str) -> dict[str, str | int]:
+    """The fixed history's outcome in a fresh interpreter started with PYTHONHASHSEED=seed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.property.test_replicas_converge"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONHASHSEED": seed},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report: dict[str, str | int] = json.loads(done.stdout)
+    return report
+
+
+def test_processes_with_different_hash_seeds_agree_byte_for_byte() -> None:
+    here = fixed_run()
+    runs = {seed: run_in_process_with_hash_seed(seed) for seed in HASH_SEEDS}
+    # The seeds really differ: each process hashes the same string differently.
+    assert len({run["string_hash"] for run in runs.values()}) == len(HASH_SEEDS)
+    for seed, run in runs.items():
+        assert bytes.fromhex(str(run["partition_snapshot"])) == here.partition_snapshot, seed
+        assert bytes.fromhex(str(run["metadata_snapshot"])) == here.metadata_snapshot, seed
+        assert run["readable"] == here.readable, seed
+
+
+def test_the_fixed_history_matches_the_golden_file() -> None:
+    """A failure here means the snapshot format or apply's results changed: see the docstring
+    of this module before regenerating the golden file."""
+    assert GOLDEN.read_text() == fixed_run().readable
+
+
+def test_the_fixed_history_covers_what_it_claims() -> None:
+    """The golden file is only worth its bytes if the history reaches every kind of state."""
+    partition, partition_results, metadata, metadata_results = apply_fixed_history()
+    kinds = {type(r).__name__ for r in partition_results + metadata_results}
+    assert kinds >= {
+        "Appended",
+        "Duplicate",
+        "Rejected",
+        "ProducersExpired",
+        "LogStartAdvanced",
+        "NoopApplied",
+        "BrokerRegistered",
+        "TopicCreated",
+        "TopicDeleted",
+        "PidBlock",
+        "ProducerIdAndEpoch",
+        "TransactionalIdsExpired",
+    }
+    assert len(partition.producers.to_data()) >= 2
+    assert len(partition.sinks.to_data()) >= 4
+    assert len(metadata.txns.to_data()) >= 8
+    assert len(metadata.topics) >= 4
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="The fixed history of the convergence tests.")
+    parser.add_argument(
+        "--write-golden", action="store_true", help=f"rewrite {GOLDEN.relative_to(REPO)}"
+    )
+    run = fixed_run()
+    if parser.parse_args().write_golden:
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(run.readable)
+        print(f"wrote {GOLDEN}; review the diff: it is a snapshot format change")
+        return
+    report = {
+        "string_hash": hash("raftbroker"),
+        "partition_snapshot": run.partition_snapshot.hex(),
+        "metadata_snapshot": run.metadata_snapshot.hex(),
+        "readable": run.readable,
+    }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -26,7 +26,7 @@ ALLOWED_MODULES = {
     "msgpack",
 }
 BANNED_CALLS = {"print", "open", "input", "eval", "exec", "compile", "__import__", "hash", "id"}
-SOURCES = sorted(PACKAGE.glob("*.py"))
+SOURCES = sorted(PACKAGE.rglob("*.py"))  # subpackages too, should it grow any
 
 
 def imported_modules(tree: ast.AST) -> set[str]:
@@ -44,7 +44,11 @@ def test_the_package_has_sources() -> None:
     assert len(SOURCES) >= 10
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def source_id(path: Path) -> str:
+    return path.relative_to(PACKAGE).as_posix()
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=source_id)
 def test_imports_are_allowed(path: Path) -> None:
     tree = ast.parse(path.read_text(), filename=str(path))
     outside = {
@@ -55,7 +59,7 @@ def test_imports_are_allowed(path: Path) -> None:
     assert not outside, f"{path.name} imports {sorted(outside)}"
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SOURCES, ids=source_id)
 def test_no_impure_builtins(path: Path) -> None:
     tree = ast.parse(path.read_text(), filename=str(path))
     calls = {
