@@ -22,7 +22,6 @@ import os
 import secrets
 import signal
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -132,15 +131,22 @@ def existing_secret(data_dir: Path) -> str | None:
     return None
 
 
-def start_node(config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
-    with log_path.open("ab") as log:  # the node writes to its own copy of the descriptor
-        return subprocess.Popen(
-            [sys.executable, "-m", "cli", "node", "--config", str(config_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+def start_node(config_path: Path, log_path: Path) -> int:
+    """Start a node in a session of its own, its output appended to `log_path`; its pid.
+
+    Spawned without a `Popen`: a node outlives the call (and often the launching process), is
+    tracked by pid in cluster.json and reaped by `alive`, so there is no handle to keep.
+    """
+    return os.posix_spawn(
+        sys.executable,
+        [sys.executable, "-m", "cli", "node", "--config", str(config_path)],
+        {**os.environ, "PYTHONUNBUFFERED": "1"},
+        file_actions=[
+            (os.POSIX_SPAWN_OPEN, 1, str(log_path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+        ],
+        setsid=True,
+    )
 
 
 def up(
@@ -160,8 +166,8 @@ def up(
     configs = write_configs(data_dir, count, ports, secret, extra_toml)
     nodes: list[NodeProcess] = []
     for i, config in enumerate(configs):
-        proc = start_node(config, data_dir / f"node{i + 1}.log")
-        nodes.append(NodeProcess(i + 1, host_of(i), ports[0], ports[2], ports[1], proc.pid))
+        pid = start_node(config, data_dir / f"node{i + 1}.log")
+        nodes.append(NodeProcess(i + 1, host_of(i), ports[0], ports[2], ports[1], pid))
         LocalCluster(data_dir, tuple(nodes)).save()  # recorded at once: `down` finds them all
     return LocalCluster(data_dir, tuple(nodes))
 
@@ -171,9 +177,9 @@ def restart_node(cluster: LocalCluster, node_id: int) -> LocalCluster:
     old = next(n for n in cluster.nodes if n.node_id == node_id)
     assert not alive(old.pid), f"node {node_id} (pid {old.pid}) is still running"
     config = cluster.data_dir / f"node{node_id}.toml"
-    proc = start_node(config, cluster.data_dir / f"node{node_id}.log")
+    pid = start_node(config, cluster.data_dir / f"node{node_id}.log")
     nodes = tuple(
-        NodeProcess(n.node_id, n.host, n.client_port, n.raft_port, n.http_port, proc.pid)
+        NodeProcess(n.node_id, n.host, n.client_port, n.raft_port, n.http_port, pid)
         if n.node_id == node_id
         else n
         for n in cluster.nodes
