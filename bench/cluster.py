@@ -1113,7 +1113,7 @@ async def run(settings: Settings, names: Iterable[str]) -> dict[str, Any]:
         progress(f"scenario {name}")
         try:
             sections.update(await SCENARIOS[name](settings))
-        except Exception as exc:  # reported in the JSON; the other scenarios still run
+        except Exception as exc:  # noqa: BLE001 - in the JSON; the other scenarios still run
             errors[name] = "".join([repr(exc), *(f"\n{n}" for n in getattr(exc, "__notes__", []))])
             progress(f"scenario {name} failed: {exc!r}")
     return {

@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 from nats.js import api as js_api
 
 from bench import apply as apply_bench
@@ -282,7 +283,7 @@ async def create_stream(cluster: JetStreamCluster) -> None:
         try:
             await cluster.js.add_stream(config)
             await cluster.js.publish(SUBJECT, b"warm-up", timeout=2)
-        except Exception:  # no meta leader yet, or the stream's group not elected yet
+        except (nats.errors.Error, OSError):  # no meta leader yet, or its group not elected yet
             return False
         return True
 
@@ -542,7 +543,7 @@ async def publish_until_acked(js: Any, index: int, load: Steady) -> None:
             await js.publish(
                 SUBJECT, value_of(index), timeout=1.0, headers={"Nats-Msg-Id": f"f{index}"}
             )
-        except Exception:  # timeout, no responders, not leader: retry the same message
+        except (nats.errors.Error, OSError):  # timeout, no responders, not leader: retry it
             load.retries += 1
             await asyncio.sleep(0.05)
             continue
@@ -572,7 +573,7 @@ async def stream_group(cluster: JetStreamCluster) -> StreamGroup | None:
     """None while no leader answers (mid-election, or the client moving to a survivor)."""
     try:
         info = await cluster.js.stream_info(STREAM)
-    except Exception:
+    except (nats.errors.Error, OSError):
         return None
     group: Any = getattr(info, "cluster", None)
     peers: list[Any] = getattr(group, "replicas", None) or []
@@ -680,7 +681,7 @@ async def run(settings: Settings, names: Sequence[str]) -> dict[str, Any]:
         progress(f"scenario {name}")
         try:
             sections.update(await SCENARIOS[name](settings))
-        except Exception as exc:  # reported; the other scenarios still run
+        except Exception as exc:  # noqa: BLE001 - reported; the other scenarios still run
             errors[name] = repr(exc)
             progress(f"scenario {name} failed: {exc!r}")
     return {

@@ -200,7 +200,7 @@ class _Connection(asyncio.Protocol):
         try:
             if self._server.handler.answer_now(request, respond):
                 return
-        except Exception as exc:  # a bug on the fast path: logged and answered, not fatal
+        except Exception as exc:  # noqa: BLE001 - a handler's bug: logged and answered, not fatal
             respond(exc)
             return
         task = self._loop.create_task(self._handle(request, respond))
@@ -210,7 +210,7 @@ class _Connection(asyncio.Protocol):
     async def _handle(self, request: Request, respond: Respond) -> None:
         try:
             outcome: Outcome = await self._server.handler.handle(request)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - answered; a refusal or a bug, logged in respond
             outcome = exc
         respond(outcome)
 

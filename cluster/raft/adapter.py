@@ -549,7 +549,7 @@ class _MeshTransport(Transport):  # type: ignore[misc]
         heard = Heard.APPEND if kind == "append_entries" and not sync._isLeader() else Heard.OTHER
         try:
             self._onMessageReceived(node, message)
-        except Exception:
+        except Exception:  # noqa: BLE001 - logged by log_failure, counted as a failed tick
             # A peer holds the secret, so this is a bug or a broken replica, not an attack; it
             # must not take the driver (and every other group) down with it, and it
             # must show: it counts as a failed tick, which makes the group report unhealthy.

@@ -218,7 +218,7 @@ class RaftDriver:
     def _guarded_step(group: PatchedSyncObj, step: Callable[[], None]) -> bool:
         try:
             step()
-        except Exception:
+        except Exception:  # noqa: BLE001 - logged by log_failure, counted as a failed tick
             # pysyncobj's own tick thread logs and carries on; we do the same but count it,
             # so a replica that fails on every tick shows up as unhealthy, not silent.
             group.raftbroker_tick_errors += 1

@@ -126,7 +126,7 @@ async def main(args: argparse.Namespace) -> None:
         "healthy": status.healthy,
         "detail": status.detail,
     }
-    Path(args.out).write_text(json.dumps(report))
+    await asyncio.to_thread(Path(args.out).write_text, json.dumps(report))
 
 
 if __name__ == "__main__":

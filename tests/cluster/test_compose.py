@@ -23,6 +23,7 @@ import yaml
 from cluster.client import Admin, Cluster, Consumer, Producer
 from cluster.local import launcher
 from tests.cluster.procs import REPO, running, spawn
+from tests.polling import apoll_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 COMPOSE = REPO / "compose"
@@ -105,8 +106,12 @@ async def test_the_compose_services_form_a_working_cluster(tmp_path: Path) -> No
             consumer = Consumer(client)
             await consumer.assign("compose")
             values: list[bytes] = []
-            while len(values) < 1_000:
+
+            async def all_consumed() -> bool:
                 values.extend(r.value or b"" for r in await consumer.poll(1_000))
+                return len(values) >= 1_000
+
+            await apoll_until(all_consumed, 60, "the 1,000 records consumed")
             assert sorted(values) == sorted(f"c{i}".encode() for i in range(1_000))
         finally:
             await client.close()
@@ -114,7 +119,8 @@ async def test_the_compose_services_form_a_working_cluster(tmp_path: Path) -> No
             check = service["healthcheck"]["test"]
             assert check[0] == "CMD"
             argv = local_command(check[1:], hosts, tmp_path / "unused.toml")
-            result = subprocess.run(
+            result = await asyncio.to_thread(
+                subprocess.run,
                 [sys.executable, *argv],
                 cwd=REPO,
                 capture_output=True,
