@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 pytest.importorskip("pyspark")
@@ -13,6 +11,7 @@ from pyspark.sql import SparkSession
 from cluster.client import Consumer
 from cluster.client.sync import SyncClient
 from tests.pipeline.conftest import produce
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.spark
 DEADLINE_S = 30
@@ -38,10 +37,11 @@ def test_a_range_retention_deleted_fails_or_is_skipped_as_asked(
     topic = "retained"
     client.create_topic(topic, partitions=1, replication_factor=3, retention_bytes=100_000)
     produce(client, topic, [b"%05d" % i + b"x" * 1_000 for i in range(400)])  # ~6 segments
-    deadline = time.monotonic() + DEADLINE_S
-    while (start := client.call(client.admin.list_offsets(topic, 0, EARLIEST))) == 0:
-        assert time.monotonic() < deadline, "retention never moved the log start"
-        time.sleep(0.1)  # polling the log start, bounded by the deadline
+    start = poll_until(
+        lambda: client.call(client.admin.list_offsets(topic, 0, EARLIEST)),
+        DEADLINE_S,
+        "retention to move the log start",
+    )
     with pytest.raises(Exception, match="failOnDataLoss"):
         read_from_zero(spark, bootstrap, topic, "true")
     offsets = read_from_zero(spark, bootstrap, topic, "false")
