@@ -135,7 +135,8 @@ class NodeConfig:
         if self.cluster_secret is None and not _is_loopback(self.host):
             raise ConfigError(
                 f"host {self.host} is not a loopback address: set cluster_secret, which "
-                "authenticates and encrypts Raft links (pysyncobj unpickles what peers send)"
+                "authenticates and encrypts Raft links (whoever can send Raft messages can "
+                "rewrite the log)"
             )
         for flag in ("fsync", "unsafe_disable_deduplication"):
             if type(getattr(self, flag)) is not bool:
