@@ -1,0 +1,169 @@
+"""The adversarial suite's cluster and its one verdict: a hostile request changed nothing.
+
+A module's tests share one real 3-node cluster of `raftbroker node` processes on loopback,
+holding a known set of records (topic `known`, 3 partitions). Each test attacks it through
+real sockets, then calls `assert_intact`, which holds only if
+
+- every node process is alive and its RSS is within `RSS_BOUND_BYTES`;
+- every node answers ClusterStatus and sees every Raft group with a leader;
+- the known records are all consumable, each exactly once, and nothing else is in `known`;
+- no node's log holds a traceback (a refused request is logged in one line, if at all).
+
+Raw-socket helpers speak the native framing (a 4-byte big-endian length, then the payload) so
+tests can send what no client would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from cluster.client import Admin, Cluster, Consumer, Producer
+from cluster.local import launcher
+from tests.cluster.conftest import running_cluster
+from tests.polling import apoll_until
+
+KNOWN_TOPIC = "known"
+KNOWN_PARTITIONS = 3
+KNOWN_RECORDS = 300
+# A node holding this suite's cluster idles at ~80 MB; an attack that makes it buffer a
+# response or a flood of connections shows far above this.
+RSS_BOUND_BYTES = 400 * 1024 * 1024
+CONSUME_TIMEOUT_S = 30.0
+SOCKET_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """The cluster under attack and the records it must keep."""
+
+    cluster: launcher.LocalCluster
+    values: tuple[bytes, ...]
+
+
+def known_value(index: int) -> bytes:
+    return b"known-%05d" % index
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Known]:
+    with running_cluster(tmp_path_factory.mktemp("adversarial")) as cluster:
+        values = tuple(known_value(i) for i in range(KNOWN_RECORDS))
+        asyncio.run(_produce_known(cluster, values))
+        yield Known(cluster, values)
+
+
+async def _produce_known(cluster: launcher.LocalCluster, values: tuple[bytes, ...]) -> None:
+    client = Cluster(cluster.bootstrap, request_timeout_s=10.0)
+    try:
+        await Admin(client).create_topic(KNOWN_TOPIC, KNOWN_PARTITIONS, 3)
+        async with Producer(client) as producer:
+            acks = [await producer.send(KNOWN_TOPIC, value) for value in values]
+            await asyncio.gather(*acks)
+    finally:
+        await client.close()
+
+
+@pytest_asyncio.fixture
+async def client(known: Known) -> AsyncIterator[Cluster]:
+    c = Cluster(known.cluster.bootstrap, request_timeout_s=5.0)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+# -- the verdict -----------------------------------------------------------------------------
+
+
+async def assert_intact(known: Known) -> None:
+    """Fail unless the cluster is whole and holds exactly the known records (see module doc)."""
+    current = launcher.LocalCluster.load(known.cluster.data_dir) or known.cluster
+    for node in current.nodes:
+        assert launcher.alive(node.pid), f"node {node.node_id} (pid {node.pid}) died"
+        rss = rss_bytes(node.pid)
+        assert rss <= RSS_BOUND_BYTES, f"node {node.node_id} holds {rss >> 20} MiB"
+    client = Cluster(current.bootstrap, request_timeout_s=5.0)
+    try:
+        await apoll_until(
+            lambda: _every_group_led(client, current), 30.0, "every group of every node led"
+        )
+        consumed = await _consume_known(client)
+    finally:
+        await client.close()
+    counts = Counter(consumed)
+    assert set(counts) == set(known.values), "known records lost, or others added"
+    assert max(counts.values()) == 1, "known records duplicated"
+    for node in current.nodes:
+        log = (current.data_dir / f"node{node.node_id}.log").read_text(errors="replace")
+        assert "Traceback" not in log, f"node {node.node_id} logged a traceback"
+
+
+async def _every_group_led(client: Cluster, cluster: launcher.LocalCluster) -> bool:
+    admin = Admin(client)
+    for node in cluster.nodes:
+        try:
+            status = await admin.cluster_status(node.client_address)
+        except Exception:  # noqa: BLE001 - any failure to answer counts as not yet
+            return False
+        if not status.groups or any(g.leader_id < 0 for g in status.groups):
+            return False
+    return True
+
+
+async def _consume_known(client: Cluster) -> list[bytes]:
+    consumer = Consumer(client)
+    await consumer.assign(KNOWN_TOPIC)
+    ends = {
+        p: await Admin(client).list_offsets(KNOWN_TOPIC, p, Consumer.LATEST)
+        for p in range(KNOWN_PARTITIONS)
+    }
+    values: list[bytes] = []
+    next_offsets = dict.fromkeys(ends, 0)
+
+    async def all_read() -> bool:
+        for record in await consumer.poll(200):
+            next_offsets[record.partition] = record.offset + 1
+            values.append(record.value or b"")
+        return all(next_offsets[p] >= end for p, end in ends.items())
+
+    await apoll_until(all_read, CONSUME_TIMEOUT_S, f"every record of {KNOWN_TOPIC} read")
+    return values
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+# -- raw sockets -------------------------------------------------------------------------------
+
+
+def frame(payload: bytes) -> bytes:
+    """The native framing: a 4-byte big-endian length, then the payload."""
+    return len(payload).to_bytes(4, "big") + payload
+
+
+async def open_raw(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, _, port = address.rpartition(":")
+    async with asyncio.timeout(SOCKET_TIMEOUT_S):
+        return await asyncio.open_connection(host, int(port))
+
+
+def node_pid(known: Known, node_id: int) -> int:
+    current = launcher.LocalCluster.load(known.cluster.data_dir) or known.cluster
+    return next(n.pid for n in current.nodes if n.node_id == node_id)
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
