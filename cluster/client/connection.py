@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 
 from cluster import protocol as p
+from cluster.addresses import parse_address
 from cluster.client.errors import ClientError
 from statemachine.errors import ErrorCode
 
@@ -53,11 +54,11 @@ class Connection(asyncio.Protocol):
     async def open(
         cls, address: str, timeout_s: float, frame_bytes_max: int = 8 << 20
     ) -> Connection:
-        host, _, port = address.rpartition(":")
+        host, port = parse_address(address)
         loop = asyncio.get_running_loop()
         connection = cls(address, frame_bytes_max)
         async with asyncio.timeout(timeout_s):
-            await loop.create_connection(lambda: connection, host, int(port))
+            await loop.create_connection(lambda: connection, host, port)
         return connection
 
     async def request(

@@ -1,21 +1,20 @@
-"""The client's error types: a broker's error answer, or a client-side failure with a Kafka code."""
+"""The client's error types: a broker's error answer, or a client-side failure with a Kafka code.
+
+Rules: both are `RaftbrokerError`s (cluster/errors.py), so `.error`, `.message`, `.retriable`
+and `.leader` mean what they mean everywhere; `str()` is `CODE: message` (or `CODE` alone).
+"""
 
 from __future__ import annotations
 
+from cluster.errors import RaftbrokerError
 from statemachine.errors import ErrorCode
 
 
-class ClientError(Exception):
+class ClientError(RaftbrokerError):
     """An error answer from a broker (or a client-side failure with a Kafka code)."""
 
     def __init__(self, error: ErrorCode, message: str = "", leader: str = "") -> None:
-        super().__init__(f"{error.name}: {message}" if message else error.name)
-        self.error = error
-        self.leader = leader
-
-    @property
-    def retriable(self) -> bool:
-        return self.error.retriable
+        super().__init__(error, message, leader=leader)
 
 
 class ProducerFencedError(ClientError):

@@ -41,6 +41,7 @@ from cluster.client import (
     retrying,
     stable_partition,
 )
+from cluster.clock import wall_ms
 from statemachine.errors import ErrorCode
 from statemachine.limits import DEFAULT_LIMITS
 from statemachine.records import (
@@ -155,7 +156,7 @@ class FencedWriter:
     async def _route(self, records: Iterable[SinkRecord]) -> dict[tuple[str, int], list[Record]]:
         routed: dict[tuple[str, int], list[Record]] = {}
         keyless: dict[str, int] = {}
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = wall_ms()
         for r in records:
             count = len(await self.cluster.partitions(r.topic))
             partition = r.partition

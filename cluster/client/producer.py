@@ -1,6 +1,6 @@
 """The idempotent Producer.
 
-Rules the Producer keeps (SEMANTICS.md, "What the idempotent client must do"):
+Rules the Producer keeps (docs/semantics.md, "The idempotent client"):
 - per partition, sequences are assigned per record when a batch is sealed; at most 5 batches
   are in flight; a batch keeps its producer id, epoch and sequence for every resend;
 - after a retriable failure (NOT_LEADER, timeout, disconnect, or OUT_OF_ORDER for a batch whose
@@ -28,6 +28,7 @@ from typing import NamedTuple
 from cluster import protocol as p
 from cluster.client.errors import ClientError, ProducerFencedError
 from cluster.client.metadata import Cluster, retrying
+from cluster.clock import wall_ms
 from statemachine.errors import ErrorCode
 from statemachine.records import (
     NO_PRODUCER_EPOCH,
@@ -182,7 +183,7 @@ class Producer:
         while self._buffered >= self.config.buffer_records_max:
             self._space.clear()
             await self._space.wait()
-        stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        stamp = wall_ms() if timestamp_ms is None else timestamp_ms
         assert self._loop is not None, "use `async with Producer(...)`"
         future: asyncio.Future[RecordMetadata] = self._loop.create_future()
         self._sender(topic, partition).add(_Pending(Record(key, value, stamp, headers), future))
