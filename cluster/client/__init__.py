@@ -1,13 +1,15 @@
 """The client library: what applications, the CLI, the Spark data source and the tests import.
 
 Role: talk to a raftbroker cluster as Kafka's clients talk to Kafka: find the leader of each
-partition from metadata, send it requests, and ride out dead nodes and leader changes. Split
-by role, as aiokafka splits its producer, consumer and protocol:
+partition from metadata, send it requests, and ride out dead nodes and leader changes until a
+call's own timeout (then fail with one line naming what it waited for). Split by role, as
+aiokafka splits its producer, consumer and protocol:
 
     errors.py      ClientError (a RaftbrokerError), ProducerFencedError
+    retry.py       RetryPolicy, CallTimeoutError, `retrying`: how a call rides out failures
     connection.py  Connection: one TCP connection, pipelined requests matched to answers
     metadata.py    Cluster: bootstrap addresses, a connection per broker, the metadata cache,
-                   leader lookup and routing; `retrying`
+                   leader lookup and routing that rides out dead nodes and leader changes
     admin.py       Admin: topics, producer state, cluster status, offsets
     producer.py    Producer (idempotent), RecordMetadata, ProducerConfig, stable_partition
     consumer.py    Consumer, ConsumerConfig, ConsumedRecord
@@ -25,16 +27,18 @@ from cluster.client.admin import Admin
 from cluster.client.connection import Connection
 from cluster.client.consumer import ConsumedRecord, Consumer, ConsumerConfig
 from cluster.client.errors import ClientError, ProducerFencedError
-from cluster.client.metadata import Cluster, PartitionInfo, retrying
+from cluster.client.metadata import Cluster, PartitionInfo
 from cluster.client.producer import (
     Producer,
     ProducerConfig,
     RecordMetadata,
     stable_partition,
 )
+from cluster.client.retry import CallTimeoutError, RetryPolicy, retrying
 
 __all__ = [
     "Admin",
+    "CallTimeoutError",
     "ClientError",
     "Cluster",
     "Connection",
@@ -46,6 +50,7 @@ __all__ = [
     "ProducerConfig",
     "ProducerFencedError",
     "RecordMetadata",
+    "RetryPolicy",
     "retrying",
     "stable_partition",
 ]

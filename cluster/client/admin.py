@@ -1,15 +1,21 @@
-"""Administration: topics, producer state, cluster status and offsets."""
+"""Administration: topics, producer state, cluster status and offsets.
+
+Rules: every call rides out dead nodes and leader changes until its timeout (`timeout_s`, else
+the cluster's retry policy; cluster/client/retry.py), through the Cluster's `call_any` (topics:
+any broker forwards to the metadata leader) and `call_leader` (a partition's leader answers).
+"""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Iterable
 
 from cluster import protocol as p
 from cluster.client.errors import ClientError
-from cluster.client.metadata import Cluster, retrying
+from cluster.client.metadata import Cluster, partition_error
+from cluster.client.retry import Attempts, Failure, RetryPolicy, final
 from statemachine.errors import ErrorCode
+
+LEADER_POLL_S = 0.1  # a new topic's partitions elect leaders in about a second
 
 
 class Admin:
@@ -17,6 +23,9 @@ class Admin:
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+
+    def _timeout(self, timeout_s: float | None) -> float:
+        return self.cluster.retry.timeout_s if timeout_s is None else timeout_s
 
     async def create_topic(
         self,
@@ -26,81 +35,95 @@ class Admin:
         *,
         retention_ms: int = -1,
         retention_bytes: int = -1,
-        wait_s: float = 30.0,
+        timeout_s: float | None = None,
     ) -> int:
         """Create a topic and wait until every partition has a leader; returns its id."""
         request = p.CreateTopic(name, partitions, replication_factor, retention_ms, retention_bytes)
-        response = await retrying(lambda: self.cluster.send_any(request), wait_s)
+        leaders = self._leader_wait(name, self._timeout(timeout_s))  # one deadline for both
+        response = await self.cluster.call_any(request, timeout_s=leaders.left_s())
         assert isinstance(response, p.CreateTopicResponse)
-        await self.wait_for_leaders(name, wait_s)
+        await self._wait_for_leaders(name, leaders)
         return response.topic_id
 
-    async def wait_for_leaders(self, name: str, wait_s: float) -> None:
-        deadline = time.monotonic() + wait_s
+    async def wait_for_leaders(self, name: str, timeout_s: float | None = None) -> None:
+        """Until every partition of `name` has a leader, as metadata from any broker says."""
+        await self._wait_for_leaders(name, self._leader_wait(name, self._timeout(timeout_s)))
+
+    def _leader_wait(self, name: str, timeout_s: float) -> Attempts:
+        polling = RetryPolicy(timeout_s, LEADER_POLL_S, LEADER_POLL_S)
+        return Attempts(f"topic {name}: not every partition had a leader", timeout_s, polling)
+
+    async def _wait_for_leaders(self, name: str, attempts: Attempts) -> None:
         while True:
-            meta = await self.cluster.refresh([name])
-            topic = next(t for t in meta.topics if t.name == name)
-            if topic.error == ErrorCode.NONE and all(pm.leader_id >= 0 for pm in topic.partitions):
-                return
-            if time.monotonic() > deadline:
-                raise ClientError(ErrorCode.LEADER_NOT_AVAILABLE, f"{name}: no leader yet")
-            await asyncio.sleep(0.1)
+            try:
+                meta = await self.cluster.refresh([name])
+            except ClientError as exc:
+                if final(exc.error):
+                    raise
+                attempts.failed(Failure.of(exc))
+            else:
+                topic = next(t for t in meta.topics if t.name == name)
+                if topic.error == ErrorCode.NONE and all(
+                    pm.leader_id >= 0 for pm in topic.partitions
+                ):
+                    return
+                # A broker that has not applied the creation yet says UNKNOWN: keep asking.
+                attempts.failed(Failure(ErrorCode.LEADER_NOT_AVAILABLE, detail="no leader yet"))
+            await attempts.pause()
 
-    async def delete_topic(self, name: str) -> None:
-        await retrying(lambda: self.cluster.send_any(p.DeleteTopic(name)), 30.0)
+    async def delete_topic(self, name: str, *, timeout_s: float | None = None) -> None:
+        await self.cluster.call_any(p.DeleteTopic(name), timeout_s=timeout_s)
 
-    async def describe_topics(self, names: Iterable[str] = ()) -> p.MetadataResponse:
-        return await self.cluster.refresh(names)
+    async def describe_topics(
+        self, names: Iterable[str] = (), *, timeout_s: float | None = None
+    ) -> p.MetadataResponse:
+        return await self.cluster.metadata(names, timeout_s=timeout_s)
 
     async def describe_producers(
-        self, topic: str, partitions: Iterable[int] | None = None
+        self,
+        topic: str,
+        partitions: Iterable[int] | None = None,
+        *,
+        timeout_s: float | None = None,
     ) -> list[p.PartitionProducers]:
-        infos = await self.cluster.partitions(topic)
+        infos = await self.cluster.partitions(topic, timeout_s=timeout_s)
         wanted = list(partitions) if partitions is not None else [i.partition for i in infos]
         results: list[p.PartitionProducers] = []
         for partition in wanted:
             request = p.DescribeProducers(topic, (partition,))
-            response = await retrying(
-                lambda r=request, n=partition: self._ask_leader(topic, n, r), 10.0
-            )
+            response = await self._ask_leader(topic, partition, request, timeout_s)
             assert isinstance(response, p.DescribeProducersResponse)
             results.extend(response.results)
         return results
 
-    async def _ask_leader(self, topic: str, partition: int, request: p.Request) -> p.Response:
-        response = await self.cluster.send_to_leader(topic, partition, request)
-        errors = _partition_errors(response)
-        if errors:
-            error, leader = errors[0]
-            await self._follow(topic, partition, leader)
+    async def _ask_leader(
+        self, topic: str, partition: int, request: p.Request, timeout_s: float | None
+    ) -> p.Response:
+        """The leader's answer; its partition result's final error raised."""
+        response = await self.cluster.call_leader(topic, partition, request, timeout_s=timeout_s)
+        error, leader = partition_error(response)
+        if error != ErrorCode.NONE:
             raise ClientError(error, f"{topic}-{partition}", leader)
         return response
 
-    async def _follow(self, topic: str, partition: int, leader: str) -> None:
-        if leader:
-            self.cluster.note_leader(topic, partition, leader)
-        else:
-            await self.cluster.refresh([topic])
-
-    async def cluster_status(self, address: str | None = None) -> p.ClusterStatusResponse:
+    async def cluster_status(
+        self, address: str | None = None, *, timeout_s: float | None = None
+    ) -> p.ClusterStatusResponse:
+        """The status of the broker at `address` (one attempt: it is that broker's), else of
+        whichever broker answers."""
         request = p.ClusterStatus()
         response = await (
-            self.cluster.send(address, request) if address else self.cluster.send_any(request)
+            self.cluster.send(address, request)
+            if address
+            else self.cluster.call_any(request, timeout_s=timeout_s)
         )
         assert isinstance(response, p.ClusterStatusResponse)
         return response
 
-    async def list_offsets(self, topic: str, partition: int, spec: int) -> int:
+    async def list_offsets(
+        self, topic: str, partition: int, spec: int, *, timeout_s: float | None = None
+    ) -> int:
         request = p.ListOffsets((p.OffsetQuery(topic, partition, spec),))
-        response = await retrying(lambda: self._ask_leader(topic, partition, request), 10.0)
+        response = await self._ask_leader(topic, partition, request, timeout_s)
         assert isinstance(response, p.ListOffsetsResponse)
         return response.results[0].offset
-
-
-def _partition_errors(response: p.Response) -> list[tuple[ErrorCode, str]]:
-    results = getattr(response, "results", ())
-    return [
-        (ErrorCode(r.error), getattr(r, "leader", ""))
-        for r in results
-        if getattr(r, "error", 0) != ErrorCode.NONE
-    ]

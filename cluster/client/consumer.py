@@ -1,8 +1,17 @@
-"""The Consumer: reads assigned partitions in order from their leaders."""
+"""The Consumer: reads assigned partitions in order from their leaders.
+
+Rules: `poll` never fails for a retriable reason. A partition whose leader is dead, moving or
+not elected yet is asked again within the poll (its leader forgotten or its hint believed,
+metadata refreshed, backing off) and is *stalled* (`stalled`, `stall_error`) until its leader
+answers; the caller decides how long a stall may last (the CLI: its --timeout-ms). While any
+partition is stalled, fetches wait at most `STALLED_WAIT_MS`, so the stalled one is asked
+again soon, not after a long poll of the others. A final error (OFFSET_OUT_OF_RANGE) raises.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -11,8 +20,11 @@ from cluster import protocol as p
 from cluster.client.admin import Admin
 from cluster.client.errors import ClientError
 from cluster.client.metadata import Cluster
+from cluster.client.retry import CallTimeoutError, Failure
 from statemachine.errors import ErrorCode
 from statemachine.records import SEQUENCE_MODULUS, RecordBatch
+
+STALLED_WAIT_MS = 100
 
 
 class ConsumedRecord(NamedTuple):
@@ -38,6 +50,14 @@ class _Position:
 
 
 @dataclass(slots=True)
+class Stall:
+    """A partition whose leader has not served a fetch since `since` (monotonic seconds)."""
+
+    since: float
+    last: Failure
+
+
+@dataclass(slots=True)
 class ConsumerConfig:
     max_wait_ms: int = 500
     max_bytes: int = 4 << 20
@@ -53,6 +73,7 @@ class Consumer:
         self.cluster = cluster
         self.config = config or ConsumerConfig()
         self.positions: dict[tuple[str, int], _Position] = {}
+        self.stalled: dict[tuple[str, int], Stall] = {}
         self._admin = Admin(cluster)
 
     async def assign(
@@ -69,17 +90,53 @@ class Consumer:
         self.positions[(topic, partition)] = _Position(offset)
 
     async def poll(self, max_wait_ms: int | None = None) -> list[ConsumedRecord]:
-        """The next records of every assigned partition, in offset order per partition."""
+        """The next records of every assigned partition, in offset order per partition; []
+        once `max_wait_ms` passed without any (stalled partitions asked again meanwhile)."""
+        wait_ms = self.config.max_wait_ms if max_wait_ms is None else max_wait_ms
+        deadline = time.monotonic() + wait_ms / 1000
+        backoff_s = self.cluster.retry.backoff_s
+        while True:
+            left_ms = max(0, round((deadline - time.monotonic()) * 1000))
+            records = await self._round(min(left_ms, STALLED_WAIT_MS) if self.stalled else left_ms)
+            left_s = deadline - time.monotonic()
+            if records or left_s <= 0:
+                return records
+            if self.stalled:
+                await asyncio.sleep(min(backoff_s, left_s))
+                backoff_s = min(backoff_s * 2, self.cluster.retry.backoff_max_s)
+
+    def stall_error(self, at_least_s: float = 0.0) -> CallTimeoutError | None:
+        """The error for the longest stall, if it has lasted `at_least_s`: what a caller
+        raises when it stops waiting for that partition's leader."""
+        if not self.stalled:
+            return None
+        (topic, partition), stall = min(self.stalled.items(), key=lambda kv: kv[1].since)
+        lasted_s = time.monotonic() - stall.since
+        if lasted_s < at_least_s:
+            return None
+        return CallTimeoutError(f"no leader for {topic}-{partition} answered", lasted_s, stall.last)
+
+    def _stall(self, key: tuple[str, int], failure: Failure) -> None:
+        stall = self.stalled.get(key)
+        if stall is None:
+            self.stalled[key] = Stall(time.monotonic(), failure)
+        else:
+            stall.last = failure
+
+    async def _round(self, wait_ms: int) -> list[ConsumedRecord]:
+        """One fetch from each leader of the assigned partitions."""
         by_leader: dict[str, list[tuple[str, int]]] = {}
         for topic, partition in self.positions:
             if self.cluster.leader_address(topic, partition) is None:
-                await self.cluster.refresh([topic])
+                await self.cluster.reroute(topic, partition)
             address = self.cluster.leader_address(topic, partition)
-            if address is not None:
+            if address is None:
+                failure = Failure(ErrorCode.LEADER_NOT_AVAILABLE, detail="none known")
+                self._stall((topic, partition), failure)
+            else:
                 by_leader.setdefault(address, []).append((topic, partition))
-        wait = self.config.max_wait_ms if max_wait_ms is None else max_wait_ms
         results = await asyncio.gather(
-            *(self._fetch(address, keys, wait) for address, keys in by_leader.items())
+            *(self._fetch(address, keys, wait_ms) for address, keys in by_leader.items())
         )
         return [record for batch in results for record in batch]
 
@@ -102,26 +159,27 @@ class Consumer:
         except ClientError as exc:
             if not exc.retriable:
                 raise
-            await self.cluster.refresh({t for t, _ in keys})
+            for t, n in keys:
+                self._stall((t, n), Failure.of(exc, address))
+                await self.cluster.reroute(t, n, exc)
             return []
         assert isinstance(response, p.FetchResponse)
         records: list[ConsumedRecord] = []
         for result in response.results:
-            records.extend(await self._take(result))
+            records.extend(await self._take(address, result))
         return records
 
-    async def _take(self, result: p.FetchResult) -> list[ConsumedRecord]:
+    async def _take(self, address: str, result: p.FetchResult) -> list[ConsumedRecord]:
         key = (result.topic, result.partition)
         position = self.positions[key]
         error = ErrorCode(result.error)
         if error != ErrorCode.NONE:
             if error == ErrorCode.OFFSET_OUT_OF_RANGE:
                 raise ClientError(error, f"{result.topic}-{result.partition}@{position.offset}")
-            if result.leader:
-                self.cluster.note_leader(result.topic, result.partition, result.leader)
-            else:
-                await self.cluster.refresh([result.topic])
+            self._stall(key, Failure(error, address))
+            await self.cluster.reroute(result.topic, result.partition, hint=result.leader)
             return []
+        self.stalled.pop(key, None)
         position.high_watermark = result.high_watermark
         records = []
         for fetched in result.batches:

@@ -11,10 +11,14 @@ from statemachine.errors import ErrorCode
 
 
 class ClientError(RaftbrokerError):
-    """An error answer from a broker (or a client-side failure with a Kafka code)."""
+    """An error answer from a broker (or a client-side failure with a Kafka code); `address`
+    is the broker that answered or failed to, where known."""
 
-    def __init__(self, error: ErrorCode, message: str = "", leader: str = "") -> None:
+    def __init__(
+        self, error: ErrorCode, message: str = "", leader: str = "", *, address: str = ""
+    ) -> None:
         super().__init__(error, message, leader=leader)
+        self.address = address
 
 
 class ProducerFencedError(ClientError):

@@ -10,7 +10,12 @@ Rules the Producer keeps (docs/semantics.md, "The idempotent client"):
   sends fail and the producer starts a new session (a new producer id, or an epoch bump);
 - a definite rejection of a batch (e.g. CORRUPT_MESSAGE) fails it; later batches cannot have been
   accepted, so they are renumbered from its sequence;
-- INVALID_PRODUCER_EPOCH / PRODUCER_FENCED are fatal for the producer and surface to the caller.
+- INVALID_PRODUCER_EPOCH / PRODUCER_FENCED are fatal for the producer and surface to the caller;
+- a dead leader, a refused connection or a leader change is retried (the cluster forgets the
+  dead address, believes a hint or refreshes metadata: `Cluster.reroute`) until a batch has
+  waited `delivery_timeout_ms` since it was sealed; then the unacknowledged batches fail with a
+  CallTimeoutError naming the partition and the last failure, and since they may have been
+  appended after all, the producer starts a new session (their sequences are spent).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from typing import NamedTuple
 
 from cluster import protocol as p
 from cluster.client.errors import ClientError, ProducerFencedError
-from cluster.client.metadata import Cluster, retrying
+from cluster.client.metadata import Cluster
+from cluster.client.retry import CallTimeoutError, Failure
 from cluster.clock import wall_ms
 from statemachine.errors import ErrorCode
 from statemachine.records import (
@@ -75,6 +81,7 @@ class _Batch:
     retry: bool = False
     failed: ErrorCode | None = None
     out_of_order: bool = False
+    sealed_at: float = 0.0  # monotonic: the delivery timeout counts from here
 
 
 def stable_partition(key: bytes, partitions: int) -> int:
@@ -149,8 +156,8 @@ class Producer:
         request = p.InitProducerId(
             self.config.transactional_id, self.config.transaction_timeout_ms, pid, epoch
         )
-        response = await retrying(
-            lambda: self.cluster.send_any(request), self.config.delivery_timeout_ms / 1000
+        response = await self.cluster.call_any(
+            request, timeout_s=self.config.delivery_timeout_ms / 1000
         )
         assert isinstance(response, p.InitProducerIdResponse)
         self.producer_id, self.epoch = response.producer_id, response.epoch
@@ -228,6 +235,7 @@ class _PartitionSender:
         self.stopping = False
         self.flushing = False
         self.first_added_at = 0.0
+        self.last_failure: Failure | None = None  # for the message when delivery times out
 
     def add(self, pending: _Pending) -> None:
         first = not self.accumulating
@@ -290,7 +298,7 @@ class _PartitionSender:
             chosen = self.accumulating[:take]
             del self.accumulating[:take]  # in place: no copy of the rest of the buffer
             self.accumulated_bytes = max(0, self.accumulated_bytes - size)
-            batch = _Batch(chosen, self.next_sequence)
+            batch = _Batch(chosen, self.next_sequence, sealed_at=time.monotonic())
             self._encode(batch)
             self.next_sequence = (self.next_sequence + len(chosen)) % SEQUENCE_MODULUS
             self.unacked.append(batch)
@@ -337,8 +345,8 @@ class _PartitionSender:
             )
         except ClientError as exc:
             batch.retry = True
-            if exc.error == ErrorCode.NETWORK_EXCEPTION:
-                await cluster.refresh([self.topic])
+            self.last_failure = Failure.of(exc)
+            await cluster.reroute(self.topic, self.partition, exc)
             return
         assert isinstance(response, p.ProduceResponse)
         result = response.results[0]
@@ -349,10 +357,8 @@ class _PartitionSender:
             batch.out_of_order = True
         elif error.retriable:
             batch.retry = True
-            if result.leader:
-                cluster.note_leader(self.topic, self.partition, result.leader)
-            else:
-                await cluster.refresh([self.topic])
+            self.last_failure = Failure(error)
+            await cluster.reroute(self.topic, self.partition, hint=result.leader)
         else:
             batch.failed = error
 
@@ -396,18 +402,27 @@ class _PartitionSender:
         if first.failed in FENCED:
             self._fail_producer(ProducerFencedError(first.failed, "fenced by a newer instance"))
         elif first.failed is not None:
-            self._fail_batch(self.unacked.popleft(), first.failed)
+            error = ClientError(first.failed, f"{self.topic}-{self.partition}")
+            self._fail_batch(self.unacked.popleft(), error)
             self._renumber(first.base_sequence)
         elif session_lost:
-            await self._restart_session()
+            lost = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+            await self._restart_session(ClientError(lost, f"{self.topic}-{self.partition}"))
+        elif time.monotonic() - first.sealed_at >= producer.config.delivery_timeout_ms / 1000:
+            await self._restart_session(self._delivery_timed_out())
         else:
             producer.stats["retries"] += 1
             await asyncio.sleep(producer.config.retry_backoff_ms / 1000)
 
-    def _fail_batch(self, batch: _Batch, error: ErrorCode) -> None:
+    def _delivery_timed_out(self) -> CallTimeoutError:
+        waited_for = f"no leader for {self.topic}-{self.partition} answered"
+        timeout_s = self.producer.config.delivery_timeout_ms / 1000
+        return CallTimeoutError(waited_for, timeout_s, self.last_failure)
+
+    def _fail_batch(self, batch: _Batch, error: ClientError) -> None:
         for pending in batch.pending:
             if not pending.future.done():
-                pending.future.set_exception(ClientError(error, f"{self.topic}-{self.partition}"))
+                pending.future.set_exception(error)
         self.producer._released(len(batch.pending))
 
     def _renumber(self, base_sequence: int) -> None:
@@ -419,16 +434,20 @@ class _PartitionSender:
             sequence = (sequence + len(batch.pending)) % SEQUENCE_MODULUS
         self.next_sequence = sequence
 
-    async def _restart_session(self) -> None:
-        """The broker lost this session's state: fail the unacknowledged sends, start anew."""
+    async def _restart_session(self, error: ClientError) -> None:
+        """The broker lost this session's state, or the unacknowledged sends may or may not
+        have been appended: fail them with `error`, and start anew (their sequences are spent)."""
         while self.unacked:
-            self._fail_batch(self.unacked.popleft(), ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+            self._fail_batch(self.unacked.popleft(), error)
         producer = self.producer
         async with producer._session_lock:
             expected = None
             if producer.config.transactional_id:
                 expected = (producer.producer_id, producer.epoch)
-            await producer.new_session(expected)
+            try:
+                await producer.new_session(expected)
+            except ClientError as exc:  # no new session within the delivery timeout: done
+                self._fail_producer(exc)
 
     def _fail_producer(self, error: ClientError) -> None:
         self.producer.fatal = error
