@@ -24,6 +24,11 @@ class _Waiting(NamedTuple):
     on_answer: OnAnswer | None
 
 
+def _answered(error: ErrorCode, message: str, leader: str = "") -> ClientError:
+    """The error of an answer the broker sent (it is alive and talking)."""
+    return ClientError(error, message, leader, answered=True)
+
+
 def _expire(future: asyncio.Future[Any]) -> None:
     if not future.done():
         future.set_exception(TimeoutError())
@@ -142,7 +147,7 @@ class Connection(asyncio.Protocol):
             correlation_id, error, payload = p.split_response(body)
         except p.ProtocolError as exc:
             if exc.correlation_id is not None:
-                self._fail(exc.correlation_id, ClientError(ErrorCode.CORRUPT_MESSAGE, str(exc)))
+                self._fail(exc.correlation_id, _answered(ErrorCode.CORRUPT_MESSAGE, str(exc)))
             return  # else an answer nobody can be matched to
         waiting = self._waiting.get(correlation_id)
         if waiting is None or waiting.future.done():
@@ -150,11 +155,11 @@ class Connection(asyncio.Protocol):
         try:
             answer = p.load_response(correlation_id, error, payload, waiting.request_type)
         except p.ProtocolError as exc:
-            waiting.future.set_exception(ClientError(ErrorCode.CORRUPT_MESSAGE, str(exc)))
+            waiting.future.set_exception(_answered(ErrorCode.CORRUPT_MESSAGE, str(exc)))
             return
         if isinstance(answer, p.ErrorResponse):
             info = answer.info
-            waiting.future.set_exception(ClientError(answer.error, info.message, info.leader))
+            waiting.future.set_exception(_answered(answer.error, info.message, info.leader))
             return
         if waiting.on_answer is not None:
             waiting.on_answer(answer)

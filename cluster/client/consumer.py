@@ -159,8 +159,9 @@ class Consumer:
         except ClientError as exc:
             if not exc.retriable:
                 raise
-            for t, n in keys:
-                self._stall((t, n), Failure.of(exc, address))
+            for key in keys:
+                self._stall(key, Failure.of(exc, address))
+            for t, n in {t: (t, n) for t, n in keys}.values():  # one refresh per topic
                 await self.cluster.reroute(t, n, exc)
             return []
         assert isinstance(response, p.FetchResponse)

@@ -11,14 +11,27 @@ from statemachine.errors import ErrorCode
 
 
 class ClientError(RaftbrokerError):
-    """An error answer from a broker (or a client-side failure with a Kafka code); `address`
-    is the broker that answered or failed to, where known."""
+    """An error answer from a broker (`answered`), or a client-side failure with a Kafka code
+    (a refused or broken connection, a request that timed out: the broker did not answer);
+    `address` is the broker that answered or failed to, where known."""
 
     def __init__(
-        self, error: ErrorCode, message: str = "", leader: str = "", *, address: str = ""
+        self,
+        error: ErrorCode,
+        message: str = "",
+        leader: str = "",
+        *,
+        address: str = "",
+        answered: bool = False,
     ) -> None:
         super().__init__(error, message, leader=leader)
         self.address = address
+        self.answered = answered
+
+    @property
+    def unanswered(self) -> bool:
+        """A broker at a known address did not answer: ask another (and forget it as a leader)."""
+        return bool(self.address) and not self.answered
 
 
 class ProducerFencedError(ClientError):

@@ -30,9 +30,6 @@ from cluster.client.errors import ClientError
 from cluster.client.retry import Attempts, Failure, RetryPolicy, final
 from statemachine.errors import ErrorCode
 
-# Failures that say nothing answered at an address (as opposed to an error answer).
-UNREACHABLE = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
-
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
@@ -64,13 +61,14 @@ class Cluster:
         self._brokers: dict[int, str] = {}
         self._partitions: dict[str, tuple[PartitionInfo, ...]] = {}
         self._unknown: set[str] = set()  # topics the last Metadata answer said do not exist
-        self._unreachable: set[str] = set()  # addresses that did not answer when last asked
+        # Addresses that did not answer, until one answers a call to any broker: asked last.
+        self._unreachable: set[str] = set()
 
     def _open_connection(self, address: str) -> Connection | None:
         conn = self._connections.get(address)
         return None if conn is None or conn.closed else conn
 
-    async def connection(self, address: str) -> Connection:
+    async def connection(self, address: str, timeout_s: float | None = None) -> Connection:
         """The one connection to `address`: requests on it keep their order at the broker."""
         conn = self._open_connection(address)
         if conn is not None:
@@ -79,7 +77,7 @@ class Cluster:
             conn = self._open_connection(address)
             if conn is None:
                 try:
-                    conn = await Connection.open(address, self.request_timeout_s)
+                    conn = await Connection.open(address, timeout_s or self.request_timeout_s)
                 except (OSError, TimeoutError) as exc:
                     raise ClientError(
                         ErrorCode.NETWORK_EXCEPTION, f"{address}: {exc!r}", address=address
@@ -97,7 +95,7 @@ class Cluster:
         """One attempt at `address`; a failure names the address (`ClientError.address`)."""
         timeout = timeout_s or self.request_timeout_s
         # An open connection without a coroutine: this is on the path of every produce.
-        conn = self._open_connection(address) or await self.connection(address)
+        conn = self._open_connection(address) or await self.connection(address, timeout)
         try:
             return await conn.request(request, timeout, on_answer)
         except TimeoutError as exc:
@@ -119,9 +117,10 @@ class Cluster:
             try:
                 response = await self.send(address, request, timeout_s)
             except ClientError as exc:
-                if exc.error not in UNREACHABLE:
+                if exc.error not in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
                     raise
-                self.lost(address)
+                if not exc.answered:
+                    self.lost(address)
                 last = exc
                 continue
             self._unreachable.discard(address)
@@ -143,10 +142,10 @@ class Cluster:
                     if final(exc.error):
                         raise
                     attempts.failed(Failure.of(exc, address))
-                    if exc.error in UNREACHABLE:
-                        self.lost(address)
-                    else:
+                    if exc.answered:
                         attempts.answered = True
+                    else:
+                        self.lost(address)
                     if attempts.left_s() <= 0:
                         break
                     continue
@@ -162,9 +161,11 @@ class Cluster:
 
     # -- metadata ------------------------------------------------------------------------------
 
-    async def refresh(self, topics: Iterable[str] = ()) -> p.MetadataResponse:
+    async def refresh(
+        self, topics: Iterable[str] = (), timeout_s: float | None = None
+    ) -> p.MetadataResponse:
         """One round of Metadata (`send_any`); the cache learns the answer."""
-        return self._learn(await self.send_any(p.Metadata(tuple(topics))))
+        return self._learn(await self.send_any(p.Metadata(tuple(topics)), timeout_s))
 
     async def metadata(
         self, topics: Iterable[str] = (), *, timeout_s: float | None = None
@@ -253,19 +254,27 @@ class Cluster:
         return next((n for n, a in self._brokers.items() if a == address), None)
 
     async def reroute(
-        self, topic: str, partition: int, failure: ClientError | None = None, hint: str = ""
+        self,
+        topic: str,
+        partition: int,
+        failure: ClientError | None = None,
+        hint: str = "",
+        *,
+        timeout_s: float | None = None,
     ) -> None:
         """After a partition's leader did not serve a request: forget an address that did not
-        answer, believe a hint, else refresh the topic's metadata. Never raises: a cluster that
-        does not answer now is the next attempt's to meet."""
-        if failure is not None and failure.error in UNREACHABLE and failure.address:
-            self.lost(failure.address)
-        hint = hint or (failure.leader if failure is not None else "")
-        if hint and hint != getattr(failure, "address", ""):
+        answer, believe a hint, else refresh the topic's metadata (each request waiting up to
+        `timeout_s`). Never raises: a cluster that does not answer now is the next attempt's
+        to meet."""
+        if failure is not None:
+            if failure.unanswered:
+                self.lost(failure.address)
+            hint = hint or failure.leader
+        if hint and (failure is None or hint != failure.address):
             self.note_leader(topic, partition, hint)
             return
         with contextlib.suppress(ClientError):
-            await self.refresh([topic])
+            await self.refresh([topic], timeout_s)
 
     async def send_to_leader(
         self,
@@ -299,29 +308,29 @@ class Cluster:
         attempts = self._attempts(f"no leader for {topic}-{partition} answered", timeout_s)
         per_request_s = request_timeout_s or self.request_timeout_s
         while True:
+            wait_s = attempts.request_timeout_s(per_request_s)
             address = self.leader_address(topic, partition)
             if address is None:
-                await self.reroute(topic, partition)
+                await self.reroute(topic, partition, timeout_s=wait_s)
                 self._check_exists(topic, partition)
                 address = self.leader_address(topic, partition)
             if address is None:
                 attempts.failed(Failure(ErrorCode.LEADER_NOT_AVAILABLE, detail="none known"))
             else:
+                wait_s = attempts.request_timeout_s(per_request_s)
                 try:
-                    response = await self.send(
-                        address, request, attempts.request_timeout_s(per_request_s)
-                    )
+                    response = await self.send(address, request, wait_s)
                 except ClientError as exc:
                     if final(exc.error):
                         raise
                     attempts.failed(Failure.of(exc, address))
-                    await self.reroute(topic, partition, exc)
+                    await self.reroute(topic, partition, exc, timeout_s=wait_s)
                 else:
                     error, hint = partition_error(response)
                     if error == ErrorCode.NONE or not error.retriable:
                         return response
                     attempts.failed(Failure(error, address))
-                    await self.reroute(topic, partition, hint=hint)
+                    await self.reroute(topic, partition, hint=hint, timeout_s=wait_s)
                     self._check_exists(topic, partition)
             await attempts.pause()
 
