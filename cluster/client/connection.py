@@ -88,6 +88,12 @@ class Connection(asyncio.Protocol):
                 await asyncio.wait((self._drained, future), return_when=asyncio.FIRST_COMPLETED)
             response: p.Response = await future
             return response
+        except TimeoutError:
+            # Before OSError, its base class: a timeout is reported as one (REQUEST_TIMED_OUT,
+            # by Cluster.send), not as a broken connection. The connection still goes, as
+            # Kafka's does on a request timeout: nothing waits on it for a late answer.
+            await self.close()
+            raise
         except (ConnectionError, OSError, RuntimeError) as exc:
             # RuntimeError: uvloop's answer to a write on a transport the peer just closed,
             # before we noticed (found by the chaos harness).

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from cluster import protocol as p
 from cluster.client.admin import Admin
 from cluster.client.errors import ClientError
-from cluster.client.metadata import Cluster
+from cluster.client.metadata import Cluster, no_leader
 from cluster.client.retry import CallTimeoutError, Failure
 from statemachine.errors import ErrorCode
 from statemachine.records import SEQUENCE_MODULUS, RecordBatch
@@ -127,12 +127,12 @@ class Consumer:
         """One fetch from each leader of the assigned partitions."""
         by_leader: dict[str, list[tuple[str, int]]] = {}
         for topic, partition in self.positions:
+            unknown = None
             if self.cluster.leader_address(topic, partition) is None:
-                await self.cluster.reroute(topic, partition)
+                unknown = await self.cluster.reroute(topic, partition)
             address = self.cluster.leader_address(topic, partition)
             if address is None:
-                failure = Failure(ErrorCode.LEADER_NOT_AVAILABLE, detail="none known")
-                self._stall((topic, partition), failure)
+                self._stall((topic, partition), no_leader(unknown))
             else:
                 by_leader.setdefault(address, []).append((topic, partition))
         results = await asyncio.gather(

@@ -19,7 +19,6 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -261,20 +260,23 @@ class Cluster:
         hint: str = "",
         *,
         timeout_s: float | None = None,
-    ) -> None:
+    ) -> ClientError | None:
         """After a partition's leader did not serve a request: forget an address that did not
         answer, believe a hint, else refresh the topic's metadata (each request waiting up to
         `timeout_s`). Never raises: a cluster that does not answer now is the next attempt's
-        to meet."""
+        to meet; the refresh's failure is returned, for the caller to report."""
         if failure is not None:
             if failure.unanswered:
                 self.lost(failure.address)
             hint = hint or failure.leader
         if hint and (failure is None or hint != failure.address):
             self.note_leader(topic, partition, hint)
-            return
-        with contextlib.suppress(ClientError):
+            return None
+        try:
             await self.refresh([topic], timeout_s)
+        except ClientError as exc:
+            return exc
+        return None
 
     async def send_to_leader(
         self,
@@ -310,12 +312,13 @@ class Cluster:
         while True:
             wait_s = attempts.request_timeout_s(per_request_s)
             address = self.leader_address(topic, partition)
+            unknown = None
             if address is None:
-                await self.reroute(topic, partition, timeout_s=wait_s)
+                unknown = await self.reroute(topic, partition, timeout_s=wait_s)
                 self._check_exists(topic, partition)
                 address = self.leader_address(topic, partition)
             if address is None:
-                attempts.failed(Failure(ErrorCode.LEADER_NOT_AVAILABLE, detail="none known"))
+                attempts.failed(no_leader(unknown))
             else:
                 wait_s = attempts.request_timeout_s(per_request_s)
                 try:
@@ -338,6 +341,13 @@ class Cluster:
         for conn in list(self._connections.values()):
             await conn.close()
         self._connections.clear()
+
+
+def no_leader(refresh_failed: ClientError | None) -> Failure:
+    """Why no leader is known: metadata could not be had, or it names none."""
+    if refresh_failed is not None:
+        return Failure.of(refresh_failed)
+    return Failure(ErrorCode.LEADER_NOT_AVAILABLE, detail="metadata names none")
 
 
 def partition_error(response: p.Response) -> tuple[ErrorCode, str]:

@@ -357,7 +357,8 @@ class _PartitionSender:
             batch.out_of_order = True
         elif error.retriable:
             batch.retry = True
-            self.last_failure = Failure(error)
+            answered_by = cluster.leader_address(self.topic, self.partition) or ""
+            self.last_failure = Failure(error, answered_by)
             await cluster.reroute(self.topic, self.partition, hint=result.leader)
         else:
             batch.failed = error
