@@ -141,10 +141,10 @@ class Cluster:
                     if final(exc.error):
                         raise
                     attempts.failed(Failure.of(exc, address))
-                    if exc.answered:
-                        attempts.answered = True
-                    else:
+                    if not exc.answered:
                         self.lost(address)
+                    if exc.answered or exc.error == ErrorCode.REQUEST_TIMED_OUT:
+                        attempts.reached = True
                     if attempts.left_s() <= 0:
                         break
                     continue

@@ -64,7 +64,7 @@ class Failure(NamedTuple):
 class CallTimeoutError(ClientError):
     """A call spent its timeout on retriable failures. `.error` is the last failure's code;
     `str()` is one line: what it waited for, how long, and the last failure. `unreachable`:
-    the call could use any broker and none answered at all."""
+    the call could use any broker and none could be reached at all (refused, broken)."""
 
     def __init__(
         self,
@@ -95,7 +95,7 @@ def final(error: ErrorCode) -> bool:
 
 class Attempts:
     """One call's attempts: `timeout_s` from now, the backoff between them, the last failure.
-    `any_broker`: a call any broker could serve (its timeout says whether one ever answered)."""
+    `any_broker`: a call any broker could serve (its timeout says whether one was reached)."""
 
     def __init__(
         self, waited_for: str, timeout_s: float, policy: RetryPolicy, *, any_broker: bool = False
@@ -105,7 +105,7 @@ class Attempts:
         self.deadline = time.monotonic() + timeout_s
         self.last: Failure | None = None
         self.any_broker = any_broker
-        self.answered = False  # some broker answered, if only with an error
+        self.reached = False  # some broker took a request, if only to fail it or time out
         self._backoff_s = policy.backoff_s
         self._backoff_max_s = policy.backoff_max_s
 
@@ -120,7 +120,7 @@ class Attempts:
         self.last = failure
 
     def timed_out(self) -> CallTimeoutError:
-        unreachable = self.any_broker and not self.answered
+        unreachable = self.any_broker and not self.reached
         return CallTimeoutError(self.waited_for, self.timeout_s, self.last, unreachable=unreachable)
 
     async def pause(self) -> None:
