@@ -18,7 +18,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 import typer
 
 from cluster.addresses import parse_address
-from cluster.client import ClientError
+from cluster.client import CallTimeoutError, ClientError
 from cluster.config import ConfigError
 from cluster.local import launcher
 
@@ -106,6 +106,10 @@ def one_line_errors(fn: Callable[P, T]) -> Callable[P, T]:
 
 
 def _client_message(exc: ClientError) -> str:
+    """A call that timed out says what it waited for (and, if no broker ever answered, that
+    the cluster is out of reach); a single failed request names its error."""
+    if isinstance(exc, CallTimeoutError):
+        return f"cannot reach the cluster: {exc}" if exc.unreachable else str(exc)
     if exc.error.name == "NETWORK_EXCEPTION":
         return f"cannot reach the cluster ({exc})"
     return str(exc)

@@ -2,9 +2,16 @@
 
 produce: one record per input line (stdin by default, or `--file`), idempotent by default; with
 `--key-separator` the part of a line before the first separator is the key. It ends with a
-summary and exits non-zero if any record was not acknowledged.
+summary and exits non-zero if any record was not acknowledged. A record may wait up to
+`--timeout-ms` for its acknowledgement, riding out dead nodes and leader changes meanwhile.
 
-consume: text prints values (keys too with `--print-key`); json prints one object per record
+consume: reads until `--max-messages`, or until `--timeout-ms` passed without a record. A
+partition whose leader is dead or moving is asked again meanwhile (as Kafka's console
+consumer refreshes metadata until a leader answers); if one still has no leader answering
+when the time is up, consume fails with one line naming it, rather than end as if it had been
+read to its end.
+
+Output: text prints values (keys too with `--print-key`); json prints one object per record
 with topic, partition, offset, timestamp, key, value, headers, producer id and sequence (a key
 or value that is not UTF-8 comes as `key_base64` / `value_base64`).
 """
@@ -16,6 +23,7 @@ import base64
 import contextlib
 import json
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -42,6 +50,7 @@ from cluster.client import (
     Producer,
     ProducerConfig,
     RecordMetadata,
+    RetryPolicy,
 )
 
 READ_HINT_BYTES = 1 << 20
@@ -101,7 +110,7 @@ async def _produce(
     progress: Callable[[int], None],
 ) -> ProduceSummary:
     summary = ProduceSummary()
-    client = Cluster(bootstrap)
+    client = Cluster(bootstrap, retry=RetryPolicy(config.delivery_timeout_ms / 1000))
     try:
         async with Producer(client, config) as producer:
             async for line in _lines(stream):
@@ -125,12 +134,18 @@ def produce(
     key_separator: str | None = typer.Option(None, "--key-separator", help="KEY<SEP>VALUE."),
     transactional_id: str | None = typer.Option(None, "--transactional-id"),
     partition: int | None = typer.Option(None, "--partition", min=0),
+    timeout_ms: int = typer.Option(
+        120_000,
+        "--timeout-ms",
+        min=1,
+        help="How long a record may wait for its acknowledgement (riding out failovers).",
+    ),
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
 ) -> None:
     """Produce one record per line of stdin (or --file); idempotent."""
     addresses = resolve_bootstrap(bootstrap, data_dir)
-    config = ProducerConfig(transactional_id=transactional_id or "")
+    config = ProducerConfig(transactional_id=transactional_id or "", delivery_timeout_ms=timeout_ms)
     separator = key_separator.encode() if key_separator else None
     if file is None:
         summary = run(
@@ -210,14 +225,23 @@ class ConsumeOptions:
 
 
 async def _consume(bootstrap: list[str], options: ConsumeOptions) -> int:
-    client = Cluster(bootstrap)
+    client = Cluster(bootstrap, retry=RetryPolicy(options.timeout_ms / 1000))
     printed = 0
     try:
         consumer = Consumer(client)
         await consumer.assign(options.topic, options.partitions, options.start)
+        idle_since = time.monotonic()
         while options.max_messages is None or printed < options.max_messages:
-            records = await consumer.poll(500 if options.follow else options.timeout_ms)
-            if not records and not options.follow:
+            idle_ms = round((time.monotonic() - idle_since) * 1000)
+            records = await consumer.poll(
+                500 if options.follow else max(0, options.timeout_ms - idle_ms)
+            )
+            if records:
+                idle_since = time.monotonic()
+            elif not options.follow and time.monotonic() - idle_since >= options.timeout_ms / 1000:
+                stalled = consumer.stall_error()
+                if stalled is not None:  # not read to its end: its leader never answered
+                    raise stalled
                 break
             for record in sorted(records, key=lambda r: (r.partition, r.offset)):
                 if options.max_messages is not None and printed >= options.max_messages:

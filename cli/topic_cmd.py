@@ -21,17 +21,23 @@ from cli.common import (
     run,
 )
 from cluster import protocol as p
-from cluster.client import Admin, Cluster
+from cluster.client import Admin, Cluster, RetryPolicy
 from statemachine.errors import ErrorCode
 
 topics = typer.Typer(help="Create, list, describe and delete topics.", no_args_is_help=True)
 producers = typer.Typer(help="The producer state of partitions.", no_args_is_help=True)
 T = TypeVar("T")
+TimeoutOption = typer.Option(
+    30_000,
+    "--timeout-ms",
+    min=0,
+    help="How long to ride out dead nodes and leader changes before failing.",
+)
 
 
-def with_admin(bootstrap: list[str], action: Callable[[Admin], Awaitable[T]]) -> T:
+def with_admin(bootstrap: list[str], timeout_ms: int, action: Callable[[Admin], Awaitable[T]]) -> T:
     async def go() -> T:
-        client = Cluster(bootstrap)
+        client = Cluster(bootstrap, retry=RetryPolicy(timeout_ms / 1000))
         try:
             return await action(Admin(client))
         finally:
@@ -50,10 +56,12 @@ def create(
     retention_bytes: int = typer.Option(-1, "--retention-bytes", help="-1: no size limit."),
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
+    timeout_ms: int = TimeoutOption,
 ) -> None:
     """Create a topic and wait until every partition has a leader."""
     topic_id = with_admin(
         resolve_bootstrap(bootstrap, data_dir),
+        timeout_ms,
         lambda admin: admin.create_topic(
             name,
             partitions,
@@ -67,8 +75,8 @@ def create(
     )
 
 
-def _metadata(bootstrap: list[str], names: list[str]) -> p.MetadataResponse:
-    return with_admin(bootstrap, lambda admin: admin.describe_topics(names))
+def _metadata(bootstrap: list[str], names: list[str], timeout_ms: int) -> p.MetadataResponse:
+    return with_admin(bootstrap, timeout_ms, lambda admin: admin.describe_topics(names))
 
 
 def _topic_json(t: p.TopicMetadata) -> dict[str, object]:
@@ -93,9 +101,10 @@ def list_topics(
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
     as_json: bool = JsonOption,
+    timeout_ms: int = TimeoutOption,
 ) -> None:
     """Every topic with its partition count."""
-    meta = _metadata(resolve_bootstrap(bootstrap, data_dir), [])
+    meta = _metadata(resolve_bootstrap(bootstrap, data_dir), [], timeout_ms)
     if as_json:
         typer.echo(json.dumps([_topic_json(t) for t in meta.topics], indent=2))
         return
@@ -110,9 +119,10 @@ def describe(
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
     as_json: bool = JsonOption,
+    timeout_ms: int = TimeoutOption,
 ) -> None:
     """A topic's partitions: leader, replicas, term."""
-    meta = _metadata(resolve_bootstrap(bootstrap, data_dir), [name])
+    meta = _metadata(resolve_bootstrap(bootstrap, data_dir), [name], timeout_ms)
     topic = meta.topics[0]
     if topic.error != ErrorCode.NONE:
         raise CliError(f"topic {name}: {ErrorCode(topic.error).name}")
@@ -135,9 +145,12 @@ def delete(
     name: str,
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
+    timeout_ms: int = TimeoutOption,
 ) -> None:
     """Delete a topic and its data on every replica."""
-    with_admin(resolve_bootstrap(bootstrap, data_dir), lambda admin: admin.delete_topic(name))
+    with_admin(
+        resolve_bootstrap(bootstrap, data_dir), timeout_ms, lambda admin: admin.delete_topic(name)
+    )
     typer.echo(f"deleted topic {name}")
 
 
@@ -149,11 +162,13 @@ def describe_producers(
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
     as_json: bool = JsonOption,
+    timeout_ms: int = TimeoutOption,
 ) -> None:
     """Producer state per partition, as Kafka's DescribeProducers shows it."""
     wanted = None if partition is None else [partition]
     results = with_admin(
         resolve_bootstrap(bootstrap, data_dir),
+        timeout_ms,
         lambda admin: admin.describe_producers(topic, wanted),
     )
     rows = [_producer_json(r.partition, d) for r in results for d in r.producers]

@@ -11,6 +11,9 @@ Rules:
   (or a leader not yet caught up): it is waited for up to the request timeout, then reported.
 - A start offset below the log start is data loss: with `failOnDataLoss` it fails with a
   message that says how to skip, otherwise reading skips ahead to the log start.
+- Every call rides out dead nodes and leader changes for the request timeout
+  (`raftbroker.request.timeout.ms`), then fails with the client's one-line CallTimeoutError. A
+  partition whose leader does not answer is such a failure, never taken for data loss.
 """
 
 from __future__ import annotations
@@ -61,7 +64,11 @@ class BrokerSession:
         self._client: SyncClient | None = None
 
     def __enter__(self) -> BrokerSession:
-        self._client = SyncClient(self._bootstrap, request_timeout_s=self.request_timeout_s)
+        self._client = SyncClient(
+            self._bootstrap,
+            request_timeout_s=self.request_timeout_s,
+            call_timeout_s=self.request_timeout_s,
+        )
         return self
 
     def __exit__(
@@ -118,10 +125,7 @@ class BrokerSession:
     def list_offsets(self, partitions: Iterable[TopicPartition], spec: int) -> Offsets:
         """EARLIEST (log start) or LATEST (committed end, the high watermark) per partition."""
         admin = self.client.admin
-        return {
-            (t, n): self.client.call(admin.list_offsets(t, n, spec), self.request_timeout_s)
-            for t, n in partitions
-        }
+        return {(t, n): self.client.call(admin.list_offsets(t, n, spec)) for t, n in partitions}
 
     def resolve(self, spec: OffsetSpec, partitions: list[TopicPartition], name: str) -> Offsets:
         """Concrete offsets for `partitions`: every -2 / -1 looked up, specific ones checked."""
@@ -157,6 +161,11 @@ class BrokerSession:
                 yield wanted
             position = consumer.positions[(r.topic, r.partition)].offset
             if not records and time.monotonic() - progress_at > self.request_timeout_s:
+                if consumer.stalled:  # its leader does not answer: a failover, not data loss
+                    stalled_too_long = consumer.stall_error(self.request_timeout_s)
+                    if stalled_too_long is not None:
+                        raise stalled_too_long
+                    continue
                 if fail_on_data_loss:
                     raise data_loss(
                         f"{r.topic}-{r.partition}: offsets up to {r.end} were planned but the "
@@ -254,7 +263,7 @@ class RecordSender(SyncProducer):
     def finish(self) -> SendStats:
         """Until every record is acknowledged; raises the first failure of any record."""
         self._send_chunk()
-        self._client.call(self._producer.flush())
+        self.flush()
         self._client.call(asyncio.sleep(0))  # let acknowledgement callbacks already queued run
         if self.stats.errors:
             raise self.stats.errors[0]

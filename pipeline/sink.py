@@ -135,7 +135,8 @@ def write_fenced(
         client = session.client
         config = FencedWriterConfig(request_timeout_s=options.request_timeout_s)
         fenced = FencedWriter(client.cluster, sink, writer, config)
-        report = client.call(fenced.write(batch_id, records))
+        # As long as the parts may take to ride out failovers, and a little more.
+        report = client.call(fenced.write(batch_id, records), config.delivery_timeout_s + 10)
     return FencedSummary(
         sink, writer, batch_id, report.appended_records, report.replayed_records, report.parts
     )

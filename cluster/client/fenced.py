@@ -14,6 +14,9 @@ Rules:
   topic, never from a clock or a random choice; parts are cut by size alone.
 - One part in flight per partition (the next waits for the answer), so parts never overtake
   each other; partitions proceed in parallel.
+- A dead leader, a refused connection or a leader change is ridden out by the Cluster's
+  `call_leader` until the part has waited `delivery_timeout_s`; then the write fails with a
+  CallTimeoutError naming the partition and the last failure (a rerun completes it).
 - Parts also carry a producer session (id, epoch, sequence), so a retry after a lost answer is
   recognised with its offsets; a session the broker no longer knows is simply replaced: the
   fence, not the session, is what makes a rerun safe.
@@ -27,20 +30,16 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from cluster import protocol as p
-from cluster.client import (
-    ClientError,
-    Cluster,
-    ProducerFencedError,
-    retrying,
-    stable_partition,
-)
+from cluster.client.errors import ClientError, ProducerFencedError
+from cluster.client.metadata import Cluster
+from cluster.client.producer import stable_partition
+from cluster.clock import wall_ms
 from statemachine.errors import ErrorCode
 from statemachine.limits import DEFAULT_LIMITS
 from statemachine.records import (
@@ -86,7 +85,6 @@ class FencedWriterConfig:
     part_records_max: int = 10_000
     request_timeout_s: float = 10.0
     delivery_timeout_s: float = 120.0
-    retry_backoff_s: float = 0.05
 
     def __post_init__(self) -> None:
         if not 0 < self.part_bytes_max <= DEFAULT_LIMITS.batch_bytes_max // 2:
@@ -131,6 +129,9 @@ class FencedWriter:
         self.config = config or FencedWriterConfig()
         self._session = _Session()
         self._session_lock = asyncio.Lock()
+        # Parts answered, over every write: what an observer (a progress bar, a test) watches.
+        self.parts_done = 0
+        self.part_done = asyncio.Event()  # set at each; the observer clears it
 
     async def write(self, batch_id: int, records: Iterable[SinkRecord]) -> FencedWriteReport:
         """Append `records` as micro-batch `batch_id`, unless an earlier run already did."""
@@ -155,9 +156,10 @@ class FencedWriter:
     async def _route(self, records: Iterable[SinkRecord]) -> dict[tuple[str, int], list[Record]]:
         routed: dict[tuple[str, int], list[Record]] = {}
         keyless: dict[str, int] = {}
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = wall_ms()
         for r in records:
-            count = len(await self.cluster.partitions(r.topic))
+            infos = await self.cluster.partitions(r.topic, timeout_s=self.config.delivery_timeout_s)
+            count = len(infos)
             partition = r.partition
             if partition is None:
                 if r.key is not None:
@@ -200,6 +202,8 @@ class FencedWriter:
             part = _Part(topic, partition, batch_id, number, records_of_part)
             appended = await self._send_part(part, report)
             report.parts += 1
+            self.parts_done += 1
+            self.part_done.set()
             if appended:
                 report.appended_records += len(records_of_part)
             else:
@@ -209,58 +213,40 @@ class FencedWriter:
         """Until the part is answered: True if appended by this run, False if by an earlier."""
         topic, partition, batch_id, number, records = part
         deadline = time.monotonic() + self.config.delivery_timeout_s
-        backoff_s = self.config.retry_backoff_s
         while True:
             session, key = self._session, (topic, partition)
             sequence = session.sequences.get(key, 0)
             batch = RecordBatch(session.producer_id, session.epoch, sequence, records).encode()
-            error, result = await self._request(topic, partition, batch, (batch_id, number))
+            result = await self._request(topic, partition, batch, (batch_id, number), deadline)
+            error = ErrorCode(result.error)
             if error == ErrorCode.NONE:
-                assert result is not None
                 appended = not result.duplicate or result.base_offset >= 0
                 if appended:  # by this run: the session's sequence moved on
                     session.sequences[key] = (sequence + len(records)) % SEQUENCE_MODULUS
                 return appended
             if error in _OVERTAKEN:
                 raise ProducerFencedError(error, f"{self.transactional_id}: a newer run took over")
-            if time.monotonic() + backoff_s > deadline:
+            if error not in _SESSION_LOST or time.monotonic() > deadline:
                 raise ClientError(error, f"{topic}-{partition}: part {number} of batch {batch_id}")
-            if error in _SESSION_LOST:
-                await self._new_session(report, lost=session)
-            elif not error.retriable:
-                raise ClientError(error, f"{topic}-{partition}: part {number} of batch {batch_id}")
-            else:
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 1.0)
+            await self._new_session(report, lost=session)
 
     async def _request(
-        self, topic: str, partition: int, batch: bytes, fence: tuple[int, int]
-    ) -> tuple[ErrorCode, p.ProduceResult | None]:
+        self, topic: str, partition: int, batch: bytes, fence: tuple[int, int], deadline: float
+    ) -> p.ProduceResult:
+        """The leader's answer to one part, riding out failovers until `deadline`."""
         timeout_ms = int(self.config.request_timeout_s * 1000)
         request = p.FencedProduce(
             timeout_ms, p.ProduceEntry(topic, partition, batch), self.sink, self.writer, *fence
         )
-        try:
-            response = await self.cluster.send_to_leader(
-                topic, partition, request, self.config.request_timeout_s + 1
-            )
-        except ClientError as exc:
-            if exc.error in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.LEADER_NOT_AVAILABLE):
-                await self._refresh(topic)
-            return exc.error, None
+        response = await self.cluster.call_leader(
+            topic,
+            partition,
+            request,
+            timeout_s=max(0.0, deadline - time.monotonic()),
+            request_timeout_s=self.config.request_timeout_s + 1,
+        )
         assert isinstance(response, p.ProduceResponse)
-        result = response.results[0]
-        error = ErrorCode(result.error)
-        if error == ErrorCode.NOT_LEADER_OR_FOLLOWER:
-            if result.leader:
-                self.cluster.note_leader(topic, partition, result.leader)
-            else:
-                await self._refresh(topic)
-        return error, result
-
-    async def _refresh(self, topic: str) -> None:
-        with contextlib.suppress(ClientError):  # the next attempt finds out again
-            await self.cluster.refresh([topic])
+        return response.results[0]
 
     async def _new_session(self, report: FencedWriteReport, lost: _Session | None = None) -> None:
         """The next epoch of this writer's producer id (its first session: whatever came last)."""
@@ -272,8 +258,8 @@ class FencedWriter:
                 self.transactional_id, _TRANSACTION_TIMEOUT_MS, current.producer_id, current.epoch
             )
             try:
-                response = await retrying(
-                    lambda: self.cluster.send_any(request), self.config.delivery_timeout_s
+                response = await self.cluster.call_any(
+                    request, timeout_s=self.config.delivery_timeout_s
                 )
             except ClientError as exc:
                 if exc.error in _OVERTAKEN:

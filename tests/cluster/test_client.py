@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 
 import pytest
 
-from cluster.client import Cluster
+from cluster import protocol as p
+from cluster.client import CallTimeoutError, Cluster, RetryPolicy
+from statemachine.errors import ErrorCode
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -38,3 +42,52 @@ async def test_concurrent_first_requests_share_one_connection() -> None:
             assert accepted == 1
         finally:
             await cluster.close()
+
+
+def refused_address() -> str:
+    """A loopback address where nothing listens (the port was free a moment ago)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+async def test_a_call_nobody_answers_fails_in_one_line_when_its_timeout_is_spent() -> None:
+    address = refused_address()
+    cluster = Cluster([address], retry=RetryPolicy(timeout_s=0.5))
+    started = time.monotonic()
+    try:
+        with pytest.raises(CallTimeoutError) as failed:
+            await cluster.metadata(["orders"])
+    finally:
+        await cluster.close()
+    assert 0.5 <= time.monotonic() - started < 1.5  # retried until then, not past it
+    assert str(failed.value).startswith(
+        f"no broker served Metadata within 500 ms (last: NETWORK_EXCEPTION from {address}: "
+        "ConnectionRefusedError("
+    )
+    assert "\n" not in str(failed.value)
+    assert failed.value.error == ErrorCode.NETWORK_EXCEPTION
+    assert failed.value.unreachable  # the CLI says "cannot reach the cluster"
+
+
+async def test_a_silent_broker_cannot_hold_a_call_past_its_timeout() -> None:
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # accepts, reads, never answers
+        writer.close()
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server:
+        # A request may wait 10 s, the call only 0.5 s: each request is cut to what is left.
+        cluster = Cluster([address], request_timeout_s=10, retry=RetryPolicy(timeout_s=0.5))
+        started = time.monotonic()
+        try:
+            with pytest.raises(CallTimeoutError) as failed:
+                await cluster.call_leader("orders", 0, p.ListOffsets(()))
+        finally:
+            await cluster.close()
+    assert time.monotonic() - started < 1.5
+    assert str(failed.value).startswith(
+        f"no leader for orders-0 answered within 500 ms (last: REQUEST_TIMED_OUT from {address}"
+    )
+    assert failed.value.error == ErrorCode.REQUEST_TIMED_OUT  # not a broken connection

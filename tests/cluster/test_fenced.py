@@ -1,7 +1,10 @@
-"""Fenced writes against a real cluster: a rerun micro-batch is appended once (cluster/fenced.py).
+"""Fenced writes against a real cluster: a rerun micro-batch is appended once
+(cluster/client/fenced.py).
 
 A new `FencedWriter` per run stands for Spark running a task again after a crash: a new
-producer session each time, the same sink, writer and batch id, the same records.
+producer session each time, the same sink, writer and batch id, the same records. Tests that
+cut a write short wait on the writer's own progress (`parts_done`, `part_done`), never on the
+clock, so they hold on a slow or loaded machine as on a fast one.
 """
 
 from __future__ import annotations
@@ -25,6 +28,14 @@ def records(topic: str, first: int, count: int) -> list[SinkRecord]:
         SinkRecord(topic, f"k{i % 13}".encode() if i % 3 else None, f"v{i}".encode())
         for i in range(first, first + count)
     ]
+
+
+async def parts_done(writer: FencedWriter, count: int, timeout_s: float = 30) -> None:
+    """Until `writer` has had `count` parts answered (woken by each answer, not polling)."""
+    async with asyncio.timeout(timeout_s):
+        while writer.parts_done < count:
+            writer.part_done.clear()
+            await writer.part_done.wait()
 
 
 async def values_in(cluster: Cluster, topic: str) -> Counter[bytes]:
@@ -65,12 +76,11 @@ async def test_a_run_cut_off_mid_batch_is_completed_by_the_rerun(client: Cluster
     await Admin(client).create_topic("fenced-cut", 2, 3)
     batch = records("fenced-cut", 0, 4_000)
     small = FencedWriterConfig(part_bytes_max=2_048)  # dozens of parts per partition
-    crashed = asyncio.create_task(FencedWriter(client, "audit", 7, small).write(3, batch))
-    admin = Admin(client)
-    deadline = asyncio.get_running_loop().time() + 30
-    while sum([await admin.list_offsets("fenced-cut", n, Consumer.LATEST) for n in (0, 1)]) == 0:
-        assert asyncio.get_running_loop().time() < deadline, "no part appended in 30 s"
-        await asyncio.sleep(0.005)  # polling the partitions' ends
+    writer = FencedWriter(client, "audit", 7, small)
+    crashed = asyncio.create_task(writer.write(3, batch))
+    await parts_done(writer, 1)
+    # Cancelled as its first part is answered: every later part needs a round trip of its own,
+    # so only the one part in flight per partition can still land; dozens never will.
     crashed.cancel()  # the task dies between parts, as a killed Spark executor would
     with pytest.raises(asyncio.CancelledError):
         await crashed
@@ -90,14 +100,13 @@ async def test_a_fenced_write_rides_out_a_leader_kill(
     await Admin(client).create_topic("fenced-kill", 1, 3)
     batch = records("fenced-kill", 0, 6_000)
     small = FencedWriterConfig(part_bytes_max=1_024)  # a few hundred parts, one at a time
-    writing = asyncio.create_task(FencedWriter(client, "sink", 0, small).write(0, batch))
-    admin = Admin(client)
-    deadline = asyncio.get_running_loop().time() + 30
-    while await admin.list_offsets("fenced-kill", 0, Consumer.LATEST) < 500:
-        assert asyncio.get_running_loop().time() < deadline, "the write made no progress"
-        await asyncio.sleep(0.005)  # polling the partition's end
     leader = await leader_of(client, "fenced-kill", 0)
-    assert not writing.done(), "the write must still be going when its leader dies"
+    writer = FencedWriter(client, "sink", 0, small)
+    writing = asyncio.create_task(writer.write(0, batch))
+    await parts_done(writer, 20)  # about 500 records of a few hundred parts, one at a time
+    # Killed (kill_and_restart blocks the loop) as the 20th part is answered: the write, one
+    # part in flight at a time, is nowhere near its end.
+    assert not writing.done()
     restarted = await kill_and_restart(three_nodes, leader)
     report = await asyncio.wait_for(writing, 60)
     assert report.appended_records + report.replayed_records == 6_000
