@@ -75,6 +75,9 @@ class Timing:
     expiry_tick_interval_ms: int = 1_000
     retention_check_interval_ms: int = 30_000
     request_timeout_ms: int = 10_000
+    # A request not answered by then is answered REQUEST_TIMED_OUT (a backstop: every handler
+    # answers within request_timeout_ms, so only a bug could hold a connection's answers).
+    answer_timeout_ms: int = 30_000
     client_idle_timeout_ms: int = 300_000
     producer_id_expiration_ms: int = 86_400_000
     transactional_id_expiration_ms: int = 604_800_000
@@ -90,6 +93,8 @@ class Timing:
             raise ConfigError("Timing.connection_timeout_ms must be >= election_timeout_ms_max")
         if self.leader_fallback_ms <= self.heartbeat_ms:
             raise ConfigError("Timing.leader_fallback_ms must exceed heartbeat_ms")
+        if self.answer_timeout_ms <= self.request_timeout_ms:
+            raise ConfigError("Timing.answer_timeout_ms must exceed request_timeout_ms")
 
 
 @dataclass(frozen=True, slots=True)

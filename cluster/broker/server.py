@@ -3,9 +3,9 @@
 Each connection may pipeline requests; they are handled concurrently and answered in the order
 they arrived, as Kafka does. Limits: connections per node, requests in flight per connection
 and answer bytes held per connection (reading pauses when either bound is reached, as Kafka
-mutes a channel: backpressure, not a queue that grows), frame size, an idle timeout that
-closes dead or silent clients, and a write timeout that closes a client that stops reading its
-answers.
+mutes a channel: backpressure, not a queue that grows), frame size, a deadline for every
+answer, an idle timeout that closes dead or silent clients, and a write timeout that closes a
+client that stops reading its answers.
 
 The answer bytes a connection holds are the frames of answers that wait for an earlier one,
 and for each request still under way what its handler reserves (`answer_bytes_reserved`: the
@@ -13,6 +13,11 @@ bound of a Fetch answer). Answers handed to the transport are not counted: past 
 mark the transport pauses writing, and then no request is read either. So a client that
 pipelines requests and never reads costs a node at most about
 `Limits.answer_bytes_per_connection_max`, one answer more, and a socket buffer.
+
+Every request is answered once: by its handler, or with REQUEST_TIMED_OUT at
+`Timing.answer_timeout_ms` if the handler has not answered by then (which handlers, each bound
+by `request_timeout_ms`, never let happen: the deadline keeps a bug from holding a connection,
+and the requests behind it, for ever).
 
 A connection is an `asyncio.Protocol`: frames are cut out of `data_received` as they arrive,
 and an answer is written the moment it is known and every earlier one is out. A handler may
@@ -79,6 +84,7 @@ class Server:
         self.handler = handler
         self.limits = limits
         self.idle_timeout_s = timing.client_idle_timeout_ms / 1000
+        self.answer_timeout_s = timing.answer_timeout_ms / 1000
         self._host = host
         self._port = port
         self.connections = 0
@@ -93,15 +99,17 @@ class Server:
 
 
 class _Slot:
-    """One request's place in the answer order: its encoded answer once known (`frame`), and
-    the bytes held in reserve for it until then."""
+    """One request's place in the answer order: its encoded answer once known (`frame`), the
+    bytes held in reserve for it until then, when it is due, and the task serving it, if any."""
 
-    __slots__ = ("correlation_id", "frame", "reserved")
+    __slots__ = ("correlation_id", "deadline", "frame", "reserved", "task")
 
-    def __init__(self, correlation_id: int, reserved: int) -> None:
+    def __init__(self, correlation_id: int, reserved: int, deadline: float) -> None:
         self.correlation_id = correlation_id
         self.reserved = reserved
+        self.deadline = deadline
         self.frame: bytes | None = None
+        self.task: asyncio.Task[None] | None = None
 
 
 class _Connection(asyncio.Protocol):
@@ -123,6 +131,7 @@ class _Connection(asyncio.Protocol):
         self._last_heard = self._loop.time()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -163,7 +172,7 @@ class _Connection(asyncio.Protocol):
         if self._idle_timer is None:
             return  # refused at the connection limit: never counted
         self._server.connections -= 1
-        for timer in (self._idle_timer, self._write_timer):
+        for timer in (self._idle_timer, self._write_timer, self._deadline_timer):
             if timer is not None:
                 timer.cancel()
         for task in self._tasks:
@@ -232,7 +241,7 @@ class _Connection(asyncio.Protocol):
         except Exception as exc:  # noqa: BLE001 - a handler's bug: logged and answered, not fatal
             respond(exc)
             return
-        task = self._loop.create_task(self._handle(request, respond))
+        task = slot.task = self._loop.create_task(self._handle(request, respond))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -246,9 +255,12 @@ class _Connection(asyncio.Protocol):
     # -- answers out ---------------------------------------------------------------------------
 
     def _new_slot(self, correlation_id: int, reserved: int = 0) -> _Slot:
-        slot = _Slot(correlation_id, reserved)
+        deadline = self._loop.time() + self._server.answer_timeout_s
+        slot = _Slot(correlation_id, reserved, deadline)
         self._slots.append(slot)
         self._held_bytes += reserved
+        if self._deadline_timer is None:
+            self._deadline_timer = self._loop.call_at(deadline, self._answer_overdue)
         return slot
 
     def _respond(self, slot: _Slot, outcome: Outcome) -> None:
@@ -263,6 +275,8 @@ class _Connection(asyncio.Protocol):
         self._complete(slot, frame)
 
     def _complete(self, slot: _Slot, frame: bytes) -> None:
+        if slot.frame is not None:
+            return  # answered at its deadline already: the late outcome has no request left
         slot.frame = frame
         self._held_bytes += len(frame) - slot.reserved
         slots, transport = self._slots, self._transport
@@ -296,8 +310,31 @@ class _Connection(asyncio.Protocol):
             self._transport.resume_reading()
             self._reading = True
 
+    def _answer_overdue(self) -> None:
+        """Answer REQUEST_TIMED_OUT to every request past its deadline (only the oldest ones
+        can be: every slot gets the same timeout), cancelling the task that serves it."""
+        self._deadline_timer = None
+        slots, now = self._slots, self._loop.time()
+        while slots and slots[0].frame is None and slots[0].deadline <= now:
+            slot = slots[0]
+            log.error(
+                "request %d got no answer within %.0f s; answered REQUEST_TIMED_OUT",
+                slot.correlation_id,
+                self._server.answer_timeout_s,
+            )
+            if slot.task is not None:
+                slot.task.cancel()
+            message = "the node did not answer in time"
+            self._complete(
+                slot, _error_frame(slot.correlation_id, ErrorCode.REQUEST_TIMED_OUT, message)
+            )
+        # (Taking requests again may have armed it; a head with its frame means closing.)
+        if self._deadline_timer is None and slots and slots[0].frame is None:
+            self._deadline_timer = self._loop.call_at(slots[0].deadline, self._answer_overdue)
+
     def _check_idle(self) -> None:
-        """Close a client silent for the idle timeout, unless it still awaits answers."""
+        """Close a client silent for the idle timeout once it awaits no answer (each answer
+        comes by its deadline, so a pending one defers the close only that long)."""
         idle_s = self._server.idle_timeout_s
         silent_s = self._loop.time() - self._last_heard
         if silent_s >= idle_s and not self._slots:
