@@ -110,7 +110,11 @@ class RequestFrontend:
 
     # -- partitions: where they are ----------------------------------------------------------
 
-    def _leader_hint(self, topic: str, partition: int) -> str:
+    def _leader_hint(self, error: ErrorCode, topic: str, partition: int) -> str:
+        """Where a partition refused with `error` is led, for the client's retry ("" when it
+        does not exist: a stale hint would send the client to a node that lost it)."""
+        if error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return ""
         handle = self.node.partitions.get((topic, partition))
         peer = handle.leader_peer() if handle else None
         if peer is None:
@@ -119,12 +123,24 @@ class RequestFrontend:
         return "" if peer is None else peer.client_address
 
     def _leading(self, topic: str, partition: int) -> PartitionHandle | ErrorCode:
-        handle = self.node.partitions.get((topic, partition))
-        if handle is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if not handle.group.serving:
+        """The partition's handle if this node serves it as leader, else why not."""
+        handle = self._hosting(topic, partition)
+        if isinstance(handle, PartitionHandle) and not handle.group.serving:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return handle
+
+    def _hosting(self, topic: str, partition: int) -> PartitionHandle | ErrorCode:
+        """The partition's handle if this node holds a replica of it, else why not: the
+        partition does not exist as far as this node's metadata knows (Kafka's
+        UNKNOWN_TOPIC_OR_PARTITION: a client refreshes its metadata, which says whether the
+        topic exists), or its replicas are on other nodes (NOT_LEADER_OR_FOLLOWER)."""
+        handle = self.node.partitions.get((topic, partition))
+        if handle is not None:
+            return handle
+        info = self.node.metadata_replica.machine.topics.get(topic)
+        if info is None or partition >= info.partitions:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     # -- produce -----------------------------------------------------------------------------
 
@@ -194,7 +210,7 @@ class RequestFrontend:
             finish(self._failed(entry, exc.error))
 
     def _failed(self, entry: p.ProduceEntry, error: ErrorCode) -> p.ProduceResult:
-        hint = self._leader_hint(entry.topic, entry.partition)
+        hint = self._leader_hint(error, entry.topic, entry.partition)
         return p.ProduceResult(entry.topic, entry.partition, error, -1, -1, -1, False, hint)
 
     def _produced(self, entry: p.ProduceEntry, result: object) -> p.ProduceResult:
@@ -279,14 +295,13 @@ class RequestFrontend:
         self, fp: p.FetchPartition, max_bytes: int, replica_read: bool, at_least_one: bool
     ) -> p.FetchResult:
         handle = (
-            self.node.partitions.get((fp.topic, fp.partition))
+            self._hosting(fp.topic, fp.partition)
             if replica_read
             else self._leading(fp.topic, fp.partition)
         )
         if not isinstance(handle, PartitionHandle):
-            hint = self._leader_hint(fp.topic, fp.partition)
-            error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            return p.FetchResult(fp.topic, fp.partition, error, -1, -1, hint, ())
+            hint = self._leader_hint(handle, fp.topic, fp.partition)
+            return p.FetchResult(fp.topic, fp.partition, handle, -1, -1, hint, ())
         replica = handle.replica
         high, start = replica.high_watermark, replica.log_start_offset
 
@@ -323,7 +338,7 @@ class RequestFrontend:
         for q in request.partitions:
             handle = self._leading(q.topic, q.partition)
             if isinstance(handle, ErrorCode):
-                hint = self._leader_hint(q.topic, q.partition)
+                hint = self._leader_hint(handle, q.topic, q.partition)
                 results.append(p.OffsetResult(q.topic, q.partition, handle, -1, hint))
                 continue
             offset = (
@@ -339,7 +354,7 @@ class RequestFrontend:
         for partition in request.partitions:
             handle = self._leading(request.topic, partition)
             if isinstance(handle, ErrorCode):
-                hint = self._leader_hint(request.topic, partition)
+                hint = self._leader_hint(handle, request.topic, partition)
                 results.append(p.PartitionProducers(partition, handle, hint, ()))
                 continue
             producers = await handle.group.read(partial(_describe, handle))
