@@ -33,6 +33,10 @@ class Limits:
     fetch_bytes_max: int = 4 * MIB
     connections_max: int = 1_024
     in_flight_requests_per_connection_max: int = 128
+    # Answer bytes one connection may hold (known, or reserved for Fetches under way) before
+    # its requests are no longer read: a client that pipelines requests and never reads the
+    # answers costs the node about this, one answer more and a socket buffer, at most.
+    answer_bytes_per_connection_max: int = 16 * MIB
     pending_proposals_max: int = 10_000
     partitions_per_request_max: int = 1_024
     segment_bytes_max: int = 64 * MIB
@@ -52,6 +56,10 @@ class Limits:
             raise ConfigError("Limits.raft_queue_bytes_max must hold a whole raft frame")
         if self.fetch_bytes_max > self.frame_bytes_max - 64 * KIB:
             raise ConfigError("Limits.fetch_bytes_max must leave 64 KiB of frame_bytes_max free")
+        if self.answer_bytes_per_connection_max < self.fetch_bytes_max:
+            raise ConfigError(
+                "Limits.answer_bytes_per_connection_max must hold a whole fetch_bytes_max answer"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +75,9 @@ class Timing:
     expiry_tick_interval_ms: int = 1_000
     retention_check_interval_ms: int = 30_000
     request_timeout_ms: int = 10_000
+    # A request not answered by then is answered REQUEST_TIMED_OUT (a backstop: every handler
+    # answers within request_timeout_ms, so only a bug could hold a connection's answers).
+    answer_timeout_ms: int = 30_000
     client_idle_timeout_ms: int = 300_000
     producer_id_expiration_ms: int = 86_400_000
     transactional_id_expiration_ms: int = 604_800_000
@@ -82,6 +93,8 @@ class Timing:
             raise ConfigError("Timing.connection_timeout_ms must be >= election_timeout_ms_max")
         if self.leader_fallback_ms <= self.heartbeat_ms:
             raise ConfigError("Timing.leader_fallback_ms must exceed heartbeat_ms")
+        if self.answer_timeout_ms <= self.request_timeout_ms:
+            raise ConfigError("Timing.answer_timeout_ms must exceed request_timeout_ms")
 
 
 @dataclass(frozen=True, slots=True)

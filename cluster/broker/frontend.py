@@ -4,7 +4,8 @@ Every name and size is validated here, before anything is proposed: a malformed 
 invalid topic name or an unknown partition gets an error and never reaches a Raft log. Produce
 is acks=all: the answer is the apply result of the committed entry (offsets, the original
 offsets of a duplicate, or the rejection). Fetch serves only applied, hence committed, batches
-from the partition leader, and long-polls up to `max_wait_ms` for new ones.
+from the partition leader, and long-polls up to `max_wait_ms` for new ones; its answer keeps to
+one byte budget as Kafka's does (KIP-74), and a partition listed twice is refused.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from cluster.broker.peers import PeerWatcher
 from cluster.broker.server import Respond
 from cluster.broker.storage import StorageError
 from cluster.clock import wall_ms
+from cluster.config import Limits
 from cluster.errors import RaftbrokerError, RequestRefusedError
 from cluster.raft import ProposalError
 from statemachine.commands import (
@@ -31,13 +33,22 @@ from statemachine.commands import (
     InitTransactionalProducer,
 )
 from statemachine.errors import ErrorCode, Rejected
+from statemachine.limits import StateLimits
 from statemachine.metadata import TopicCreated, TopicDeleted, TopicInfo, topic_name_error
 from statemachine.partition import Appended, Duplicate
-from statemachine.records import BatchFormatError, verify_batch
+from statemachine.records import HEADER_BYTES, BatchFormatError, verify_batch
 from statemachine.txn_registry import ProducerIdAndEpoch
 
 EARLIEST, LATEST = -2, -1
 Fence = tuple[str, int, int, int]  # (sink, writer, batch id, part) of a FencedProduce
+# What a Fetch answer holds besides its batches' bytes and the topic names it echoes, in msgpack:
+# the frame and response headers; per partition its integers, array headers and a leader hint;
+# per batch its offset, append time and headers (less than the HEADER_BYTES every batch has).
+FETCH_ANSWER_OVERHEAD_BYTES = 64
+FETCH_RESULT_OVERHEAD_BYTES = 64 + p.ADDRESS_CHARS_MAX
+FETCHED_BATCH_OVERHEAD_BYTES = 24
+assert FETCHED_BATCH_OVERHEAD_BYTES < HEADER_BYTES
+UTF8_BYTES_PER_CHAR_MAX = 4
 
 
 class RequestFrontend:
@@ -63,6 +74,14 @@ class RequestFrontend:
             raise
         finally:
             self._observe(op, error, started)
+
+    def answer_bytes_reserved(self, request: p.Request) -> int:
+        """What the server holds in reserve for `request`'s answer while it is under way: the
+        bound of a Fetch answer; 0 for the others, whose answers are small (their frames count
+        once they are known)."""
+        if isinstance(request, p.Fetch):
+            return fetch_answer_bytes_bound(request, self.node.config.limits, self.node.limits)
+        return 0
 
     def _observe(self, op: str, error: str, started: float) -> None:
         self.metrics.request_done(op, error, time.perf_counter() - started)
@@ -91,7 +110,11 @@ class RequestFrontend:
 
     # -- partitions: where they are ----------------------------------------------------------
 
-    def _leader_hint(self, topic: str, partition: int) -> str:
+    def _leader_hint(self, error: ErrorCode, topic: str, partition: int) -> str:
+        """Where a partition refused with `error` is led, for the client's retry ("" when it
+        does not exist: a stale hint would send the client to a node that lost it)."""
+        if error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return ""
         handle = self.node.partitions.get((topic, partition))
         peer = handle.leader_peer() if handle else None
         if peer is None:
@@ -100,12 +123,24 @@ class RequestFrontend:
         return "" if peer is None else peer.client_address
 
     def _leading(self, topic: str, partition: int) -> PartitionHandle | ErrorCode:
-        handle = self.node.partitions.get((topic, partition))
-        if handle is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if not handle.group.serving:
+        """The partition's handle if this node serves it as leader, else why not."""
+        handle = self._hosting(topic, partition)
+        if isinstance(handle, PartitionHandle) and not handle.group.serving:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return handle
+
+    def _hosting(self, topic: str, partition: int) -> PartitionHandle | ErrorCode:
+        """The partition's handle if this node holds a replica of it, else why not: the
+        partition does not exist as far as this node's metadata knows (Kafka's
+        UNKNOWN_TOPIC_OR_PARTITION: a client refreshes its metadata, which says whether the
+        topic exists), or its replicas are on other nodes (NOT_LEADER_OR_FOLLOWER)."""
+        handle = self.node.partitions.get((topic, partition))
+        if handle is not None:
+            return handle
+        info = self.node.metadata_replica.machine.topics.get(topic)
+        if info is None or partition >= info.partitions:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     # -- produce -----------------------------------------------------------------------------
 
@@ -130,6 +165,11 @@ class RequestFrontend:
                 respond(p.ProduceResponse(tuple(results[i] for i in range(len(entries)))))
                 self._observe(op, "NONE", started)  # after the answer left: not on its path
 
+        if not entries:
+            # Nothing to wait for: the answer is due now (Kafka answers an empty produce with
+            # an empty response). Waiting for every entry's result would never answer it.
+            respond(p.ProduceResponse(()))
+            return True
         for index, (entry, fence) in enumerate(zip(entries, fences, strict=True)):
             self._start_produce(entry, timeout_s, fence, partial(finish, index))
         return True
@@ -170,7 +210,7 @@ class RequestFrontend:
             finish(self._failed(entry, exc.error))
 
     def _failed(self, entry: p.ProduceEntry, error: ErrorCode) -> p.ProduceResult:
-        hint = self._leader_hint(entry.topic, entry.partition)
+        hint = self._leader_hint(error, entry.topic, entry.partition)
         return p.ProduceResult(entry.topic, entry.partition, error, -1, -1, -1, False, hint)
 
     def _produced(self, entry: p.ProduceEntry, result: object) -> p.ProduceResult:
@@ -205,6 +245,7 @@ class RequestFrontend:
     # -- fetch -------------------------------------------------------------------------------
 
     async def fetch(self, request: p.Fetch) -> p.FetchResponse:
+        _refuse_duplicates(request)
         max_wait_s = min(request.max_wait_ms, self.node.config.timing.request_timeout_ms) / 1000
         deadline = time.monotonic() + max_wait_s
         results = self._fetch_all(request)
@@ -214,12 +255,20 @@ class RequestFrontend:
         return p.FetchResponse(tuple(results))
 
     def _fetch_all(self, request: p.Fetch) -> list[p.FetchResult]:
-        """Each partition's batches, within one byte budget for the whole response."""
-        budget = min(request.max_bytes, self.node.config.limits.fetch_bytes_max)
+        """Each partition's batches, within one byte budget for the whole response (KIP-74).
+
+        Only the first partition with data gives at least one batch whatever the budgets, so
+        that a consumer whose next batch exceeds them still progresses; every later one gives
+        only whole batches within its own `max_bytes` and what is left of the budget.
+        """
+        budget = fetch_budget_bytes(request, self.node.config.limits)
         results = []
+        first = True  # no partition has given a batch yet
         for fp in request.partitions:
-            result = self._fetch_one(fp, max(1, min(fp.max_bytes, budget)), request.replica_read)
-            budget -= sum(len(b.batch) for b in result.batches)
+            result = self._fetch_one(fp, min(fp.max_bytes, budget), request.replica_read, first)
+            size = sum(len(b.batch) for b in result.batches)
+            budget = max(0, budget - size)
+            first = first and not result.batches
             results.append(result)
         return results
 
@@ -242,16 +291,17 @@ class RequestFrontend:
                 w.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
 
-    def _fetch_one(self, fp: p.FetchPartition, max_bytes: int, replica_read: bool) -> p.FetchResult:
+    def _fetch_one(
+        self, fp: p.FetchPartition, max_bytes: int, replica_read: bool, at_least_one: bool
+    ) -> p.FetchResult:
         handle = (
-            self.node.partitions.get((fp.topic, fp.partition))
+            self._hosting(fp.topic, fp.partition)
             if replica_read
             else self._leading(fp.topic, fp.partition)
         )
         if not isinstance(handle, PartitionHandle):
-            hint = self._leader_hint(fp.topic, fp.partition)
-            error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            return p.FetchResult(fp.topic, fp.partition, error, -1, -1, hint, ())
+            hint = self._leader_hint(handle, fp.topic, fp.partition)
+            return p.FetchResult(fp.topic, fp.partition, handle, -1, -1, hint, ())
         replica = handle.replica
         high, start = replica.high_watermark, replica.log_start_offset
 
@@ -264,7 +314,11 @@ class RequestFrontend:
             # This replica is restoring records it missed; they exist on the others. Retriable.
             return answer(ErrorCode.LEADER_NOT_AVAILABLE)
         try:
-            stored = replica.store.read(fp.offset, max_bytes) if fp.offset < high else []
+            stored = (
+                replica.store.read(fp.offset, max_bytes, at_least_one=at_least_one)
+                if fp.offset < high
+                else []
+            )
         except StorageError:  # damage on disk: retriable, another replica can serve it
             return answer(ErrorCode.LEADER_NOT_AVAILABLE)
         self.metrics.fetched_bytes.inc(sum(len(b.batch) for b in stored))
@@ -284,7 +338,7 @@ class RequestFrontend:
         for q in request.partitions:
             handle = self._leading(q.topic, q.partition)
             if isinstance(handle, ErrorCode):
-                hint = self._leader_hint(q.topic, q.partition)
+                hint = self._leader_hint(handle, q.topic, q.partition)
                 results.append(p.OffsetResult(q.topic, q.partition, handle, -1, hint))
                 continue
             offset = (
@@ -300,7 +354,7 @@ class RequestFrontend:
         for partition in request.partitions:
             handle = self._leading(request.topic, partition)
             if isinstance(handle, ErrorCode):
-                hint = self._leader_hint(request.topic, partition)
+                hint = self._leader_hint(handle, request.topic, partition)
                 results.append(p.PartitionProducers(partition, handle, hint, ()))
                 continue
             producers = await handle.group.read(partial(_describe, handle))
@@ -432,3 +486,37 @@ def _describe(handle: PartitionHandle) -> tuple[p.ProducerDescription, ...]:
         )
         for pid, entry in handle.replica.machine.producers
     )
+
+
+# -- fetch bounds --------------------------------------------------------------------------------
+
+
+def fetch_budget_bytes(request: p.Fetch, limits: Limits) -> int:
+    """The budget for a Fetch answer's batch bytes (KIP-74: the first partition with data
+    exceeds it by one batch when that batch alone is larger)."""
+    return min(request.max_bytes, limits.fetch_bytes_max)
+
+
+def fetch_answer_bytes_bound(request: p.Fetch, limits: Limits, state: StateLimits) -> int:
+    """The most bytes the answer to `request` can take: its batches (the budget, or the one
+    batch of the first partition with data, however large) with their framing (less than their
+    own bytes, so at most twice as much), and each partition's result."""
+    batch_bytes = max(fetch_budget_bytes(request, limits), state.batch_bytes_max)
+    results = sum(
+        FETCH_RESULT_OVERHEAD_BYTES + UTF8_BYTES_PER_CHAR_MAX * len(fp.topic)
+        for fp in request.partitions
+    )
+    return FETCH_ANSWER_OVERHEAD_BYTES + 2 * batch_bytes + results
+
+
+def _refuse_duplicates(request: p.Fetch) -> None:
+    """A partition listed twice would be read and answered twice: refused before any read."""
+    seen: set[tuple[str, int]] = set()
+    for fp in request.partitions:
+        key = (fp.topic, fp.partition)
+        if key in seen:
+            raise RequestRefusedError(
+                ErrorCode.INVALID_REQUEST,
+                f"Fetch lists partition {fp.topic}-{fp.partition} more than once",
+            )
+        seen.add(key)

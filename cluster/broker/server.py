@@ -2,9 +2,22 @@
 
 Each connection may pipeline requests; they are handled concurrently and answered in the order
 they arrived, as Kafka does. Limits: connections per node, requests in flight per connection
-(reading pauses when the bound is reached: backpressure, not a queue that grows), frame size,
-an idle timeout that closes dead or silent clients, and a write timeout that closes a client
-that stops reading its answers.
+and answer bytes held per connection (reading pauses when either bound is reached, as Kafka
+mutes a channel: backpressure, not a queue that grows), frame size, a deadline for every
+answer, an idle timeout that closes dead or silent clients, and a write timeout that closes a
+client that stops reading its answers.
+
+The answer bytes a connection holds are the frames of answers that wait for an earlier one,
+and for each request still under way what its handler reserves (`answer_bytes_reserved`: the
+bound of a Fetch answer). Answers handed to the transport are not counted: past its high-water
+mark the transport pauses writing, and then no request is read either. So a client that
+pipelines requests and never reads costs a node at most about
+`Limits.answer_bytes_per_connection_max`, one answer more, and a socket buffer.
+
+Every request is answered once: by its handler, or with REQUEST_TIMED_OUT at
+`Timing.answer_timeout_ms` if the handler has not answered by then (which handlers, each bound
+by `request_timeout_ms`, never let happen: the deadline keeps a bug from holding a connection,
+and the requests behind it, for ever).
 
 A connection is an `asyncio.Protocol`: frames are cut out of `data_received` as they arrive,
 and an answer is written the moment it is known and every earlier one is out. A handler may
@@ -56,6 +69,11 @@ class RequestHandler(Protocol):
         when it has none (then `handle` serves it, in a task)."""
         ...
 
+    def answer_bytes_reserved(self, request: Request) -> int:
+        """The bytes to hold in reserve for `request`'s answer while it is under way (its
+        bound where it may be large; 0 where it is small)."""
+        ...
+
     async def handle(self, request: Request) -> Response: ...
 
 
@@ -66,6 +84,7 @@ class Server:
         self.handler = handler
         self.limits = limits
         self.idle_timeout_s = timing.client_idle_timeout_ms / 1000
+        self.answer_timeout_s = timing.answer_timeout_ms / 1000
         self._host = host
         self._port = port
         self.connections = 0
@@ -80,12 +99,17 @@ class Server:
 
 
 class _Slot:
-    """One request's place in the answer order; `frame` is its encoded answer once known."""
+    """One request's place in the answer order: its encoded answer once known (`frame`), the
+    bytes held in reserve for it until then, when it is due, and the task serving it, if any."""
 
-    __slots__ = ("frame",)
+    __slots__ = ("correlation_id", "deadline", "frame", "reserved", "task")
 
-    def __init__(self) -> None:
+    def __init__(self, correlation_id: int, reserved: int, deadline: float) -> None:
+        self.correlation_id = correlation_id
+        self.reserved = reserved
+        self.deadline = deadline
         self.frame: bytes | None = None
+        self.task: asyncio.Task[None] | None = None
 
 
 class _Connection(asyncio.Protocol):
@@ -98,6 +122,7 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._inbuf = bytearray()
         self._slots: deque[_Slot] = deque()
+        self._held_bytes = 0  # answer bytes of the slots: known frames and reservations
         self._tasks: set[asyncio.Task[None]] = set()
         self._reading = True
         self._taking = False  # in _take_frames: an answer given at once must not re-enter it
@@ -106,6 +131,7 @@ class _Connection(asyncio.Protocol):
         self._last_heard = self._loop.time()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -146,7 +172,7 @@ class _Connection(asyncio.Protocol):
         if self._idle_timer is None:
             return  # refused at the connection limit: never counted
         self._server.connections -= 1
-        for timer in (self._idle_timer, self._write_timer):
+        for timer in (self._idle_timer, self._write_timer, self._deadline_timer):
             if timer is not None:
                 timer.cancel()
         for task in self._tasks:
@@ -168,12 +194,11 @@ class _Connection(asyncio.Protocol):
 
     def _take_buffered_frames(self) -> None:
         buf, offset = self._inbuf, 0
-        in_flight_max = self._limits.in_flight_requests_per_connection_max
-        while not self._finishing and self._writable and len(self._slots) < in_flight_max:
+        while self._open_for_requests():
             try:
                 frame = take_frame(buf, offset, self._limits.frame_bytes_max)
             except ProtocolError as exc:  # oversize: answer (its body is never read), close
-                self._complete(self._new_slot(), _error_frame(0, exc.error, exc.message))
+                self._complete(self._new_slot(0), _error_frame(0, exc.error, exc.message))
                 self._finish()
                 break
             if frame is None:
@@ -181,10 +206,21 @@ class _Connection(asyncio.Protocol):
             body, offset = frame
             self._on_frame(body)
         del buf[:offset]
-        if self._finishing or not self._writable or len(self._slots) >= in_flight_max:
-            self._pause_reading()
-        else:
+        if self._open_for_requests():
             self._resume_reading()
+        else:
+            self._pause_reading()
+
+    def _open_for_requests(self) -> bool:
+        """Whether another request may be taken: the client reads its answers, and neither
+        the requests in flight nor the answer bytes held are at their bound."""
+        limits = self._limits
+        return (
+            not self._finishing
+            and self._writable
+            and len(self._slots) < limits.in_flight_requests_per_connection_max
+            and self._held_bytes < limits.answer_bytes_per_connection_max
+        )
 
     def _on_frame(self, body: bytes) -> None:
         try:
@@ -194,16 +230,18 @@ class _Connection(asyncio.Protocol):
                 self._finish()  # cannot even answer it: close after the earlier answers
                 return
             frame = _error_frame(exc.correlation_id, exc.error, exc.message)
-            self._complete(self._new_slot(), frame)
+            self._complete(self._new_slot(exc.correlation_id), frame)
             return
-        respond = partial(self._respond, self._new_slot(), correlation_id)
+        handler = self._server.handler
+        slot = self._new_slot(correlation_id, handler.answer_bytes_reserved(request))
+        respond = partial(self._respond, slot)
         try:
-            if self._server.handler.answer_now(request, respond):
+            if handler.answer_now(request, respond):
                 return
         except Exception as exc:  # noqa: BLE001 - a handler's bug: logged and answered, not fatal
             respond(exc)
             return
-        task = self._loop.create_task(self._handle(request, respond))
+        task = slot.task = self._loop.create_task(self._handle(request, respond))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -216,12 +254,17 @@ class _Connection(asyncio.Protocol):
 
     # -- answers out ---------------------------------------------------------------------------
 
-    def _new_slot(self) -> _Slot:
-        slot = _Slot()
+    def _new_slot(self, correlation_id: int, reserved: int = 0) -> _Slot:
+        deadline = self._loop.time() + self._server.answer_timeout_s
+        slot = _Slot(correlation_id, reserved, deadline)
         self._slots.append(slot)
+        self._held_bytes += reserved
+        if self._deadline_timer is None:
+            self._deadline_timer = self._loop.call_at(deadline, self._answer_overdue)
         return slot
 
-    def _respond(self, slot: _Slot, correlation_id: int, outcome: Outcome) -> None:
+    def _respond(self, slot: _Slot, outcome: Outcome) -> None:
+        correlation_id = slot.correlation_id
         if isinstance(outcome, RaftbrokerError):
             frame = _error_frame(correlation_id, outcome.error, outcome.message, outcome.leader)
         elif isinstance(outcome, Exception):
@@ -232,12 +275,16 @@ class _Connection(asyncio.Protocol):
         self._complete(slot, frame)
 
     def _complete(self, slot: _Slot, frame: bytes) -> None:
+        if slot.frame is not None:
+            return  # answered at its deadline already: the late outcome has no request left
         slot.frame = frame
+        self._held_bytes += len(frame) - slot.reserved
         slots, transport = self._slots, self._transport
         if transport is None or transport.is_closing():
             return
         while slots and (head := slots[0].frame) is not None:
             slots.popleft()
+            self._held_bytes -= len(head)
             transport.write(head)
         if self._finishing:
             if not slots:
@@ -263,8 +310,31 @@ class _Connection(asyncio.Protocol):
             self._transport.resume_reading()
             self._reading = True
 
+    def _answer_overdue(self) -> None:
+        """Answer REQUEST_TIMED_OUT to every request past its deadline (only the oldest ones
+        can be: every slot gets the same timeout), cancelling the task that serves it."""
+        self._deadline_timer = None
+        slots, now = self._slots, self._loop.time()
+        while slots and slots[0].frame is None and slots[0].deadline <= now:
+            slot = slots[0]
+            log.error(
+                "request %d got no answer within %.0f s; answered REQUEST_TIMED_OUT",
+                slot.correlation_id,
+                self._server.answer_timeout_s,
+            )
+            if slot.task is not None:
+                slot.task.cancel()
+            message = "the node did not answer in time"
+            self._complete(
+                slot, _error_frame(slot.correlation_id, ErrorCode.REQUEST_TIMED_OUT, message)
+            )
+        # (Taking requests again may have armed it; a head with its frame means closing.)
+        if self._deadline_timer is None and slots and slots[0].frame is None:
+            self._deadline_timer = self._loop.call_at(slots[0].deadline, self._answer_overdue)
+
     def _check_idle(self) -> None:
-        """Close a client silent for the idle timeout, unless it still awaits answers."""
+        """Close a client silent for the idle timeout once it awaits no answer (each answer
+        comes by its deadline, so a pending one defers the close only that long)."""
         idle_s = self._server.idle_timeout_s
         silent_s = self._loop.time() - self._last_heard
         if silent_s >= idle_s and not self._slots:

@@ -540,19 +540,24 @@ class PartitionStore:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int) -> list[StoredBatch]:
+    def read(self, offset: int, max_bytes: int, *, at_least_one: bool = True) -> list[StoredBatch]:
         """The batches from the one holding `offset` on, up to `max_bytes` of batch bytes.
 
-        At least one batch whenever `offset` is stored, however large it is (as Kafka serves an
-        oversize batch); nothing for an offset below `log_start_offset` or at `next_offset` and
-        beyond. StorageCorruptionError if a frame on the way is not what the index says.
+        With `at_least_one`, at least one batch whenever `offset` is stored, however large it
+        is (as Kafka serves an oversize batch to the first partition of a fetch); without it,
+        only whole batches within `max_bytes`. Nothing for an offset below `log_start_offset` or
+        at `next_offset` and beyond. StorageCorruptionError if a frame on the way is not what
+        the index says.
         """
         if max_bytes < 0:
             raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
         self._check_open()
         if not self._log_start_offset <= offset < self._next_offset:
             return []
-        return self._read_spans(self._spans(offset, max_bytes), offset, max_bytes)
+        if max_bytes == 0 and not at_least_one:
+            return []
+        spans = self._spans(offset, max_bytes)
+        return self._read_spans(spans, offset, max_bytes, at_least_one)
 
     def export_from(self, offset: int, max_bytes: int) -> list[StoredBatch]:
         """Batches for a snapshot or a lagging replica: the same as `read`."""
@@ -573,7 +578,9 @@ class PartitionStore:
             position, indexed_offset = 0, segment.next_offset
         return spans
 
-    def _read_spans(self, spans: list[_Span], offset: int, max_bytes: int) -> list[StoredBatch]:
+    def _read_spans(
+        self, spans: list[_Span], offset: int, max_bytes: int, at_least_one: bool
+    ) -> list[StoredBatch]:
         chunk_bytes = max(READ_CHUNK_BYTES_MIN, max_bytes + self._index_interval_bytes)
         batches: list[StoredBatch] = []
         total = 0
@@ -589,7 +596,7 @@ class PartitionStore:
             for frame in scanner:
                 if frame.next_offset <= offset:
                     continue
-                if batches and total + len(frame.batch) > max_bytes:
+                if (batches or not at_least_one) and total + len(frame.batch) > max_bytes:
                     return batches
                 batches.append(frame.stored())
                 total += len(frame.batch)

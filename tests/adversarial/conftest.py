@@ -10,22 +10,26 @@ real sockets, then calls `assert_intact`, which holds only if
 - no node's log holds a traceback (a refused request is logged in one line, if at all).
 
 Raw-socket helpers speak the native framing (a 4-byte big-endian length, then the payload) so
-tests can send what no client would.
+tests can send what no client would; `exchange` pipelines requests built with the protocol's own
+encoder (valid but hostile) on one connection and reads their answers, refusing an answer frame
+larger than a client would accept.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
+from cluster import protocol as p
 from cluster.client import Admin, Cluster, Consumer, Producer
+from cluster.config import Limits
 from cluster.local import launcher
 from tests.cluster.conftest import running_cluster
 from tests.polling import apoll_until
@@ -38,6 +42,12 @@ KNOWN_RECORDS = 300
 RSS_BOUND_BYTES = 400 * 1024 * 1024
 CONSUME_TIMEOUT_S = 30.0
 SOCKET_TIMEOUT_S = 10.0
+# The largest answer frame a client accepts.
+ANSWER_FRAME_BYTES_MAX = Limits().frame_bytes_max
+RSS_SETTLE_SAMPLES = 10
+RSS_SAMPLE_INTERVAL_S = 0.1
+RSS_SETTLED_BYTES = 1024 * 1024
+RSS_SETTLE_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,10 +150,19 @@ async def _consume_known(client: Cluster) -> list[bytes]:
 
 def rss_bytes(pid: int) -> int:
     """Resident set size of a process, from /proc."""
+    return _proc_status_bytes(pid, "VmRSS")
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """The largest resident set size a process has had (its high-water mark), from /proc."""
+    return _proc_status_bytes(pid, "VmHWM")
+
+
+def _proc_status_bytes(pid: int, key: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{key}:"):
             return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
+    raise AssertionError(f"no {key} for pid {pid}")
 
 
 # -- raw sockets -------------------------------------------------------------------------------
@@ -160,9 +179,73 @@ async def open_raw(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWr
         return await asyncio.open_connection(host, int(port))
 
 
+async def read_answer(
+    reader: asyncio.StreamReader,
+    request_type: type[p.Request],
+    frame_bytes_max: int = ANSWER_FRAME_BYTES_MAX,
+) -> tuple[int, p.Response | p.ErrorResponse]:
+    """The next answer on a raw connection; ProtocolError if its frame exceeds the bound (its
+    body is never read: a node that builds an answer no client would take fails right there)."""
+    async with asyncio.timeout(SOCKET_TIMEOUT_S):
+        body = await p.read_frame(reader, frame_bytes_max)
+    return p.decode_response(body, request_type)
+
+
+async def exchange(
+    address: str, requests: Sequence[p.Request]
+) -> list[p.Response | p.ErrorResponse]:
+    """Send `requests` pipelined in one write on a fresh connection (correlation ids 1, 2, ...)
+    and read their answers, which must come in the same order."""
+    reader, writer = await open_raw(address)
+    try:
+        writer.write(b"".join(p.encode_request(i, r) for i, r in enumerate(requests, 1)))
+        await writer.drain()
+        answers = []
+        for i, request in enumerate(requests, 1):
+            correlation_id, answer = await read_answer(reader, type(request))
+            assert correlation_id == i, f"answer {correlation_id} came in place of {i}"
+            answers.append(answer)
+        return answers
+    finally:
+        writer.close()
+
+
+async def leaders(client: Cluster, topic: str) -> dict[int, str]:
+    """The client address of each partition's leader, as a fresh metadata answer names them."""
+    response = await client.refresh([topic])
+    brokers = {b.node_id: b.address for b in response.brokers}
+    (meta,) = response.topics
+    return {pm.partition: brokers[pm.leader_id] for pm in meta.partitions if pm.leader_id >= 0}
+
+
 def node_pid(known: Known, node_id: int) -> int:
     current = launcher.LocalCluster.load(known.cluster.data_dir) or known.cluster
     return next(n.pid for n in current.nodes if n.node_id == node_id)
+
+
+def pid_at(known: Known, client_address: str) -> int:
+    """The pid of the node serving clients at `client_address`."""
+    current = launcher.LocalCluster.load(known.cluster.data_dir) or known.cluster
+    return next(n.pid for n in current.nodes if n.client_address == client_address)
+
+
+async def settled_rss_bytes(pid: int) -> int:
+    """A process's RSS once it has stopped changing: within `RSS_SETTLED_BYTES` over
+    `RSS_SETTLE_SAMPLES` samples `RSS_SAMPLE_INTERVAL_S` apart (work it was given is done)."""
+    samples: deque[int] = deque(maxlen=RSS_SETTLE_SAMPLES)
+
+    def settled() -> int | None:
+        samples.append(rss_bytes(pid))
+        if len(samples) < RSS_SETTLE_SAMPLES or max(samples) - min(samples) > RSS_SETTLED_BYTES:
+            return None
+        return samples[-1]
+
+    return await apoll_until(
+        settled,
+        RSS_SETTLE_TIMEOUT_S,
+        f"pid {pid}'s RSS to settle",
+        interval_s=RSS_SAMPLE_INTERVAL_S,
+    )
 
 
 def open_fds(pid: int) -> int:

@@ -399,7 +399,7 @@ async def test_pipelined_answers_keep_request_order_across_fast_and_slow_request
     assert [ErrorCode(r.error) for r in produced] == [
         ErrorCode.NONE,
         ErrorCode.NONE,
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.NONE,
     ]
     first, second, _, third = produced

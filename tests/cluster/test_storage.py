@@ -94,6 +94,18 @@ def test_round_trip_across_segment_rolls(tmp_path: Path, index_interval: int) ->
     assert sum(f.stat().st_size for f in files) == store.size_bytes
 
 
+def test_a_read_need_not_give_a_batch_beyond_its_budget(tmp_path: Path) -> None:
+    # A fetch's later partitions: only whole batches within what is left of the budget.
+    with open_store(tmp_path) as store:
+        batches = fill(store, 10)
+        size = len(batches[0].batch)
+        assert store.read(0, size - 1, at_least_one=False) == []
+        assert store.read(0, 0, at_least_one=False) == []
+        assert store.read(0, size, at_least_one=False) == batches[:1]
+        assert store.read(0, 3 * size + 1, at_least_one=False) == batches[:3]
+        assert store.read(0, 1) == batches[:1]
+
+
 def test_segment_names_are_base_offsets(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
         batches = fill(store, 20)

@@ -42,6 +42,8 @@ def test_a_loopback_node_without_secret_is_valid() -> None:
         ({"limits": {"frame_bytes_max": 0}}, "frame_bytes_max"),
         ({"limits": {"nonsense": 1}}, "unknown Limits settings"),
         ({"timing": {"election_timeout_ms_min": 200}}, "3 heartbeats"),
+        ({"timing": {"answer_timeout_ms": 10_000}}, "answer_timeout_ms"),
+        ({"limits": {"answer_bytes_per_connection_max": 1_024}}, "answer_bytes_per_connection"),
         ({"peers": []}, "peers must include this node"),
         ({"data_dir": 5}, "data_dir"),
     ],
