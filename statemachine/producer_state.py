@@ -10,11 +10,13 @@ The table is bounded (`producers_per_partition_max`): a new producer that finds 
 the least recently used one, the producer whose last batch has the smallest stamped time, the
 smaller producer id first among equal times (docs/semantics.md, "Limits"). That order is a
 function of the entries alone, so a restored snapshot evicts exactly as the replay it replaces.
-A heap of (last_timestamp_ms, producer id) finds the victim in O(log n): an entry is pushed when
+A heap of (last_timestamp_ms, producer id) finds the victim in O(log n): a pair is pushed when
 a producer's time changes and left in place when it goes stale (the producer moved on, expired
-or was evicted); stale entries are skipped when popped and dropped by rebuilding the heap once
+or was evicted); stale pairs are skipped when popped and dropped by rebuilding the heap once
 they outnumber the live ones. Group time never runs backwards, so a pushed pair is seldom smaller
-than its parent: a push usually costs one comparison.
+than its parent: a push usually costs one comparison. The heap exists only while it is needed:
+it is built (O(n)) when the table first has to evict, and dropped when expiry makes room, so a
+table that never fills pays nothing for it.
 """
 
 from __future__ import annotations
@@ -73,9 +75,9 @@ class ProducerTable:
         assert capacity > 0
         self._capacity = capacity
         self._entries: dict[int, ProducerEntry] = {}
-        # A min-heap of (last_timestamp_ms, producer id): every entry's current pair is in it,
-        # and so are stale pairs (see the module docstring).
-        self._recency: list[tuple[int, int]] = []
+        # A min-heap of (last_timestamp_ms, producer id), or None until the table must evict:
+        # every entry's current pair is in it, and so are stale pairs (see the module docstring).
+        self._recency: list[tuple[int, int]] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -126,7 +128,7 @@ class ProducerTable:
         )
         entry.window.append(meta)
         entry.last_timestamp_ms = timestamp_ms
-        if timestamp_ms != previous_ms:
+        if timestamp_ms != previous_ms and self._recency is not None:
             self._touched(producer_id, timestamp_ms)
 
     def admit(self, batch: BatchHeader, base_offset: int, timestamp_ms: int) -> Verdict:
@@ -150,23 +152,18 @@ class ProducerTable:
                 )
                 if entry.last_timestamp_ms != timestamp_ms:
                     entry.last_timestamp_ms = timestamp_ms
-                    self._touched(producer_id, timestamp_ms)
+                    if self._recency is not None:
+                        self._touched(producer_id, timestamp_ms)
                 return None
         verdict = self.check(batch)
         if verdict is None:
             self.record(batch, base_offset, timestamp_ms)
         return verdict
 
-    def _least_recently_used(self) -> int | None:
-        """The producer id a new producer would evict were the table full (None if empty)."""
-        recency = self._recency
-        while recency and self._stale(recency[0]):
-            heappop(recency)
-        return recency[0][1] if recency else None
-
     def _touched(self, producer_id: int, timestamp_ms: int) -> None:
         """Record a producer's new last time; rebuild the heap once stale pairs dominate."""
         recency = self._recency
+        assert recency is not None
         heappush(recency, (timestamp_ms, producer_id))
         if len(recency) > 2 * len(self._entries) + _STALE_SLACK:
             self._rebuild_recency()
@@ -176,9 +173,13 @@ class ProducerTable:
         return entry is None or entry.last_timestamp_ms != pair[0]
 
     def _evict_least_recently_used(self) -> None:
-        victim = self._least_recently_used()
-        assert victim is not None, "a full table with no producer in its recency heap"
-        heappop(self._recency)
+        if self._recency is None:
+            self._rebuild_recency()
+        recency = self._recency
+        assert recency is not None
+        while self._stale(recency[0]):  # an IndexError here: a live entry missing from the heap
+            heappop(recency)
+        _, victim = heappop(recency)
         del self._entries[victim]
 
     def _rebuild_recency(self) -> None:
@@ -200,7 +201,7 @@ class ProducerTable:
         for pid in expired:
             del self._entries[pid]
         if expired:
-            self._rebuild_recency()
+            self._recency = None  # there is room now: no heap until the table is full again
         return tuple(expired)
 
     # -- snapshots: plain, canonical data (ascending producer id) ---------------------------------
@@ -222,5 +223,4 @@ class ProducerTable:
                 table._entries[pid] = entry
         except (TypeError, ValueError) as exc:
             raise SnapshotError(f"producer table: {exc}") from exc
-        table._rebuild_recency()
         return table

@@ -320,15 +320,23 @@ def test_s23_a_restored_snapshot_evicts_as_the_replay_does() -> None:
     assert producer_ids(replayed) == [20, 21, 22, 23, 24]
 
 
-def test_the_recency_heap_stays_proportional_to_the_table() -> None:
-    sm = small_table(20_000)
-    for i in range(5_000):  # two producers, a new stamped time for every batch
-        appended(sm.apply(append(1 + i % 2, 0, i // 2, now_ms=1_000 + i)))
-    assert len(sm.producers._recency) <= 2 * len(sm.producers) + 64
-    appended(sm.apply(append(3, 0, 0, now_ms=9_000)))
-    sm.apply(expire(now_ms=9_001, expiration_ms=3_000))
+def test_the_recency_heap_exists_only_while_the_table_evicts_and_stays_bounded() -> None:
+    sm = small_table(2)
+    for pid in (1, 2):
+        appended(sm.apply(append(pid, 0, 0, now_ms=1_000)))
+    assert sm.producers._recency is None  # a table that never filled pays nothing
+    appended(sm.apply(append(3, 0, 0, now_ms=1_001)))  # evicts 1
+    for i in range(5_000):  # a new stamped time for every batch
+        appended(sm.apply(append(2 + i % 2, 0, 1 + i // 2, now_ms=2_000 + i)))
+        recency = sm.producers._recency
+        assert recency is not None
+        assert len(recency) <= 2 * len(sm.producers) + 64
+    sm.apply(expire(now_ms=7_000, expiration_ms=2))  # 2 (last at 6,998) goes, 3 stays
     assert producer_ids(sm) == [3]
-    assert len(sm.producers._recency) == 1
+    assert sm.producers._recency is None
+    for pid, now_ms in ((4, 7_000), (5, 7_001)):  # full again, then 5 evicts 3
+        appended(sm.apply(append(pid, 0, 0, now_ms=now_ms)))
+    assert producer_ids(sm) == [4, 5]
 
 
 def test_retention_moves_log_start_within_bounds() -> None:
