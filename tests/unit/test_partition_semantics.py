@@ -320,20 +320,24 @@ def test_s23_a_restored_snapshot_evicts_as_the_replay_does() -> None:
     assert producer_ids(replayed) == [20, 21, 22, 23, 24]
 
 
+def recency_heap(sm: PartitionStateMachine) -> list[tuple[int, int]] | None:
+    return sm.producers._recency
+
+
 def test_the_recency_heap_exists_only_while_the_table_evicts_and_stays_bounded() -> None:
     sm = small_table(2)
     for pid in (1, 2):
         appended(sm.apply(append(pid, 0, 0, now_ms=1_000)))
-    assert sm.producers._recency is None  # a table that never filled pays nothing
+    assert recency_heap(sm) is None  # a table that never filled pays nothing
     appended(sm.apply(append(3, 0, 0, now_ms=1_001)))  # evicts 1
     for i in range(5_000):  # a new stamped time for every batch
         appended(sm.apply(append(2 + i % 2, 0, 1 + i // 2, now_ms=2_000 + i)))
-        recency = sm.producers._recency
+        recency = recency_heap(sm)
         assert recency is not None
         assert len(recency) <= 2 * len(sm.producers) + 64
     sm.apply(expire(now_ms=7_000, expiration_ms=2))  # 2 (last at 6,998) goes, 3 stays
     assert producer_ids(sm) == [3]
-    assert sm.producers._recency is None
+    assert recency_heap(sm) is None
     for pid, now_ms in ((4, 7_000), (5, 7_001)):  # full again, then 5 evicts 3
         appended(sm.apply(append(pid, 0, 0, now_ms=now_ms)))
     assert producer_ids(sm) == [4, 5]
