@@ -30,14 +30,33 @@ log = logging.getLogger("raftbroker")
 
 
 def load_node_config(path: Path) -> NodeConfig:
-    """Parse and validate a node's TOML file; ConfigError with the setting's name."""
+    """Parse and validate a node's TOML file; ConfigError with the setting's name.
+
+    `cluster_secret_file = "/run/secrets/..."` instead of `cluster_secret` reads the secret
+    from that file (a Docker secret, say), so that it need not sit in a committed config.
+    """
     try:
         raw = tomllib.loads(path.read_text())
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
+    if "cluster_secret_file" in raw:
+        raw["cluster_secret"] = _read_secret_file(raw)
     return NodeConfig.from_mapping(raw)
+
+
+def _read_secret_file(raw: dict[str, Any]) -> str:
+    secret_path = raw.pop("cluster_secret_file")
+    if "cluster_secret" in raw:
+        raise ConfigError("set cluster_secret or cluster_secret_file, not both")
+    if not isinstance(secret_path, str):
+        raise ConfigError("cluster_secret_file must be a path")
+    try:
+        text = Path(secret_path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cluster_secret_file: cannot read {secret_path}: {exc}") from exc
+    return text.strip()  # a file written by `echo` or an editor ends with a newline
 
 
 def configure_logging(prefix: str, level: int = logging.INFO) -> None:

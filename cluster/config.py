@@ -9,6 +9,8 @@ TOML and hands the mapping to `NodeConfig.from_mapping`, which reports every pro
 from __future__ import annotations
 
 import ipaddress
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -154,8 +156,8 @@ class NodeConfig:
         for flag in ("fsync", "unsafe_disable_deduplication"):
             if type(getattr(self, flag)) is not bool:
                 raise ConfigError(f"{flag} must be true or false")
-        if self.cluster_secret is not None and len(self.cluster_secret) < 16:
-            raise ConfigError("cluster_secret must have at least 16 characters")
+        if self.cluster_secret is not None:
+            check_cluster_secret(self.cluster_secret)
 
     @property
     def self_peer(self) -> Peer:
@@ -181,6 +183,77 @@ class NodeConfig:
             return cls(data_dir=data_dir, peers=peers, limits=limits, timing=timing, **data)
         except TypeError as exc:
             raise ConfigError(str(exc)) from exc
+
+
+# -- the cluster secret -------------------------------------------------------------------------
+
+SECRET_CHARS_MIN = 16
+SECRET_DISTINCT_CHARS_MIN = 8
+SECRET_BITS_MIN = 64
+MAKE_A_SECRET = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
+# Words that mark a placeholder someone forgot to replace; they count for nothing.
+_PLACEHOLDER = re.compile(
+    r"change[-_ .]?me|replace[-_ .]?me|secret|passw(?:or)?d|placeholder|example|default"
+    r"|raftbroker|cluster|xxx+",
+    re.IGNORECASE,
+)
+
+
+def check_cluster_secret(secret: object) -> None:
+    """ConfigError, in one line saying how to make a good one, unless `secret` looks random.
+
+    Refused: fewer than 16 characters or 8 distinct ones; a known placeholder (compose's old
+    `change-me-0123456789abcdef`); anything whose estimated entropy (`secret_bits`), once
+    placeholder words are taken out, is under 64 bits.
+    """
+    if not isinstance(secret, str):
+        raise ConfigError("cluster_secret must be a string")
+    if len(secret) < SECRET_CHARS_MIN:
+        reason = f"must have at least {SECRET_CHARS_MIN} characters"
+    elif len(set(secret)) < SECRET_DISTINCT_CHARS_MIN:
+        reason = f"has fewer than {SECRET_DISTINCT_CHARS_MIN} distinct characters"
+    elif (bits := secret_bits(_PLACEHOLDER.sub("", secret))) >= SECRET_BITS_MIN:
+        return
+    elif placeholder := _PLACEHOLDER.search(secret):
+        reason = f"is a placeholder ({placeholder[0]!r}, ~{bits:.0f} bits)"
+    else:
+        reason = f"is guessable (~{bits:.0f} bits, {SECRET_BITS_MIN} needed)"
+    raise ConfigError(f"cluster_secret {reason}: make one with {MAKE_A_SECRET}")
+
+
+def secret_bits(text: str) -> float:
+    """A deliberately low estimate of the entropy of `text`, in bits.
+
+    Only one period of a repeated pattern counts. Each character is worth log2 of the
+    alphabet its classes span (lower case 26, upper case 26, digits 10, anything else 33),
+    except one that repeats its predecessor or steps from it by one (`aaaa`, `1234`, `fedc`),
+    worth 1 bit.
+    """
+    text = text[: _period(text)]
+    alphabet = sum(
+        size
+        for size, present in (
+            (26, any(c.islower() for c in text)),
+            (26, any(c.isupper() for c in text)),
+            (10, any(c.isdigit() for c in text)),
+            (33, any(not c.isalnum() for c in text)),
+        )
+        if present
+    )
+    if alphabet == 0:
+        return 0.0
+    full = math.log2(alphabet)
+    return sum(
+        1.0 if i and abs(ord(c) - ord(text[i - 1])) <= 1 else full for i, c in enumerate(text)
+    )
+
+
+def _period(text: str) -> int:
+    """The length of the shortest prefix whose repetition gives `text` (len(text) if none)."""
+    for size in range(1, len(text) // 2 + 1):
+        if all(text[i] == text[i % size] for i in range(size, len(text))):
+            return size
+    return len(text)
 
 
 def _require(data: dict[str, Any], key: str, kind: type) -> Any:

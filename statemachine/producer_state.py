@@ -6,9 +6,17 @@ a window with the metadata of its last five appended batches. `check` decides wh
 the partition has given it offsets. Both run inside apply on every replica, in log order, so
 every replica, and so every future leader, holds the same windows.
 
-The table is bounded (`producers_per_partition_max`): a new producer beyond the bound is
-refused with a retriable error rather than evicting a live producer, whose retries would then
-be appended twice.
+The table is bounded (`producers_per_partition_max`): a new producer that finds it full evicts
+the least recently used one, the producer whose last batch has the smallest stamped time, the
+smaller producer id first among equal times (docs/semantics.md, "Limits"). That order is a
+function of the entries alone, so a restored snapshot evicts exactly as the replay it replaces.
+A heap of (last_timestamp_ms, producer id) finds the victim in O(log n): a pair is pushed when
+a producer's time changes and left in place when it goes stale (the producer moved on, expired
+or was evicted); stale pairs are skipped when popped and dropped by rebuilding the heap once
+they outnumber the live ones. Group time never runs backwards, so a pushed pair is seldom smaller
+than its parent: a push usually costs one comparison. The heap exists only while it is needed:
+it is built (O(n)) when the table first has to evict, and dropped when expiry makes room, so a
+table that never fills pays nothing for it.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from heapq import heapify, heappop, heappush
 from typing import NamedTuple
 
 from statemachine.codec import SnapshotError
@@ -52,16 +61,23 @@ _new_meta = tuple.__new__  # BatchMetadata's own __new__ is a Python function: s
 # What `check` decides: None to accept, the retained batch for a duplicate, or a rejection.
 Verdict = BatchMetadata | ErrorCode | None
 
+# Stale heap entries tolerated beyond twice the live ones before a rebuild (keeps rebuilds rare
+# in a small table; amortised, a rebuild costs O(1) per push).
+_STALE_SLACK = 64
+
 
 class ProducerTable:
     """Producer id -> ProducerEntry, with the validation of docs/semantics.md."""
 
-    __slots__ = ("_capacity", "_entries")
+    __slots__ = ("_capacity", "_entries", "_recency")
 
     def __init__(self, capacity: int) -> None:
         assert capacity > 0
         self._capacity = capacity
         self._entries: dict[int, ProducerEntry] = {}
+        # A min-heap of (last_timestamp_ms, producer id), or None until the table must evict:
+        # every entry's current pair is in it, and so are stale pairs (see the module docstring).
+        self._recency: list[tuple[int, int]] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -77,9 +93,8 @@ class ProducerTable:
     def check(self, batch: BatchHeader) -> Verdict:
         """Classify an idempotent batch against the stored state, changing nothing."""
         entry = self._entries.get(batch.producer_id)
-        if entry is None:  # rule 1: unknown (or expired) producer, any sequence
-            full = len(self._entries) >= self._capacity
-            return ErrorCode.THROTTLING_QUOTA_EXCEEDED if full else None
+        if entry is None:  # rule 1: unknown (new, expired or evicted) producer, any sequence
+            return None
         first, last = batch.base_sequence, batch.last_sequence
         if batch.producer_epoch == entry.epoch:  # rule 2: an exact retained batch
             for retained in entry.window:
@@ -94,11 +109,18 @@ class ProducerTable:
         return None
 
     def record(self, batch: BatchHeader, base_offset: int, timestamp_ms: int) -> None:
-        """Store a batch that `check` accepted and that now holds the given offsets."""
-        entry = self._entries.get(batch.producer_id)
+        """Store a batch that `check` accepted and that now holds the given offsets.
+
+        A new producer that finds the table full first evicts the least recently used one.
+        """
+        producer_id = batch.producer_id
+        entry = self._entries.get(producer_id)
+        previous_ms = None if entry is None else entry.last_timestamp_ms
+        if entry is None and len(self._entries) >= self._capacity:
+            self._evict_least_recently_used()
         if entry is None or batch.producer_epoch > entry.epoch:
             entry = ProducerEntry(batch.producer_epoch, timestamp_ms)
-            self._entries[batch.producer_id] = entry
+            self._entries[producer_id] = entry
         assert batch.producer_epoch == entry.epoch, "record() of a batch check() rejected"
         last_offset = base_offset + batch.record_count - 1
         meta = BatchMetadata(
@@ -106,6 +128,8 @@ class ProducerTable:
         )
         entry.window.append(meta)
         entry.last_timestamp_ms = timestamp_ms
+        if timestamp_ms != previous_ms and self._recency is not None:
+            self._touched(producer_id, timestamp_ms)
 
     def admit(self, batch: BatchHeader, base_offset: int, timestamp_ms: int) -> Verdict:
         """`check`, then `record` if it accepts: one lookup, one pass over the header.
@@ -126,12 +150,41 @@ class ProducerTable:
                         (first, last, base_offset, base_offset + count - 1, timestamp_ms),
                     )
                 )
-                entry.last_timestamp_ms = timestamp_ms
+                if entry.last_timestamp_ms != timestamp_ms:
+                    entry.last_timestamp_ms = timestamp_ms
+                    if self._recency is not None:
+                        self._touched(producer_id, timestamp_ms)
                 return None
         verdict = self.check(batch)
         if verdict is None:
             self.record(batch, base_offset, timestamp_ms)
         return verdict
+
+    def _touched(self, producer_id: int, timestamp_ms: int) -> None:
+        """Record a producer's new last time; rebuild the heap once stale pairs dominate."""
+        recency = self._recency
+        assert recency is not None
+        heappush(recency, (timestamp_ms, producer_id))
+        if len(recency) > 2 * len(self._entries) + _STALE_SLACK:
+            self._rebuild_recency()
+
+    def _stale(self, pair: tuple[int, int]) -> bool:
+        entry = self._entries.get(pair[1])
+        return entry is None or entry.last_timestamp_ms != pair[0]
+
+    def _evict_least_recently_used(self) -> None:
+        if self._recency is None:
+            self._rebuild_recency()
+        recency = self._recency
+        assert recency is not None
+        while self._stale(recency[0]):  # an IndexError here: a live entry missing from the heap
+            heappop(recency)
+        _, victim = heappop(recency)
+        del self._entries[victim]
+
+    def _rebuild_recency(self) -> None:
+        self._recency = [(e.last_timestamp_ms, pid) for pid, e in self._entries.items()]
+        heapify(self._recency)
 
     def _idle(self, now_ms: int, expiration_ms: int) -> Iterator[int]:
         for pid, entry in self._entries.items():
@@ -147,6 +200,8 @@ class ProducerTable:
         expired = sorted(self._idle(now_ms, expiration_ms))
         for pid in expired:
             del self._entries[pid]
+        if expired:
+            self._recency = None  # there is room now: no heap until the table is full again
         return tuple(expired)
 
     # -- snapshots: plain, canonical data (ascending producer id) ---------------------------------

@@ -13,7 +13,8 @@ Rules:
 - Order is lexicographic on `(batch_id, part)`; a writer's parts for one partition arrive in
   that order (the sink awaits each), so a later one never overtakes an earlier one.
 - The table is bounded (`StateLimits.sink_writers_per_partition_max`): a new writer of a full
-  table is refused with THROTTLING_QUOTA_EXCEEDED, as the producer table refuses a new producer.
+  table is refused with THROTTLING_QUOTA_EXCEEDED (unlike the producer table, which evicts: a
+  forgotten fence would let a replayed part in again).
   A writer idle for the producer-expiration interval is forgotten with the producers.
 - Pure and deterministic, like every module of `statemachine/`.
 """

@@ -121,6 +121,11 @@ def write_configs(
     return paths
 
 
+def new_secret() -> str:
+    """A fresh cluster secret: 32 random bytes, which `check_cluster_secret` accepts."""
+    return secrets.token_urlsafe(32)
+
+
 def existing_secret(data_dir: Path) -> str | None:
     path = data_dir / "node1.toml"
     if not path.exists():
@@ -162,7 +167,7 @@ def up(
         ports = (first.client_port, first.http_port, first.raft_port)
     else:
         ports = choose_ports(count, os.getpid())
-    secret = (existing_secret(data_dir) or secrets.token_urlsafe(24)) if encrypted else None
+    secret = (existing_secret(data_dir) or new_secret()) if encrypted else None
     configs = write_configs(data_dir, count, ports, secret, extra_toml)
     nodes: list[NodeProcess] = []
     for i, config in enumerate(configs):

@@ -2,15 +2,20 @@
 
 No Docker engine runs here, so the test reads compose/docker-compose.yml and the Dockerfile's
 ENTRYPOINT, and starts every service's command with its mounted node TOML, the service names
-mapped to loopback addresses (127.0.0.2-4) and the data directory moved to a temporary one;
-every other setting (ports, secret, peers) is used as written. Then it creates a topic,
-produces and consumes through the cluster, and runs each service's healthcheck command.
+mapped to loopback addresses (127.0.0.2-4), the data directory moved to a temporary one and
+each Docker secret a file made as compose/README.md's first step makes it; every other setting
+(ports, the secret file's path, peers) is used as written. Then it creates a topic, produces
+and consumes through the cluster, and runs each service's healthcheck command.
+
+The cluster secret is in no committed file: no node config sets `cluster_secret`, and the
+Docker secret's source file is git-ignored and created by the README's first step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import socket
 import subprocess
 import sys
@@ -25,9 +30,24 @@ from cluster.local import launcher
 from tests.cluster.procs import REPO, running, spawn
 from tests.polling import apoll_until
 
-pytestmark = pytest.mark.asyncio(loop_scope="function")
 COMPOSE = REPO / "compose"
 CONFIG_IN_CONTAINER = "/etc/raftbroker/node.toml"
+SECRETS_IN_CONTAINER = "/run/secrets"
+
+
+def docker_secrets() -> dict[str, str]:
+    """Each top-level Docker secret's name and source file (relative to compose/)."""
+    spec = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text())
+    return {name: str(source["file"]) for name, source in spec["secrets"].items()}
+
+
+def make_secrets(tmp_path: Path) -> dict[str, Path]:
+    """The secret files, made as compose/README.md's first step makes them."""
+    made = {}
+    for name in docker_secrets():
+        made[name] = tmp_path / f"secret-{name}"
+        made[name].write_text(secrets.token_urlsafe(32) + "\n")
+    return made
 
 
 def services() -> dict[str, dict[str, Any]]:
@@ -61,12 +81,31 @@ def mounted_config(service: dict[str, Any]) -> Path:
     raise AssertionError(f"no volume mounts {CONFIG_IN_CONTAINER}")
 
 
-def local_config(source: Path, hosts: dict[str, str], data_dir: Path, target: Path) -> None:
+def local_config(
+    source: Path, hosts: dict[str, str], data_dir: Path, secret_files: dict[str, Path], target: Path
+) -> None:
     text = source.read_text()
     for name, address in hosts.items():
         text = text.replace(f'"{name}"', f'"{address}"')
     text = text.replace('data_dir = "/var/lib/raftbroker"', f'data_dir = "{data_dir}"')
+    for name, path in secret_files.items():
+        text = text.replace(f'"{SECRETS_IN_CONTAINER}/{name}"', f'"{path}"')
     target.write_text(text)
+
+
+def test_the_cluster_secret_is_in_no_committed_file() -> None:
+    sources = docker_secrets()
+    assert "cluster_secret" in sources
+    ignored = (COMPOSE / ".gitignore").read_text().splitlines()
+    readme = (COMPOSE / "README.md").read_text()
+    for source in sources.values():
+        assert source.removeprefix("./") in ignored, f"{source} is not git-ignored"
+        assert f"> compose/{source.removeprefix('./')}" in readme, "the README does not make it"
+    for name, service in services().items():
+        assert "cluster_secret" in service["secrets"], f"{name} does not get the secret"
+        config = mounted_config(service).read_text()
+        assert "\ncluster_secret =" not in config, f"{name}'s config holds a secret"
+        assert f'cluster_secret_file = "{SECRETS_IN_CONTAINER}/cluster_secret"' in config
 
 
 def ports_free(hosts: dict[str, str]) -> bool:
@@ -80,15 +119,17 @@ def ports_free(hosts: dict[str, str]) -> bool:
     return True
 
 
+@pytest.mark.asyncio(loop_scope="function")
 async def test_the_compose_services_form_a_working_cluster(tmp_path: Path) -> None:
     spec = services()
     hosts = {name: f"127.0.0.{i + 2}" for i, name in enumerate(sorted(spec))}
     if not ports_free(hosts):
         pytest.skip("the compose ports (9092, 8092, 19092-19093) are busy on 127.0.0.2-4")
     procs = []
+    secret_files = make_secrets(tmp_path)
     for name, service in sorted(spec.items()):
         config = tmp_path / f"{name}.toml"
-        local_config(mounted_config(service), hosts, tmp_path / name, config)
+        local_config(mounted_config(service), hosts, tmp_path / name, secret_files, config)
         argv = entrypoint() + list(service["command"])
         procs.append(spawn(local_command(argv, hosts, config), tmp_path / f"{name}.log"))
     with running(procs):

@@ -1,14 +1,18 @@
 """A real PartitionStateMachine agrees with a reference model of docs/semantics.md's validation.
 
-The model below is written from docs/semantics.md ("Batch validation", "Expiry"), not from
-`statemachine/producer_state.py`: per producer id it keeps the epoch, the stamped time of the
-last accepted batch and a window of the last 5 accepted batches, and it decides each batch by
-rules 1-7 in their order. A Hypothesis rule-based state machine then drives the real partition
-with encoded log entries (`AppendBatch`, `ExpireProducers`) from a few producers: contiguous
-batches, retries of batches of any age (the 6th-oldest and older must be out of order), gaps,
-reorders, partial overlaps, epoch bumps (from 0 and not from 0), fenced lower epochs, producers
-that start just below the 2^31-1 sequence wrap, non-idempotent batches, time passing and expiry
-(including the exact `now - last >= expiration` boundary).
+The model below is written from docs/semantics.md ("Batch validation", "Expiry", "Limits"), not
+from `statemachine/producer_state.py`: per producer id it keeps the epoch, the stamped time of
+the last accepted batch and a window of the last 5 accepted batches, and it decides each batch
+by rules 1-7 in their order; a new producer that finds the table full evicts the producer with
+the smallest (last stamped time, producer id). Each run draws the table's capacity, from 1
+(every newcomer evicts) to more than the run's producers (no eviction). A Hypothesis rule-based
+state machine then drives the real partition with encoded log entries (`AppendBatch`,
+`ExpireProducers`) from a few producers: contiguous batches, retries of batches of any age (the
+6th-oldest and older must be out of order), gaps, reorders, partial overlaps, epoch bumps (from
+0 and not from 0), fenced lower epochs, producers that start just below the 2^31-1 sequence
+wrap, non-idempotent batches, time passing (or not: equal stamped times test the tie-break) and
+expiry (including the exact `now - last >= expiration` boundary), and producers evicted from a
+full table and coming back.
 
 What it proves, after every step of every generated run:
 - the real result equals the model's exactly (same result type, offsets, append time, error
@@ -33,6 +37,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from statemachine.commands import AppendBatch, ExpireProducers
 from statemachine.errors import ErrorCode, Rejected
+from statemachine.limits import DEFAULT_LIMITS, StateLimits
 from statemachine.partition import (
     Appended,
     Duplicate,
@@ -104,9 +109,11 @@ class ModelProducer:
 class Model:
     """The applied state of one partition, reduced to what the validation rules need."""
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
         self.producers: dict[int, ModelProducer] = {}
         self.log_end_offset = 0
+        self.evicted: list[int] = []
 
     def append(self, batch: SentBatch, data: bytes, now_ms: int) -> PartitionResult:
         producer = self.producers.get(batch.producer_id)
@@ -128,6 +135,10 @@ class Model:
         last_offset = base_offset + batch.count - 1
         self.log_end_offset = last_offset + 1
         if batch.producer_id != NON_IDEMPOTENT:
+            if producer is None and len(self.producers) == self.capacity:  # "Limits": evict
+                victim = min(self.producers, key=lambda p: (self.producers[p].last_timestamp_ms, p))
+                del self.producers[victim]
+                self.evicted.append(victim)
             if producer is None or batch.epoch > producer.epoch:
                 producer = ModelProducer(batch.epoch, now_ms)
                 self.producers[batch.producer_id] = producer
@@ -194,7 +205,7 @@ class ProducerTableMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.real = PartitionStateMachine()
-        self.model = Model()
+        self.model = Model(DEFAULT_LIMITS.producers_per_partition_max)
         self.now_ms = 1_000
         self.clients: list[Client] = []
         self.records_accepted = 0
@@ -241,8 +252,14 @@ class ProducerTableMachine(RuleBasedStateMachine):
 
     # -- rules ------------------------------------------------------------------------------------
 
-    @initialize(epochs=st.lists(st.integers(0, 4), min_size=2, max_size=3))
-    def start_producers(self, epochs: list[int]) -> None:
+    @initialize(
+        epochs=st.lists(st.integers(0, 4), min_size=2, max_size=3),
+        capacity=st.integers(1, MAX_PRODUCERS + 1),
+    )
+    def start_producers(self, epochs: list[int], capacity: int) -> None:
+        self.real = PartitionStateMachine(StateLimits(producers_per_partition_max=capacity))
+        self.model = Model(capacity)
+        event(f"table capacity {capacity}")
         for epoch in epochs:
             self._add_client(epoch, 0)
 
@@ -267,6 +284,8 @@ class ProducerTableMachine(RuleBasedStateMachine):
     def _age_in_session(self, batch: SentBatch) -> str:
         """For the statistics only: where the real table's current session had this batch."""
         entry = self.real.producers.get(batch.producer_id)
+        if entry is None and batch.producer_id in self.model.evicted:
+            return "of an evicted producer"
         if entry is None or entry.epoch != batch.epoch:
             return "of another session"
         ranges = [(m.first_seq, m.last_seq) for m in entry.window]

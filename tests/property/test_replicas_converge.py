@@ -14,6 +14,8 @@ pid/epoch, `ExpireTransactionalIds`, garbage), it proves:
   rest and the same final snapshot as never snapshotting; `restore(s).snapshot() == s`;
 - a replica that snapshots and restores after *every* entry (every split point at once)
   answers exactly as one that never does.
+Partition logs run twice: with the default limits, and with a producer table of 2, so that new
+producers evict others (the order of eviction must come back from a snapshot exactly).
 
 Metadata logs are built adaptively: a scratch replica applies each entry as it is generated, so
 InitTransactionalProducer can name the producer id and epoch that are current (or previous,
@@ -70,6 +72,7 @@ from statemachine.commands import (
     Noop,
     RegisterBroker,
 )
+from statemachine.limits import StateLimits
 from statemachine.metadata import MetadataStateMachine
 from statemachine.partition import PartitionStateMachine
 from statemachine.records import Record, RecordBatch
@@ -356,6 +359,42 @@ PARTITION_LOGS = st.lists(PARTITION_OPS, min_size=15, max_size=80).map(partition
 @given(PARTITION_LOGS)
 def test_partition_replicas_converge(entries: list[bytes]) -> None:
     check_two_replicas(entries, PartitionStateMachine)
+
+
+# A producer table of 2: the two first producers and those crossing the wrap
+# overflow it, and zero ticks give equal stamped times (the tie-break).
+EVICTING = StateLimits(producers_per_partition_max=2)
+
+
+def evicting_partition() -> PartitionStateMachine:
+    return PartitionStateMachine(EVICTING)
+
+
+def restore_evicting(data: bytes) -> PartitionStateMachine:
+    return PartitionStateMachine.restore(data, EVICTING)
+
+
+@SETTINGS
+@given(PARTITION_LOGS)
+def test_partition_replicas_converge_with_evictions(entries: list[bytes]) -> None:
+    check_two_replicas(entries, evicting_partition)
+
+
+@SETTINGS
+@given(PARTITION_LOGS, st.data())
+def test_partition_snapshot_then_rest_equals_replay_with_evictions(
+    entries: list[bytes], data: st.DataObject
+) -> None:
+    split = data.draw(st.integers(0, len(entries)), label="split")
+    check_restore_at(entries, split, evicting_partition, restore_evicting)
+
+
+@SETTINGS
+@given(PARTITION_LOGS)
+def test_partition_restore_after_every_entry_equals_replay_with_evictions(
+    entries: list[bytes],
+) -> None:
+    check_restore_everywhere(entries, evicting_partition, restore_evicting)
 
 
 @SETTINGS

@@ -9,7 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from cluster.config import ConfigError, Limits, NodeConfig, Timing
+from cli.runtime import load_node_config
+from cluster.config import ConfigError, Limits, NodeConfig, Timing, check_cluster_secret
+from cluster.local import launcher
+
+GOOD_SECRET = "hJ3kz9-QwX_v27LpRt0cYb"  # secrets.token_urlsafe(16), once
 
 
 def mapping(**overrides: Any) -> dict[str, Any]:
@@ -57,11 +61,79 @@ def test_a_non_loopback_node_with_a_secret_is_valid() -> None:
     config = NodeConfig.from_mapping(
         mapping(
             host="10.0.0.5",
-            cluster_secret="s" * 24,
+            cluster_secret=GOOD_SECRET,
             peers=[{"node_id": 1, "host": "10.0.0.5", "client_port": 1, "raft_port": 2}],
         )
     )
-    assert config.cluster_secret == "s" * 24
+    assert config.cluster_secret == GOOD_SECRET
+
+
+@pytest.mark.parametrize(
+    ("secret", "reason"),
+    [
+        ("change-me-0123456789abcdef", "placeholder"),  # compose's old committed value
+        ("changeme-changeme-changeme", "placeholder"),
+        ("password1234567890", "placeholder"),
+        ("our-cluster-secret-2026!", "placeholder"),
+        ("s" * 24, "8 distinct characters"),
+        ("ab12ab12ab12ab12ab12", "8 distinct characters"),
+        ("abcdefghijklmnopqrstuvwxyz", "guessable"),
+        ("0123456789012345678901", "guessable"),
+        ("qwertyuiqwertyuiqwertyui", "guessable"),  # one period of 8 counts
+    ],
+)
+def test_weak_cluster_secrets_are_refused_in_one_line(secret: str, reason: str) -> None:
+    with pytest.raises(ConfigError, match=reason) as refused:
+        check_cluster_secret(secret)
+    message = str(refused.value)
+    assert message.startswith("cluster_secret ")
+    assert "secrets.token_urlsafe(32)" in message
+    assert "\n" not in message
+    with pytest.raises(ConfigError, match=reason):
+        NodeConfig.from_mapping(mapping(cluster_secret=secret))
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        GOOD_SECRET,
+        "n4Vq0cW-8rZ_xYt1Lk2mPsD3fGh5jK6uEo7iA9bBCd0",  # secrets.token_urlsafe(32)
+        "9f86d081884c7d659a2feaa0c55ad015",  # secrets.token_hex(16)
+        "correct horse battery staple 93!",
+    ],
+)
+def test_strong_cluster_secrets_are_accepted(secret: str) -> None:
+    check_cluster_secret(secret)
+
+
+def test_the_local_launchers_secrets_are_accepted(tmp_path: Path) -> None:
+    for i in range(200):  # each `up` of a fresh cluster draws one
+        launcher.write_configs(tmp_path, 1, (9092, 8092, 19092), launcher.new_secret())
+        config = load_node_config(tmp_path / "node1.toml")
+        assert config.cluster_secret is not None, i
+
+
+def test_the_secret_can_come_from_a_file(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_text(GOOD_SECRET + "\n")
+    node = tmp_path / "node.toml"
+    base = 'node_id = 1\nhost = "10.0.0.5"\nclient_port = 1\nraft_port = 2\nhttp_port = 3\n'
+    base += 'data_dir = "/tmp/x"\n'
+    peers = '[[peers]]\nnode_id = 1\nhost = "10.0.0.5"\nclient_port = 1\nraft_port = 2\n'
+    node.write_text(f'{base}cluster_secret_file = "{tmp_path / "secret"}"\n{peers}')
+    assert load_node_config(node).cluster_secret == GOOD_SECRET
+    node.write_text(f'{base}cluster_secret_file = "{tmp_path / "absent"}"\n{peers}')
+    with pytest.raises(ConfigError, match="cluster_secret_file: cannot read"):
+        load_node_config(node)
+    node.write_text(
+        f'{base}cluster_secret = "{GOOD_SECRET}"\n'
+        f'cluster_secret_file = "{tmp_path / "secret"}"\n{peers}'
+    )
+    with pytest.raises(ConfigError, match="not both"):
+        load_node_config(node)
+    (tmp_path / "secret").write_text("change-me-0123456789abcdef\n")
+    node.write_text(f'{base}cluster_secret_file = "{tmp_path / "secret"}"\n{peers}')
+    with pytest.raises(ConfigError, match="placeholder"):
+        load_node_config(node)
 
 
 def test_limits_and_timing_defaults_are_consistent() -> None:

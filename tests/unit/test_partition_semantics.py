@@ -250,16 +250,97 @@ def test_non_idempotent_batches_skip_producer_state() -> None:
     assert len(sm.producers) == 0
 
 
-def test_producer_table_is_bounded_and_refuses_new_producers_retriably() -> None:
-    sm = PartitionStateMachine(StateLimits(producers_per_partition_max=2))
-    appended(sm.apply(append(1, 0, 0)))
-    appended(sm.apply(append(2, 0, 0)))
-    full = sm.apply(append(3, 0, 0))
-    assert full == Rejected(ErrorCode.THROTTLING_QUOTA_EXCEEDED)
-    assert full.error.retriable
-    appended(sm.apply(append(1, 0, 1)))  # known producers go on
-    sm.apply(expire(now_ms=10**9, expiration_ms=1))
-    appended(sm.apply(append(3, 0, 0, now_ms=10**9)))
+def small_table(capacity: int) -> PartitionStateMachine:
+    return PartitionStateMachine(StateLimits(producers_per_partition_max=capacity))
+
+
+def producer_ids(sm: PartitionStateMachine) -> list[int]:
+    return [pid for pid, _ in sm.producers]
+
+
+def test_s23_a_full_table_evicts_the_least_recently_used_producer() -> None:
+    sm = small_table(3)
+    for pid, now_ms in ((1, 1_000), (2, 2_000), (3, 3_000)):
+        appended(sm.apply(append(pid, 0, 0, now_ms=now_ms)))
+    appended(sm.apply(append(1, 0, 1, now_ms=4_000)))  # 1 is now the most recent
+    duplicate = sm.apply(append(2, 0, 0, now_ms=4_500))  # a duplicate refreshes nothing
+    assert isinstance(duplicate, Duplicate)
+    newcomer = appended(sm.apply(append(4, 0, 0, now_ms=5_000)))
+    assert newcomer.base_offset == 4
+    assert producer_ids(sm) == [1, 3, 4]  # 2, whose last batch is the oldest, is gone
+    appended(sm.apply(append(5, 0, 0, now_ms=5_000)))
+    assert producer_ids(sm) == [1, 4, 5]
+
+
+def test_s23_equal_times_evict_the_smaller_producer_id_first() -> None:
+    sm = small_table(2)
+    appended(sm.apply(append(7, 0, 0, now_ms=1_000)))
+    appended(sm.apply(append(5, 0, 0, now_ms=1_000)))  # later in the log, same stamped time
+    appended(sm.apply(append(9, 0, 0, now_ms=1_000)))
+    assert producer_ids(sm) == [7, 9]
+
+
+def test_s23_an_epoch_bump_keeps_a_producers_place() -> None:
+    sm = small_table(2)
+    appended(sm.apply(append(1, 0, 0, now_ms=1_000)))
+    appended(sm.apply(append(1, 1, 0, now_ms=1_000)))  # a new epoch in the same millisecond
+    appended(sm.apply(append(2, 0, 0, now_ms=1_000)))
+    appended(sm.apply(append(3, 0, 0, now_ms=2_000)))
+    assert producer_ids(sm) == [2, 3]
+    appended(sm.apply(append(4, 0, 0, now_ms=3_000)))
+    assert producer_ids(sm) == [3, 4]
+
+
+def test_s23_an_evicted_producer_is_unknown_and_its_retry_is_appended_again() -> None:
+    sm = small_table(1)
+    first = appended(sm.apply(append(1, 0, 0, 2, now_ms=1_000)))
+    appended(sm.apply(append(2, 0, 0, now_ms=2_000)))  # evicts 1
+    assert sm.producers.get(1) is None
+    # Rule 1: the retry of a batch already in the log is an unknown producer's batch now.
+    again = appended(sm.apply(append(1, 0, 0, 2, now_ms=3_000)))
+    assert (first.base_offset, again.base_offset) == (0, 3)  # the log holds it twice
+    appended(sm.apply(append(2, 0, 1, now_ms=4_000)))  # evicts 1 again
+    # Its next batch, at any sequence, starts a new entry (rule 1): never a sequence error.
+    assert appended(sm.apply(append(1, 0, 2, now_ms=5_000))).base_offset == sm.log_end_offset - 1
+
+
+def test_s23_a_restored_snapshot_evicts_as_the_replay_does() -> None:
+    entries = [append(pid, 0, 0, now_ms=1_000 + 1_000 * (pid % 2)) for pid in (8, 3, 6, 1, 4)]
+    entries += [append(3, 0, 1, now_ms=2_000)]
+    replayed = small_table(5)
+    for entry in entries:
+        replayed.apply(entry)
+    restored = PartitionStateMachine.restore(
+        replayed.snapshot(), StateLimits(producers_per_partition_max=5)
+    )
+    for pid in (20, 21, 22, 23, 24):
+        entry = append(pid, 0, 0, now_ms=3_000)
+        assert restored.apply(entry) == replayed.apply(entry)
+        assert restored.snapshot() == replayed.snapshot()
+    assert producer_ids(replayed) == [20, 21, 22, 23, 24]
+
+
+def recency_heap(sm: PartitionStateMachine) -> list[tuple[int, int]] | None:
+    return sm.producers._recency
+
+
+def test_the_recency_heap_exists_only_while_the_table_evicts_and_stays_bounded() -> None:
+    sm = small_table(2)
+    for pid in (1, 2):
+        appended(sm.apply(append(pid, 0, 0, now_ms=1_000)))
+    assert recency_heap(sm) is None  # a table that never filled pays nothing
+    appended(sm.apply(append(3, 0, 0, now_ms=1_001)))  # evicts 1
+    for i in range(5_000):  # a new stamped time for every batch
+        appended(sm.apply(append(2 + i % 2, 0, 1 + i // 2, now_ms=2_000 + i)))
+        recency = recency_heap(sm)
+        assert recency is not None
+        assert len(recency) <= 2 * len(sm.producers) + 64
+    sm.apply(expire(now_ms=7_000, expiration_ms=2))  # 2 (last at 6,998) goes, 3 stays
+    assert producer_ids(sm) == [3]
+    assert recency_heap(sm) is None
+    for pid, now_ms in ((4, 7_000), (5, 7_001)):  # full again, then 5 evicts 3
+        appended(sm.apply(append(pid, 0, 0, now_ms=now_ms)))
+    assert producer_ids(sm) == [4, 5]
 
 
 def test_retention_moves_log_start_within_bounds() -> None:
