@@ -16,6 +16,7 @@ tests can send what no client would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -167,3 +168,29 @@ def node_pid(known: Known, node_id: int) -> int:
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+# -- the HTTP port and the data directory (issue 19, defects 8 and 9) -------------------------
+
+
+async def http_open(
+    node: launcher.NodeProcess,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await open_raw(f"{node.host}:{node.http_port}")
+
+
+async def http_exchange(node: launcher.NodeProcess, request: bytes) -> bytes:
+    """Send `request` to the node's HTTP port; everything it answers until it closes."""
+    reader, writer = await http_open(node)
+    try:
+        with contextlib.suppress(ConnectionError):
+            writer.write(request)
+            await writer.drain()
+        received = b""
+        async with asyncio.timeout(SOCKET_TIMEOUT_S):
+            with contextlib.suppress(ConnectionError):
+                while chunk := await reader.read(65_536):
+                    received += chunk
+        return received
+    finally:
+        writer.close()
