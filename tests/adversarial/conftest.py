@@ -194,3 +194,22 @@ async def http_exchange(node: launcher.NodeProcess, request: bytes) -> bytes:
         return received
     finally:
         writer.close()
+
+
+def current_cluster(known: Known) -> launcher.LocalCluster:
+    """The module's cluster as last recorded (its pids change when a test restarts nodes)."""
+    return launcher.LocalCluster.load(known.cluster.data_dir) or known.cluster
+
+
+def partition_dirs(cluster: launcher.LocalCluster) -> list[Path]:
+    """Every partition replica's directory, on every node."""
+    return sorted(
+        d
+        for node in cluster.nodes
+        for d in (cluster.data_dir / f"node{node.node_id}" / "partitions").iterdir()
+    )
+
+
+def topic_of_dir(directory: Path) -> str:
+    """The topic a partition directory belongs to, as its `topic` file says."""
+    return (directory / "topic").read_text().removesuffix("\n")
