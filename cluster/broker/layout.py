@@ -57,7 +57,7 @@ def prepare_partition_dir(data_dir: Path, topic: TopicInfo, partition: int) -> P
     legacy = legacy_partition_dir(data_dir, topic, partition)
     if legacy is not None and legacy.exists():
         if directory.exists():  # only by hand: both cannot come from us
-            log.warning("%s and %s both exist: using %s", legacy, directory.name, directory.name)
+            log.warning("%s exists beside %s: left alone, unused", legacy.name, directory.name)
         else:
             legacy.rename(directory)
             log.info("renamed partition directory %s to %s", legacy.name, directory.name)
