@@ -76,6 +76,12 @@ async def test_the_longest_name_with_a_three_digit_id_gets_every_partition(known
 
         await apoll_until(all_read, 30.0, "a record from every partition of the long topic")
         assert seen == {i: b"v%d" % i for i in range(LONG_PARTITIONS)}
+        # Each node hosts a replica of every partition, and names its group in ClusterStatus.
+        for node in current_cluster(known).nodes:
+            status = await admin.cluster_status(node.client_address)
+            groups = {g.group: g for g in status.groups if g.group.startswith(LONG_TOPIC)}
+            assert sorted(groups) == sorted(f"{LONG_TOPIC}-{i}" for i in range(LONG_PARTITIONS))
+            assert all(g.healthy and g.leader_id >= 0 for g in groups.values())
         # Every replica's directory is named by id and partition and says whose it is.
         for directory in partition_dirs(current_cluster(known)):
             assert len(directory.name) <= NAME_BYTES_MAX
