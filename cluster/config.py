@@ -49,6 +49,11 @@ class Limits:
     raft_frame_bytes_max: int = 32 * MIB
     # Bytes queued to one peer before its link is dropped as not reading (Raft resends).
     raft_queue_bytes_max: int = 256 * MIB
+    # The HTTP port (/metrics, /healthz): a request's line and headers together, their count,
+    # and the connections open at once. A scraper needs a fraction of each.
+    http_head_bytes_max: int = 16 * KIB
+    http_headers_max: int = 64
+    http_connections_max: int = 64
 
     def __post_init__(self) -> None:
         check_positive_ints(self, ConfigError)
@@ -62,6 +67,8 @@ class Limits:
             raise ConfigError(
                 "Limits.answer_bytes_per_connection_max must hold a whole fetch_bytes_max answer"
             )
+        if self.http_head_bytes_max < KIB:
+            raise ConfigError("Limits.http_head_bytes_max must be at least 1 KiB")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +88,9 @@ class Timing:
     # answers within request_timeout_ms, so only a bug could hold a connection's answers).
     answer_timeout_ms: int = 30_000
     client_idle_timeout_ms: int = 300_000
+    # From an HTTP connection's accept to the end of its request's headers, then again to
+    # write the answer: a client that drips bytes is closed at this deadline, not by idleness.
+    http_request_timeout_ms: int = 5_000
     producer_id_expiration_ms: int = 86_400_000
     transactional_id_expiration_ms: int = 604_800_000
     pid_block_size: int = 1_000

@@ -9,16 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import re
 from collections.abc import Callable, Iterator
+from http import HTTPStatus
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from cluster.config import NodeConfig
 from cluster.raft import GroupStatus
 
+log = logging.getLogger(__name__)
+
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-HTTP_TIMEOUT_S = 5.0
+LINGER_S = 1.0
+LINGER_CHUNK_BYTES = 64 * 1024
+# `METHOD SP request-target SP HTTP-version` (RFC 9112) with an origin-form target, and
+# `field-name ":" field-value` with a token name (no obsolete line folding).
+_REQUEST_LINE = re.compile(rb"([A-Z]{1,16}) (/[!-~]*) HTTP/1\.[01]")
+_HEADER = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t -~\x80-\xff]*")
 
 
 class Metrics:
@@ -97,47 +108,139 @@ class _RaftCollector(Collector):
         yield from (commit, applied, term, leader, healthy)
 
 
+class _RefusedError(Exception):
+    """A request answered with `status` (when there is one to answer), then closed."""
+
+    def __init__(self, status: HTTPStatus | None, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
 class HttpEndpoint:
-    """GET /metrics and GET /healthz; anything else is 404. One request per connection."""
+    """GET /metrics and GET /healthz; anything else is 404. One request per connection.
+
+    Every request is bounded before it is read: at most `http_connections_max` connections at
+    once (more are closed unanswered), a head (request line and headers) of at most
+    `http_head_bytes_max` bytes and `http_headers_max` headers (431 otherwise), all of it
+    within `http_request_timeout_ms` of the accept however it trickles in (408), and the answer
+    written within that time again. Malformed requests get 400, other methods 405. A refusal
+    is logged at DEBUG only: whoever reaches the port could otherwise flood the log.
+    """
 
     def __init__(
-        self, metrics: Metrics, health: Callable[[], list[str]], host: str, port: int
+        self, metrics: Metrics, health: Callable[[], list[str]], config: NodeConfig
     ) -> None:
         self._metrics = metrics
         self._health = health
-        self._host = host
-        self._port = port
+        self._host = config.host
+        self._port = config.http_port
+        self._head_bytes_max = config.limits.http_head_bytes_max
+        self._headers_max = config.limits.http_headers_max
+        self._connections_max = config.limits.http_connections_max
+        self._timeout_s = config.timing.http_request_timeout_ms / 1000
+        self._connections = 0
 
     async def serve(self) -> None:
-        server = await asyncio.start_server(self._respond, self._host, self._port)
+        # The reader's limit bounds what one line may buffer; the head's bound is checked on
+        # top of it, line by line.
+        server = await asyncio.start_server(
+            self._respond, self._host, self._port, limit=self._head_bytes_max
+        )
         async with server:
             await server.serve_forever()
 
     async def _respond(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._connections >= self._connections_max:
+            writer.transport.abort()
+            return
+        self._connections += 1
         try:
-            line = await asyncio.wait_for(reader.readline(), HTTP_TIMEOUT_S)
-            parts = line.decode("latin-1").split()
-            path = parts[1] if len(parts) >= 2 and parts[0] == "GET" else ""
-            status, body, kind = self._route(path)
-            head = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            )
-            writer.write(head.encode() + body)
-            await asyncio.wait_for(writer.drain(), HTTP_TIMEOUT_S)
-        except (TimeoutError, ConnectionError, UnicodeDecodeError):
-            pass
+            await self._serve_one(reader, writer)
         finally:
+            self._connections -= 1
             writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), HTTP_TIMEOUT_S)
+            with contextlib.suppress(ConnectionError, TimeoutError):
+                async with asyncio.timeout(self._timeout_s):
+                    await writer.wait_closed()
 
-    def _route(self, path: str) -> tuple[str, bytes, str]:
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                path = await self._read_request(reader)
+            status, body, kind = self._route(path)
+        except TimeoutError:
+            status, body, kind = HTTPStatus.REQUEST_TIMEOUT, b"request timeout\n", "text/plain"
+        except _RefusedError as refused:
+            log.debug("http request from %s refused: %s", _peer(writer), refused)
+            if refused.status is None:
+                return
+            status, body, kind = refused.status, f"{refused}\n".encode(), "text/plain"
+        except ConnectionError:
+            return
+        head = (
+            f"HTTP/1.1 {status.value} {status.phrase}\r\nContent-Type: {kind}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n"
+        )
+        if status == HTTPStatus.METHOD_NOT_ALLOWED:
+            head += "Allow: GET\r\n"
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            writer.write(head.encode() + b"\r\n" + body)
+            async with asyncio.timeout(self._timeout_s):
+                await writer.drain()
+            if status != HTTPStatus.OK:
+                await _linger(reader, writer)
+
+    async def _read_request(self, reader: asyncio.StreamReader) -> str:
+        """The path of a well-formed GET whose head is within bounds; `_RefusedError` otherwise."""
+        lines: list[bytes] = []
+        head_bytes = 0
+        while True:
+            try:
+                line = await reader.readuntil(b"\n")
+            except asyncio.LimitOverrunError:
+                raise _RefusedError(
+                    HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "head too large"
+                ) from None
+            except asyncio.IncompleteReadError:
+                raise _RefusedError(None, "closed before the end of its head") from None
+            head_bytes += len(line)
+            if head_bytes > self._head_bytes_max:
+                raise _RefusedError(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "head too large")
+            line = line.rstrip(b"\r\n")
+            if not line:
+                break
+            lines.append(line)
+            if len(lines) > self._headers_max + 1:
+                raise _RefusedError(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "too many headers")
+        request = _REQUEST_LINE.fullmatch(lines[0]) if lines else None
+        if request is None or not all(_HEADER.fullmatch(h) for h in lines[1:]):
+            raise _RefusedError(HTTPStatus.BAD_REQUEST, "malformed request")
+        if request[1] != b"GET":
+            raise _RefusedError(HTTPStatus.METHOD_NOT_ALLOWED, "only GET is served")
+        return request[2].decode("ascii").partition("?")[0]
+
+    def _route(self, path: str) -> tuple[HTTPStatus, bytes, str]:
         if path == "/metrics":
-            return "200 OK", self._metrics.render(), "text/plain; version=0.0.4"
+            return HTTPStatus.OK, self._metrics.render(), "text/plain; version=0.0.4"
         if path == "/healthz":
             problems = self._health()
             if problems:
-                return "503 Service Unavailable", "\n".join(problems).encode(), "text/plain"
-            return "200 OK", b"ok\n", "text/plain"
-        return "404 Not Found", b"not found\n", "text/plain"
+                return HTTPStatus.SERVICE_UNAVAILABLE, "\n".join(problems).encode(), "text/plain"
+            return HTTPStatus.OK, b"ok\n", "text/plain"
+        return HTTPStatus.NOT_FOUND, b"not found\n", "text/plain"
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """After refusing a request not read to its end: half-close, then discard what the client
+    still sends for up to `LINGER_S`. Closing with unread bytes would reset the connection,
+    and a reset can destroy the refusal before the client reads it."""
+    if writer.can_write_eof():
+        writer.write_eof()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LINGER_S):
+            while await reader.read(LINGER_CHUNK_BYTES):
+                pass
+
+
+def _peer(writer: asyncio.StreamWriter) -> object:
+    return writer.get_extra_info("peername")

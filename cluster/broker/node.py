@@ -3,7 +3,9 @@
 `Node` owns the Raft driver, the metadata replica (every configured node is a voter), and one
 `PartitionHandle` per partition whose replica set includes this node. The set of running
 partition groups follows the metadata state: `reconcile()` starts the groups of new topics and
-stops those of deleted ones, at runtime, without a restart. What each request is answered with
+stops those of deleted ones, at runtime, without a restart; a group that cannot start (an
+unwritable directory) is logged in one line, shown unhealthy, and retried ever less often.
+Where each group keeps its files is `layout.py`'s. What each request is answered with
 lives in `frontend.py` (the server in `server.py` only frames and orders), periodic duties in
 `duties.py`; both reach the node through this class.
 
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster.broker import layout
 from cluster.broker.replica import Fatal, MetadataReplica, PartitionReplica
 from cluster.broker.storage import PartitionStore
 from cluster.config import NodeConfig, Peer
@@ -35,7 +38,12 @@ from statemachine.pid_allocator import PidBlockLease
 log = logging.getLogger(__name__)
 METADATA_GROUP = "__metadata"
 RECONCILE_INTERVAL_S = 1.0
-START_RETRY_S = 5.0  # a partition group that failed to start is tried again after this
+# A partition group that failed to start is tried again after this, doubled after each failure
+# up to the maximum: a lasting fault (an unwritable disk) costs a line a few minutes, not a
+# traceback every few seconds.
+START_RETRY_S = 5.0
+START_RETRY_MAX_S = 300.0
+START_ERROR_CHARS_MAX = 500  # of a failure's text in status details (ClusterStatus, /healthz)
 
 PartitionKey = tuple[str, int]
 
@@ -55,6 +63,16 @@ def mesh_settings(config: NodeConfig) -> MeshSettings:
         retry_s=timing.connection_retry_ms / 1000,
         ping_s=timing.heartbeat_ms / 1000,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class StartFailure:
+    """A partition group this node should run and could not start: reported, retried."""
+
+    topic: TopicInfo
+    error: str
+    attempts: int
+    retry_at: float
 
 
 @dataclass(slots=True)
@@ -110,7 +128,7 @@ class Node:
         self.pid_block_wanted = asyncio.Event()
         self._metadata: RaftGroup | None = None
         self._reconcile_now = asyncio.Event()
-        self._start_after: dict[PartitionKey, float] = {}
+        self._start_failures: dict[PartitionKey, StartFailure] = {}
         self._peers = {p.node_id: p for p in config.peers}
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -129,7 +147,7 @@ class Node:
             METADATA_GROUP,
             me.raft_address,
             tuple(p.raft_address for p in self.config.peers if p.node_id != me.node_id),
-            self.config.data_dir / "metadata",
+            layout.metadata_dir(self.config.data_dir),
             METADATA_GROUP,
         )
         self._metadata = await self.driver.add_group(
@@ -160,23 +178,42 @@ class Node:
         }
         for key in [k for k, h in self.partitions.items() if wanted.get(k) != h.topic]:
             await self._stop_partition(key, delete=True)
+        self._start_failures = {
+            k: f for k, f in self._start_failures.items() if wanted.get(k) == f.topic
+        }
         now = time.monotonic()
         for key, topic in wanted.items():
-            if key not in self.partitions and self._start_after.get(key, 0.0) <= now:
-                try:
-                    await self._start_partition(topic, key[1])
-                    self._start_after.pop(key, None)
-                except Exception:  # e.g. its directory is unreadable: retried after a pause
-                    log.exception("could not start partition %s-%d", *key)
-                    self._start_after[key] = now + START_RETRY_S
+            failure = self._start_failures.get(key)
+            if key in self.partitions or (failure is not None and failure.retry_at > now):
+                continue
+            try:
+                await self._start_partition(topic, key[1])
+            except Exception as exc:  # noqa: BLE001 - e.g. an unwritable disk: reported, retried
+                self._start_failed(key, topic, exc, now)
+            else:
+                if self._start_failures.pop(key, None) is not None:
+                    log.info("partition %s-%d started after all", *key)
+
+    def _start_failed(
+        self, key: PartitionKey, topic: TopicInfo, exc: Exception, now: float
+    ) -> None:
+        """One line the first time (or when the error changes), a quieter one per retry, and
+        retries further and further apart; the group shows unhealthy meanwhile."""
+        previous = self._start_failures.get(key)
+        attempts = 1 if previous is None else previous.attempts + 1
+        delay_s = min(START_RETRY_S * 2 ** (attempts - 1), START_RETRY_MAX_S)
+        error = f"{type(exc).__name__}: {exc}"[:START_ERROR_CHARS_MAX]
+        if previous is None or previous.error != error:
+            log.error("could not start partition %s-%d: %s", *key, error)
+        else:
+            log.warning("partition %s-%d still cannot start (attempt %d)", *key, attempts)
+        log.debug("partition %s-%d failed to start", *key, exc_info=exc)
+        self._start_failures[key] = StartFailure(topic, error, attempts, now + delay_s)
 
     # -- partitions ------------------------------------------------------------------------------
 
-    def partition_dir(self, topic: TopicInfo, partition: int) -> Path:
-        return self.config.data_dir / "partitions" / f"{topic.name}-{partition}.{topic.topic_id}"
-
     async def _start_partition(self, topic: TopicInfo, partition: int) -> None:
-        directory = self.partition_dir(topic, partition)
+        directory = layout.prepare_partition_dir(self.config.data_dir, topic, partition)
         replicas = [self._peers[n] for n in topic.replicas[partition] if n in self._peers]
         by_address = {p.raft_address: p for p in replicas}
         me = self.config.self_peer
@@ -221,9 +258,10 @@ class Node:
         await self.driver.remove_group(handle.group.name)
         handle.replica.store.close()
         if delete:
-            await asyncio.to_thread(
-                shutil.rmtree, self.partition_dir(handle.topic, handle.partition), True
+            directory = layout.partition_dir(
+                self.config.data_dir, handle.topic.topic_id, handle.partition
             )
+            await asyncio.to_thread(shutil.rmtree, directory, True)
         log.info("stopped partition %s-%d", *key)
 
     @staticmethod
@@ -246,6 +284,20 @@ class Node:
     def group_statuses(self) -> list[GroupStatus]:
         statuses = [self.metadata.status()]
         statuses += [h.group.status() for h in self.partitions.values()]
+        statuses += [
+            GroupStatus(
+                name=f"{name}-{partition}",
+                is_leader=False,
+                serving=False,
+                leader_address=None,
+                term=0,
+                commit_index=0,
+                last_applied=0,
+                healthy=False,
+                detail=f"not started: {f.error}",
+            )
+            for (name, partition), f in self._start_failures.items()
+        ]
         return statuses
 
     def metadata_leader(self) -> Peer | None:

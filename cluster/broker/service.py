@@ -34,7 +34,7 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
         config.limits,
         config.timing,
     )
-    http = HttpEndpoint(metrics, lambda: health_problems(node), config.host, config.http_port)
+    http = HttpEndpoint(metrics, lambda: health_problems(node), config)
     await node.start()
     metrics.watch_groups(node.group_statuses)
     try:

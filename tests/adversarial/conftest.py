@@ -18,6 +18,7 @@ larger than a client would accept.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -250,3 +251,48 @@ async def settled_rss_bytes(pid: int) -> int:
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+# -- the HTTP port and the data directory (issue 19, defects 8 and 9) -------------------------
+
+
+async def http_open(
+    node: launcher.NodeProcess,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await open_raw(f"{node.host}:{node.http_port}")
+
+
+async def http_exchange(node: launcher.NodeProcess, request: bytes) -> bytes:
+    """Send `request` to the node's HTTP port; everything it answers until it closes."""
+    reader, writer = await http_open(node)
+    try:
+        with contextlib.suppress(ConnectionError):
+            writer.write(request)
+            await writer.drain()
+        received = b""
+        async with asyncio.timeout(SOCKET_TIMEOUT_S):
+            with contextlib.suppress(ConnectionError):
+                while chunk := await reader.read(65_536):
+                    received += chunk
+        return received
+    finally:
+        writer.close()
+
+
+def current_cluster(known: Known) -> launcher.LocalCluster:
+    """The module's cluster as last recorded (its pids change when a test restarts nodes)."""
+    return launcher.LocalCluster.load(known.cluster.data_dir) or known.cluster
+
+
+def partition_dirs(cluster: launcher.LocalCluster) -> list[Path]:
+    """Every partition replica's directory, on every node."""
+    return sorted(
+        d
+        for node in cluster.nodes
+        for d in (cluster.data_dir / f"node{node.node_id}" / "partitions").iterdir()
+    )
+
+
+def topic_of_dir(directory: Path) -> str:
+    """The topic a partition directory belongs to, as its `topic` file says."""
+    return (directory / "topic").read_text().removesuffix("\n")

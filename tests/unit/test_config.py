@@ -44,6 +44,7 @@ def test_a_loopback_node_without_secret_is_valid() -> None:
         ({"client_port": 70_000}, "client_port"),
         ({"surprise": 1}, "unknown settings"),
         ({"limits": {"frame_bytes_max": 0}}, "frame_bytes_max"),
+        ({"limits": {"http_head_bytes_max": 512}}, "at least 1 KiB"),
         ({"limits": {"nonsense": 1}}, "unknown Limits settings"),
         ({"timing": {"election_timeout_ms_min": 200}}, "3 heartbeats"),
         ({"timing": {"answer_timeout_ms": 10_000}}, "answer_timeout_ms"),
