@@ -55,7 +55,7 @@ async def test_the_longest_name_with_a_three_digit_id_gets_every_partition(known
     try:
         await _push_topic_ids_to(client, THREE_DIGITS)
         admin = Admin(client)
-        topic_id = await admin.create_topic(LONG_TOPIC, LONG_PARTITIONS, 3, wait_s=30.0)
+        topic_id = await admin.create_topic(LONG_TOPIC, LONG_PARTITIONS, 3, timeout_s=30.0)
         assert topic_id >= THREE_DIGITS
         # The name the old layout would have given partition 11: past what a file name holds.
         assert len(f"{LONG_TOPIC}-11.{topic_id}") > NAME_BYTES_MAX
@@ -140,7 +140,7 @@ async def test_a_partition_that_cannot_start_is_reported_once_and_retried(known:
         blocker = cluster.data_dir / f"node{node.node_id}" / "partitions" / f"{next_id}-0"
         blocker.write_text("in the way\n")
         admin = Admin(client)
-        assert await admin.create_topic("blocked", 1, 3, wait_s=30.0) == next_id
+        assert await admin.create_topic("blocked", 1, 3, timeout_s=30.0) == next_id
 
         async def reported() -> p.GroupStatus | None:
             status = await admin.cluster_status(node.client_address)
