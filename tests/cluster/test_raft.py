@@ -21,12 +21,12 @@ import pytest
 
 from cluster.config import Timing
 from cluster.local import launcher
-from cluster.raft import MeshSettings, RaftDriver
+from cluster.raft import RaftDriver
 from cluster.raft.adapter import PatchedSyncObj
 from cluster.raft.mesh import Mesh
 from tests.cluster.procs import running, spawn, wait_until
 from tests.cluster.raft_harness import HashChain
-from tests.cluster.test_raft_entries import started_group
+from tests.cluster.test_raft_entries import loopback_mesh, started_group
 from tests.polling import apoll_until
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
@@ -147,16 +147,7 @@ async def check_an_old_reply_keeps_the_next_index(directory: Path) -> None:
     replicas' states may diverge)."""
     port = launcher.choose_ports(2, os.getpid())[2]
     leader_at, follower_at = f"{HOSTS[0]}:{port}", f"{HOSTS[1]}:{port}"
-    settings = MeshSettings(
-        follower_at,
-        frozenset({leader_at}),
-        secret=None,
-        frame_bytes_max=1 << 20,
-        queue_bytes_max=8 << 20,
-        timeout_s=2.5,
-        retry_s=0.1,
-        ping_s=0.1,
-    )
+    settings = loopback_mesh(follower_at, frozenset({leader_at}))
     follower_driver = RaftDriver(Timing(), settings)
     follower_driver.start()
     follower = ScriptedFollower(follower_driver.mesh, leader_at)

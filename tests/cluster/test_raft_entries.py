@@ -30,6 +30,20 @@ from tests.polling import apoll_until
 HOST = "127.0.0.2"
 
 
+def loopback_mesh(address: str, peers: tuple[str, ...] | frozenset[str]) -> MeshSettings:
+    """Mesh settings for a test replica at `address`: links in clear, short timeouts."""
+    return MeshSettings(
+        address,
+        frozenset(peers),
+        secret=None,
+        frame_bytes_max=1 << 20,
+        queue_bytes_max=8 << 20,
+        timeout_s=2.5,
+        retry_s=0.1,
+        ping_s=0.1,
+    )
+
+
 async def started_group(
     directory: Path,
     machine: HashChain,
@@ -41,16 +55,7 @@ async def started_group(
 ) -> tuple[RaftDriver, RaftGroup]:
     """A replica of group `name` at `host:port` (peers: their addresses), on this loop."""
     address = f"{host}:{port}"
-    settings = MeshSettings(
-        address,
-        frozenset(peers),
-        secret=None,
-        frame_bytes_max=1 << 20,
-        queue_bytes_max=8 << 20,
-        timeout_s=2.5,
-        retry_s=0.1,
-        ping_s=0.1,
-    )
+    settings = loopback_mesh(address, peers)
     driver = RaftDriver(Timing(), settings, compaction_entries=1_000_000)
     driver.start()
     spec = GroupSpec(name, address, peers, directory, name)
