@@ -293,6 +293,10 @@ def partition_dirs(cluster: launcher.LocalCluster) -> list[Path]:
     )
 
 
-def topic_of_dir(directory: Path) -> str:
-    """The topic a partition directory belongs to, as its `topic` file says."""
-    return (directory / "topic").read_text().removesuffix("\n")
+def topic_of_dir(directory: Path) -> str | None:
+    """The topic a partition directory belongs to, as its `topic` file says; None while the
+    directory is being removed (its label may go before it does)."""
+    try:
+        return (directory / "topic").read_text().removesuffix("\n")
+    except FileNotFoundError:
+        return None
