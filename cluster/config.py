@@ -33,7 +33,13 @@ class Limits:
 
     frame_bytes_max: int = 8 * MIB
     fetch_bytes_max: int = 4 * MIB
+    # Client connections: in all, and from one source address (Kafka's max.connections.per.ip),
+    # so that one host cannot take a node's every slot. Connections from peer nodes' hosts (their
+    # PeerWatchers) take `peer_connections_max` slots of their own first: clients filling the
+    # node never cut its peers off.
     connections_max: int = 1_024
+    connections_per_address_max: int = 128
+    peer_connections_max: int = 16
     in_flight_requests_per_connection_max: int = 128
     # Answer bytes one connection may hold (known, or reserved for Fetches under way) before
     # its requests are no longer read: a client that pipelines requests and never reads the
@@ -49,6 +55,10 @@ class Limits:
     raft_frame_bytes_max: int = 32 * MIB
     # Bytes queued to one peer before its link is dropped as not reading (Raft resends).
     raft_queue_bytes_max: int = 256 * MIB
+    # Raft-port links that have not authenticated yet: in all, and from one source address. A
+    # peer needs one at a time; a stranger's are refused past these, never queued.
+    raft_handshakes_max: int = 64
+    raft_handshakes_per_address_max: int = 8
     # The HTTP port (/metrics, /healthz): a request's line and headers together, their count,
     # and the connections open at once. A scraper needs a fraction of each.
     http_head_bytes_max: int = 16 * KIB
@@ -66,6 +76,12 @@ class Limits:
         if self.answer_bytes_per_connection_max < self.fetch_bytes_max:
             raise ConfigError(
                 "Limits.answer_bytes_per_connection_max must hold a whole fetch_bytes_max answer"
+            )
+        if self.connections_per_address_max > self.connections_max:
+            raise ConfigError("Limits.connections_per_address_max must not exceed connections_max")
+        if self.raft_handshakes_per_address_max > self.raft_handshakes_max:
+            raise ConfigError(
+                "Limits.raft_handshakes_per_address_max must not exceed raft_handshakes_max"
             )
         if self.http_head_bytes_max < KIB:
             raise ConfigError("Limits.http_head_bytes_max must be at least 1 KiB")
@@ -88,6 +104,17 @@ class Timing:
     # answers within request_timeout_ms, so only a bug could hold a connection's answers).
     answer_timeout_ms: int = 30_000
     client_idle_timeout_ms: int = 300_000
+    # Once a client frame's first byte arrives, its last must arrive within this (a client that
+    # drips a frame is closed here, whatever the idle timeout says).
+    frame_read_timeout_ms: int = 30_000
+    # From a Raft-port connection's accept (or dial) until it is authenticated: an absolute
+    # deadline, not reset by the bytes that arrive meanwhile.
+    raft_handshake_timeout_ms: int = 1_250
+    # Refused peers, strangers and connections past a limit are logged at WARNING, at most one
+    # line per kind of refusal per this interval (the line counts the ones it stands for).
+    refusal_log_interval_ms: int = 10_000
+    # A peer's host name is resolved again this often (a restarted container may change address).
+    peer_resolve_interval_ms: int = 5_000
     # From an HTTP connection's accept to the end of its request's headers, then again to
     # write the answer: a client that drips bytes is closed at this deadline, not by idleness.
     http_request_timeout_ms: int = 5_000
@@ -105,6 +132,10 @@ class Timing:
             raise ConfigError("Timing.connection_timeout_ms must be >= election_timeout_ms_max")
         if self.leader_fallback_ms <= self.heartbeat_ms:
             raise ConfigError("Timing.leader_fallback_ms must exceed heartbeat_ms")
+        if self.raft_handshake_timeout_ms >= self.connection_timeout_ms:
+            raise ConfigError(
+                "Timing.raft_handshake_timeout_ms must be under connection_timeout_ms"
+            )
         if self.answer_timeout_ms <= self.request_timeout_ms:
             raise ConfigError("Timing.answer_timeout_ms must exceed request_timeout_ms")
 

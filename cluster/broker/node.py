@@ -29,7 +29,7 @@ from cluster.broker.replica import Fatal, MetadataReplica, PartitionReplica
 from cluster.broker.storage import PartitionStore
 from cluster.config import NodeConfig, Peer
 from cluster.raft import GroupSpec, GroupStatus, RaftDriver, RaftGroup
-from cluster.raft.mesh import MeshSettings
+from cluster.raft.mesh import MeshSettings, PeerSources
 from statemachine.limits import DEFAULT_LIMITS
 from statemachine.metadata import MetadataResult, TopicCreated, TopicDeleted, TopicInfo
 from statemachine.partition import Appended, PartitionResult
@@ -48,7 +48,7 @@ START_ERROR_CHARS_MAX = 500  # of a failure's text in status details (ClusterSta
 PartitionKey = tuple[str, int]
 
 
-def mesh_settings(config: NodeConfig) -> MeshSettings:
+def mesh_settings(config: NodeConfig, sources: PeerSources | None = None) -> MeshSettings:
     """The node's Raft links: its own address, every other node's, and their bounds."""
     timing = config.timing
     return MeshSettings(
@@ -62,6 +62,7 @@ def mesh_settings(config: NodeConfig) -> MeshSettings:
         timeout_s=timing.connection_timeout_ms / 1000,
         retry_s=timing.connection_retry_ms / 1000,
         ping_s=timing.heartbeat_ms / 1000,
+        sources=sources,
     )
 
 
@@ -115,12 +116,14 @@ class PartitionHandle:
 class Node:
     """Everything one broker process runs, except its sockets."""
 
-    def __init__(self, config: NodeConfig, fatal: Fatal) -> None:
+    def __init__(
+        self, config: NodeConfig, fatal: Fatal, peer_hosts: PeerSources | None = None
+    ) -> None:
         self.config = config
         self.fatal = fatal
         self.limits = DEFAULT_LIMITS
         self.driver = RaftDriver(
-            config.timing, mesh_settings(config), config.limits.raft_log_entries_max
+            config.timing, mesh_settings(config, peer_hosts), config.limits.raft_log_entries_max
         )
         self.metadata_replica = MetadataReplica(self.limits, self._on_metadata_applied)
         self.partitions: dict[PartitionKey, PartitionHandle] = {}

@@ -77,11 +77,25 @@ class RequestHandler(Protocol):
     async def handle(self, request: Request) -> Response: ...
 
 
+class PeerSources(Protocol):
+    """Whether a connection comes from a peer node's host (`PeerHosts` in a node)."""
+
+    def is_peer_ip(self, ip: str) -> bool: ...
+
+
 class Server:
     def __init__(
-        self, handler: RequestHandler, host: str, port: int, limits: Limits, timing: Timing
+        self,
+        handler: RequestHandler,
+        host: str,
+        port: int,
+        limits: Limits,
+        timing: Timing,
+        *,
+        peer_sources: PeerSources | None = None,
     ) -> None:
         self.handler = handler
+        self.peer_sources = peer_sources
         self.limits = limits
         self.idle_timeout_s = timing.client_idle_timeout_ms / 1000
         self.answer_timeout_s = timing.answer_timeout_ms / 1000

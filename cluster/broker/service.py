@@ -17,13 +17,18 @@ from cluster.broker.peers import PeerWatcher
 from cluster.broker.replica import Fatal
 from cluster.broker.server import Server
 from cluster.config import NodeConfig
+from cluster.peer_hosts import PeerHosts
 
 log = logging.getLogger(__name__)
 LEADER_WATCH_INTERVAL_S = 0.5
 
 
 async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None = None) -> None:
-    node = Node(config, fatal)
+    hosts = PeerHosts(
+        (p for p in config.peers if p.node_id != config.node_id),
+        config.timing.peer_resolve_interval_ms / 1000,
+    )
+    node = Node(config, fatal, hosts)
     metrics = Metrics()
     peers = PeerWatcher(config)
     duties = NodeDuties(node)
@@ -33,6 +38,7 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
         config.client_port,
         config.limits,
         config.timing,
+        peer_sources=hosts,
     )
     http = HttpEndpoint(metrics, lambda: health_problems(node), config)
     await node.start()
@@ -44,6 +50,7 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
             tasks.create_task(node.reconcile_forever())
             tasks.create_task(duties.run())
             tasks.create_task(peers.run())
+            tasks.create_task(hosts.run())
             tasks.create_task(_watch_leaders(node, metrics))
             await server.listening.wait()
             log.info("node %d serving clients on %s", config.node_id, config.client_address)

@@ -70,6 +70,14 @@ class Endpoint(Protocol):
     def deliver(self, address: str, message: dict[str, Any]) -> None: ...
 
 
+class PeerSources(Protocol):
+    """Where each peer connects from (cluster/peer_hosts.py's `PeerHosts` in a node)."""
+
+    def ips_of(self, raft_address: str) -> frozenset[str]: ...
+
+    def is_peer_ip(self, ip: str) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class MeshSettings:
     self_address: str
@@ -80,6 +88,9 @@ class MeshSettings:
     timeout_s: float
     retry_s: float
     ping_s: float
+    # Where each peer may connect from; None trusts a peer's claimed identity from anywhere
+    # (unit tests of the mesh alone).
+    sources: PeerSources | None = None
     # Read this much from one link per poller event, then let the other links and groups run.
     recv_bytes_per_event: int = 4 * 1024 * 1024
 
