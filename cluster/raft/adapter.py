@@ -80,9 +80,11 @@ OVERRIDES: tuple[Override, ...] = (
         _SYNC,
         "_SyncObj__onMessageReceived",
         "replaces",
+        "refuses a message that would put an entry not of ours in a log (`refusal_of`); "
         "a follower's append that extends its log and a leader's reply are taken directly; "
         "a reply keeps the larger next index (the rewind fix); the rest goes to stock",
-        "walks every message type for each message; a reply assigns the next index",
+        "walks every message type for each message; a reply assigns the next index; joins "
+        "chunked entries and appends any entry, which its apply unpickles",
     ),
     Override(
         _SYNC,
@@ -561,6 +563,50 @@ class _MeshTransport(Transport):  # type: ignore[misc]
         sync.raftbroker_heard(heard)
 
 
+def refusal_of(message: dict[str, Any]) -> str | None:
+    """Why a peer's message must not reach pysyncobj, or None when it may.
+
+    Only entries of ours (`_ENTRY_PREFIX`) and pysyncobj's no-op may enter a log: stock
+    pysyncobj would unpickle any other entry when it applies it (and our apply asserts on one,
+    stopping the replica). So an append whose entries are anything else is refused, and so is a
+    forwarded command without our prefix, and a chunked entry (`transmission`: pysyncobj
+    unpickles the chunks it joins; our leaders never send one).
+    """
+    kind = message.get("type")
+    if kind == "append_entries":
+        if "transmission" in message:
+            return "a chunked entry (pysyncobj would unpickle it; we never send one)"
+        entries = message.get("entries", ())
+        if not isinstance(entries, (list, tuple)):
+            return "entries that are not a list"
+        for entry in entries:
+            if not _is_our_entry(entry):
+                return f"an entry that is not ours: {_sample(entry)}"
+    elif kind == "apply_command":
+        command = message.get("command")
+        if not (isinstance(command, bytes) and command.startswith(_ENTRY_PREFIX)):
+            return f"a forwarded command that is not ours: {_sample(command)}"
+    return None
+
+
+def _is_our_entry(entry: object) -> bool:
+    """`(command, index, term)` whose command is ours or pysyncobj's no-op."""
+    if not (isinstance(entry, (list, tuple)) and len(entry) == 3):
+        return False
+    command, index, term = entry
+    return (
+        isinstance(command, bytes)
+        and (command.startswith(_ENTRY_PREFIX) or command == _NO_OP_ENTRY)
+        and type(index) is int
+        and type(term) is int
+    )
+
+
+def _sample(value: object) -> str:
+    """A short, safe rendering of what a peer sent, for a log line."""
+    return repr(value)[:48]
+
+
 def log_failure(sync_obj: Any, what: str) -> None:
     """Log a recurring failure of a group at its 1st, 10th, 100th, ... occurrence."""
     count = sync_obj.raftbroker_tick_errors
@@ -640,6 +686,7 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         self.raftbroker_mesh = mesh
         self.raftbroker_group = spec.route
         self.raftbroker_tick_errors = 0
+        self.raftbroker_refused_messages = 0
         self.raftbroker_leading = False
         self.raftbroker_live = False  # until constructed: the driver ticks only live groups
         # Called when this replica stops leading (set by RaftGroup).
@@ -810,12 +857,30 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
 
     def _SyncObj__onMessageReceived(self, node: Any, message: dict[str, Any]) -> None:  # noqa: N802
         kind = message.get("type")
-        if kind == "append_entries" and self._extends_log(node, message):
+        refusal = refusal_of(message)
+        if refusal is not None:
+            self._refuse(node, refusal)
+        elif kind == "append_entries" and self._extends_log(node, message):
             self._on_append(node, message)
         elif kind == "next_node_idx" and self._isLeader():
             self._on_reply(node, message)
         else:
             SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _refuse(self, node: Any, refusal: str) -> None:
+        """Drop a peer's message that would put a foreign entry in the log: logged at WARNING
+        (the 1st, 10th, 100th, ... of the group) and counted, so the group reports unhealthy.
+        Its sender holds the cluster secret, so this is a broken or hostile node."""
+        self.raftbroker_refused_messages += 1
+        count = self.raftbroker_refused_messages
+        if count in (1, 10, 100, 1_000, 10_000):
+            log.warning(
+                "group %s: refused a message from %s: %s (%d refused so far)",
+                self.raftbroker_group,
+                node.address,
+                refusal,
+                count,
+            )
 
     def _extends_log(self, node: Any, message: dict[str, Any]) -> bool:
         """A follower hears its leader of this term send entries that go right after its last

@@ -142,6 +142,9 @@ class RaftGroup:
         self._last_applied_seen = applied
         if self._sync.raftbroker_tick_errors:
             return False, f"{self._sync.raftbroker_tick_errors} failed ticks"
+        if self._sync.raftbroker_refused_messages:
+            # A peer that sent entries not of ours is broken or hostile: an operator must look.
+            return False, f"{self._sync.raftbroker_refused_messages} refused peer messages"
         if self._stall_since is not None and now - self._stall_since > STALL_REPORT_S:
             return False, f"applied index stuck at {applied} below commit {commit}"
         lagging = self._lagging_followers(commit, now)

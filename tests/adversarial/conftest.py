@@ -180,6 +180,24 @@ async def open_raw(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWr
         return await asyncio.open_connection(host, int(port))
 
 
+async def send_and_drain(address: str, data: bytes) -> bytes:
+    """Send `data`, then read until the node closes the connection or goes quiet."""
+    reader, writer = await open_raw(address)
+    try:
+        writer.write(data)
+        await writer.drain()
+        received = b""
+        try:
+            async with asyncio.timeout(SOCKET_TIMEOUT_S):
+                while chunk := await reader.read(65_536):
+                    received += chunk
+        except TimeoutError:
+            pass  # a node may keep the connection open after answering: that is fine
+        return received
+    finally:
+        writer.close()
+
+
 async def read_answer(
     reader: asyncio.StreamReader,
     request_type: type[p.Request],

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import pytest
 
 from cluster.config import Timing
 from cluster.local import launcher
-from cluster.raft import RaftDriver
+from cluster.raft import RaftDriver, adapter
 from cluster.raft.adapter import PatchedSyncObj
 from cluster.raft.mesh import Mesh
 from tests.cluster.procs import running, spawn, wait_until
@@ -207,3 +208,89 @@ async def test_negative_control_stock_pysyncobj_fails_that_check(
     monkeypatch.setattr(PatchedSyncObj, "_SyncObj__onMessageReceived", handler)
     with pytest.raises(AssertionError, match="rewound the follower's next index"):
         await check_an_old_reply_keeps_the_next_index(tmp_path)
+
+
+# -- what a peer sends never reaches pysyncobj's unpickling --------------------------------------
+
+UNPICKLED: list[str] = []
+
+
+def _unpickled(what: str) -> None:
+    UNPICKLED.append(what)
+
+
+class _Trap:
+    """Unpickling it calls `_unpickled`: the proof that something was unpickled."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return _unpickled, (self.what,)
+
+
+def hostile_messages(term: int, last: int) -> list[dict[str, Any]]:
+    """What a peer holding the secret could send to get a pickle unpickled on a leader: a
+    forwarded command and an appended entry without our prefix (stock pysyncobj unpickles
+    regular entries when it applies them), and a chunked entry (joined and unpickled as soon
+    as its last chunk arrives)."""
+    foreign = bytes([0]) + pickle.dumps(_Trap("a foreign entry"))  # REGULAR, then a pickle
+    chunk = pickle.dumps(_Trap("a chunked entry"))
+    append = {"type": "append_entries", "term": term, "commit_index": 0}
+    at = {"prevLogIdx": last, "prevLogTerm": term}
+    return [
+        {"type": "apply_command", "command": foreign},
+        {**append, **at, "entries": [(foreign, last + 1, term)]},
+        {**append, **at, "transmission": "start", "data": chunk},
+        {**append, **at, "transmission": "finish", "data": b""},
+    ]
+
+
+async def send_hostile_messages(directory: Path) -> tuple[int, str]:
+    """A leader hears `hostile_messages` from its peer over a real mesh link; the number of its
+    log entries that were added by them, and its health detail afterwards."""
+    port = launcher.choose_ports(2, os.getpid())[2]
+    leader_at, peer_at = f"{HOSTS[0]}:{port}", f"{HOSTS[1]}:{port}"
+    peer_driver = RaftDriver(Timing(), loopback_mesh(peer_at, frozenset({leader_at})))
+    peer_driver.start()
+    peer = ScriptedFollower(peer_driver.mesh, leader_at)
+    peer_driver.mesh.register(ROUTE, peer)
+    driver, group = await started_group(
+        directory, HashChain(), port, host=HOSTS[0], peers=(peer_at,), name=ROUTE
+    )
+    try:
+        sync = group._sync
+        await apoll_until(lambda: group.serving, 10, "a leader")
+        last, term = sync.log_index, group.status().term
+        refused = sync.raftbroker_refused_messages
+        for message in hostile_messages(term, last):
+            assert peer_driver.mesh.send(leader_at, ROUTE, message)
+        await apoll_until(
+            lambda: UNPICKLED or sync.raftbroker_refused_messages >= refused + 4 or None,
+            10,
+            "the leader to take the four messages in",
+        )
+        return sync.log_index - last, group.status().detail
+    finally:
+        driver.stop()
+        peer_driver.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_peer_cannot_get_anything_unpickled(tmp_path: Path) -> None:
+    UNPICKLED.clear()
+    added, detail = await send_hostile_messages(tmp_path)
+    assert UNPICKLED == []
+    assert added == 0, "a foreign entry went into the log"
+    assert "4 refused peer messages" in detail
+
+
+@pytest.mark.asyncio
+async def test_negative_control_without_the_screen_a_peer_gets_a_pickle_unpickled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    UNPICKLED.clear()
+    monkeypatch.setattr(adapter, "refusal_of", lambda _message: None)
+    with contextlib.suppress(AssertionError):  # the foreign entry stops the replica's apply
+        await send_hostile_messages(tmp_path)
+    assert "a chunked entry" in UNPICKLED
