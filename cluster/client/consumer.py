@@ -6,6 +6,11 @@ metadata refreshed, backing off) and is *stalled* (`stalled`, `stall_error`) unt
 answers; the caller decides how long a stall may last (the CLI: its --timeout-ms). While any
 partition is stalled, fetches wait at most `STALLED_WAIT_MS`, so the stalled one is asked
 again soon, not after a long poll of the others. A final error (OFFSET_OUT_OF_RANGE) raises.
+
+Fairness: a fetch's budget (`max_bytes`) goes to partitions in the order the fetch lists them,
+and a partition that returned records moves to the back of that order, so a partition with a
+long backlog cannot starve the others of one leader (KIP-74 gives only the first partition
+with data a batch beyond the budget).
 """
 
 from __future__ import annotations
@@ -185,6 +190,10 @@ class Consumer:
         records = []
         for fetched in result.batches:
             records.extend(self._records(result.topic, result.partition, fetched, position))
+        if result.batches:
+            # To the back of the fetch order (as Kafka's fetcher does): the budget of the next
+            # fetch goes to the partitions that got nothing this time first.
+            self.positions[key] = self.positions.pop(key)
         return records
 
     @staticmethod

@@ -204,10 +204,15 @@ class Cluster:
             raise ClientError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, topic)
         return found
 
+    def rules_out(self, topic: str, partition: int) -> bool:
+        """Whether the last answered metadata says the partition does not exist (its topic
+        is unknown, or has fewer partitions)."""
+        infos = self._partitions.get(topic)
+        return topic in self._unknown or (infos is not None and not 0 <= partition < len(infos))
+
     def _check_exists(self, topic: str, partition: int) -> None:
         """UNKNOWN_TOPIC_OR_PARTITION if the last answered metadata rules the partition out."""
-        infos = self._partitions.get(topic)
-        if topic in self._unknown or (infos is not None and not 0 <= partition < len(infos)):
+        if self.rules_out(topic, partition):
             raise ClientError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")
 
     # -- leaders -------------------------------------------------------------------------------

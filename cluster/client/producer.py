@@ -9,7 +9,9 @@ Rules the Producer keeps (docs/semantics.md, "The idempotent client"):
 - OUT_OF_ORDER for the first unacknowledged batch means the broker lost the session: those
   sends fail and the producer starts a new session (a new producer id, or an epoch bump);
 - a definite rejection of a batch (e.g. CORRUPT_MESSAGE) fails it; later batches cannot have been
-  accepted, so they are renumbered from its sequence;
+  accepted, so they are renumbered from its sequence; so does a retriable failure once the
+  refreshed metadata says the partition does not exist (its topic was deleted):
+  UNKNOWN_TOPIC_OR_PARTITION, at once rather than after `delivery_timeout_ms`;
 - INVALID_PRODUCER_EPOCH / PRODUCER_FENCED are fatal for the producer and surface to the caller;
 - a dead leader, a refused connection or a leader change is retried (the cluster forgets the
   dead address, believes a hint or refreshes metadata: `Cluster.reroute`) until a batch has
@@ -347,6 +349,7 @@ class _PartitionSender:
             batch.retry = True
             self.last_failure = Failure.of(exc)
             await cluster.reroute(self.topic, self.partition, exc)
+            self._unless_gone(batch)
             return
         assert isinstance(response, p.ProduceResponse)
         result = response.results[0]
@@ -360,8 +363,16 @@ class _PartitionSender:
             answered_by = cluster.leader_address(self.topic, self.partition) or ""
             self.last_failure = Failure(error, answered_by)
             await cluster.reroute(self.topic, self.partition, hint=result.leader)
+            self._unless_gone(batch)
         else:
             batch.failed = error
+
+    def _unless_gone(self, batch: _Batch) -> None:
+        """A batch to retry fails instead once metadata (refreshed by the reroute) says its
+        partition does not exist: its topic was deleted, and no retry can succeed."""
+        if self.producer.cluster.rules_out(self.topic, self.partition):
+            batch.retry = False
+            batch.failed = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     def _acknowledged(self, batch: _Batch, response: p.Response) -> None:
         """From the connection, the moment the answer is decoded: an acknowledged batch's

@@ -9,10 +9,13 @@ still NOT_LEADER_OR_FOLLOWER, with a hint.
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
 from cluster import protocol as p
-from cluster.client import Cluster
+from cluster.client import Admin, ClientError, Cluster, Producer, ProducerConfig
 from cluster.config import Limits
 from statemachine.errors import ErrorCode
 from tests.adversarial.conftest import (
@@ -35,6 +38,8 @@ PER_PARTITION_ANSWERS = (
     p.ListOffsetsResponse,
     p.DescribeProducersResponse,
 )
+# A producer's sends to a deleted topic fail within this (its delivery timeout is 120 s).
+GONE_WITHIN_S = 15.0
 ABSENT = [("no-such-topic", 0), (KNOWN_TOPIC, KNOWN_PARTITIONS)]
 
 
@@ -75,4 +80,25 @@ async def test_a_partition_led_elsewhere_is_still_not_leader_with_a_hint(
     requests = _asking_for(KNOWN_TOPIC, 0)[1:]  # not a Produce: the known records stay as they are
     answers = await exchange(follower.client_address, requests)
     assert _errors(answers) == [(ErrorCode.NOT_LEADER_OR_FOLLOWER, leader)] * len(answers)
+    await assert_intact(known)
+
+
+async def test_a_producer_whose_topic_is_deleted_fails_at_once(
+    known: Known, client: Cluster
+) -> None:
+    """Sends to a deleted topic fail with UNKNOWN_TOPIC_OR_PARTITION as soon as metadata says
+    the topic is gone, not after retrying for the whole delivery timeout (two minutes)."""
+    topic = "deleted-under-a-producer"
+    await Admin(client).create_topic(topic, 1, 3)
+    config = ProducerConfig(delivery_timeout_ms=120_000)
+    async with Producer(client, config) as producer:
+        first = await (await producer.send(topic, b"before", partition=0))
+        assert first.offset == 0
+        await Admin(client).delete_topic(topic)
+        started = time.monotonic()
+        with pytest.raises(ClientError) as caught:
+            async with asyncio.timeout(GONE_WITHIN_S):
+                await (await producer.send(topic, b"after", partition=0))
+    assert caught.value.error == UNKNOWN
+    assert time.monotonic() - started < GONE_WITHIN_S
     await assert_intact(known)

@@ -154,6 +154,27 @@ async def test_a_consumer_whose_batches_exceed_its_budgets_still_progresses(
     await assert_intact(bulk)
 
 
+async def test_a_consumer_with_a_small_budget_reads_every_partition_in_turn(
+    bulk: Known, client: Cluster
+) -> None:
+    """With room for one batch per fetch, each of a leader's partitions yields a batch within
+    as many polls as it leads partitions: none waits for another's backlog to drain."""
+    _, led = await _busiest_leader(client)
+    budget = BULK_VALUE_BYTES + 64 * KIB  # one batch per fetch
+    consumer = Consumer(
+        client, ConsumerConfig(max_wait_ms=0, max_bytes=budget, partition_max_bytes=budget)
+    )
+    for partition in led:
+        await consumer.seek(BULK_TOPIC, partition, 0)
+    served: list[int] = []
+    for _ in range(len(led)):
+        records = await apoll_until(consumer.poll, 10.0, "a poll with records")
+        assert len({r.partition for r in records}) == 1, "more than one batch per fetch"
+        served.append(records[0].partition)
+    assert sorted(served) == led, f"partitions served in {len(led)} polls: {served}"
+    await assert_intact(bulk)
+
+
 async def test_unread_pipelined_fetches_hold_bounded_memory(bulk: Known, client: Cluster) -> None:
     address, led = await _busiest_leader(client)
     pid = pid_at(bulk, address)
