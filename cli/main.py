@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from importlib.metadata import version as package_version
 from pathlib import Path
 
 import typer
@@ -39,8 +40,22 @@ app.command()(io_cmd.produce)
 app.command()(io_cmd.consume)
 
 
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"raftbroker {package_version('raftbroker')}")
+        raise typer.Exit
+
+
 @app.callback()
-def main() -> None:
+def main(
+    _version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the installed version and exit.",
+    ),
+) -> None:
     """raftbroker: run and use a Raft-replicated, idempotent message broker."""
 
 
