@@ -2,7 +2,8 @@
 
 `/metrics` serves the Prometheus text format; `/healthz` answers 200 when the node knows a
 metadata leader and every Raft group it hosts is healthy, 503 otherwise (with the reasons).
-Raft progress is collected at scrape time from the groups, so an idle node does no work.
+Raft progress, and the client port's open and refused connections, are collected at scrape
+time from their owners, so an idle node does no work.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from collections.abc import Callable, Iterator
 from http import HTTPStatus
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from cluster.broker.server import ConnectionStats
 from cluster.config import NodeConfig
 from cluster.raft import GroupStatus
 
@@ -81,6 +83,9 @@ class Metrics:
     def watch_groups(self, statuses: Callable[[], list[GroupStatus]]) -> None:
         self.registry.register(_RaftCollector(statuses))
 
+    def watch_connections(self, stats: Callable[[], ConnectionStats]) -> None:
+        self.registry.register(_ConnectionCollector(stats))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -106,6 +111,29 @@ class _RaftCollector(Collector):
             leader.add_metric([s.name], int(s.is_leader))
             healthy.add_metric([s.name], int(s.healthy))
         yield from (commit, applied, term, leader, healthy)
+
+
+class _ConnectionCollector(Collector):
+    def __init__(self, stats: Callable[[], ConnectionStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats = self._stats()
+        open_now = GaugeMetricFamily(
+            "raftbroker_client_connections",
+            "Client-port connections open, by slot (peer: a peer node's, in slots of their own)",
+            labels=["slot"],
+        )
+        open_now.add_metric(["client"], stats.clients)
+        open_now.add_metric(["peer"], stats.peers)
+        refused = CounterMetricFamily(
+            "raftbroker_refused_connections",
+            "Client-port connections refused at a limit, or closed for a frame not read in time",
+            labels=["reason"],
+        )
+        for reason, count in stats.refused.items():
+            refused.add_metric([reason.value], count)
+        yield from (open_now, refused)
 
 
 class _RefusedError(Exception):

@@ -4,6 +4,10 @@ A node knows the leader of the groups it hosts; for the others (a partition whos
 elsewhere) it asks. Every `POLL_INTERVAL_S` it sends ClusterStatus to each peer over the client
 protocol, with a timeout, and keeps the answers: Metadata responses and NOT_LEADER hints use
 them, and ClusterStatus reports a peer unreachable when it stops answering.
+
+It dials from the node's own configured host, as the Raft mesh does: the peer's client port
+knows that source as a peer's and seats the connection in a slot kept for peers
+(`Limits.peer_connections_max`), so clients that fill the peer never cut these polls off.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ class PeerWatcher:
             while True:
                 try:
                     if connection is None:
-                        connection = await Connection.open(peer.client_address, timeout_s)
+                        connection = await Connection.open(
+                            peer.client_address, timeout_s, local_host=self._config.host
+                        )
                     status = await connection.request(p.ClusterStatus(), timeout_s)
                     assert isinstance(status, p.ClusterStatusResponse)
                     self._seen[peer.node_id] = (time.monotonic(), status)

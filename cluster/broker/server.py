@@ -1,11 +1,26 @@
 """The client-facing TCP server: connections, framing, ordering and limits.
 
 Each connection may pipeline requests; they are handled concurrently and answered in the order
-they arrived, as Kafka does. Limits: connections per node, requests in flight per connection
-and answer bytes held per connection (reading pauses when either bound is reached, as Kafka
-mutes a channel: backpressure, not a queue that grows), frame size, a deadline for every
-answer, an idle timeout that closes dead or silent clients, and a write timeout that closes a
-client that stops reading its answers.
+they arrived, as Kafka does. Limits:
+
+- connections: `connections_max` per node, and `connections_per_address_max` from one source
+  address (Kafka's `max.connections.per.ip`; addresses in one normal form, `normal_ip`). A
+  connection past either is closed at once, never counted. A connection from a peer node's host
+  (`PeerSources`: its PeerWatcher dials from there) takes one of `peer_connections_max` slots
+  of its own first, counted against neither, so clients that fill a node never cut its peers'
+  status polls off; with those slots full, it is a client like any other;
+- requests in flight per connection and answer bytes held per connection: reading pauses when
+  either bound is reached, as Kafka mutes a channel (backpressure, not a queue that grows);
+- frame size, and `frame_read_timeout_ms`: once part of a frame is buffered, the rest must
+  arrive within that much time spent reading (bytes that keep dripping do not extend it). The
+  clock stops while the server itself does not read (a bound above reached, or the client not
+  reading its answers): the rest of the frame then waits in the kernel by our doing;
+- a deadline for every answer, an idle timeout that closes dead or silent clients, and a write
+  timeout that closes a client that stops reading its answers.
+
+A refused or timed-out connection is counted by reason (`Server.stats`, on /metrics) and logged
+at WARNING through a `RefusalLog`: one line per reason per `refusal_log_interval_ms`, with a
+count, so a flood of connections cannot flood the log.
 
 The answer bytes a connection holds are the frames of answers that wait for an earlier one,
 and for each request still under way what its handler reserves (`answer_bytes_reserved`: the
@@ -33,15 +48,20 @@ unexpectedly answers UNKNOWN_SERVER_ERROR and logs, and nothing of either reache
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Protocol, cast
 
 from cluster.config import Limits, Timing
 from cluster.errors import RaftbrokerError
+from cluster.peer_hosts import normal_ip
 from cluster.protocol import (
+    LENGTH_PREFIX,
     ErrorInfo,
     ProtocolError,
     Request,
@@ -50,10 +70,13 @@ from cluster.protocol import (
     encode_response,
     take_frame,
 )
+from cluster.refusals import RefusalLog
 from statemachine.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 WRITE_TIMEOUT_S = 30.0
+# A timer may fire this early: uvloop's clock counts whole milliseconds.
+TIMER_SLACK_S = 0.001
 ERROR_MESSAGE_CHARS_MAX = 512
 
 # What a handler answers a request with: a response, or an exception. A `RaftbrokerError`
@@ -83,6 +106,31 @@ class PeerSources(Protocol):
     def is_peer_ip(self, ip: str) -> bool: ...
 
 
+class Refusal(enum.StrEnum):
+    """Why a connection was refused, or closed before its frame was read: the `reason` label of
+    the refused-connections metric."""
+
+    CONNECTIONS_MAX = "connections_max"
+    PER_ADDRESS = "connections_per_address_max"
+    FRAME_READ_TIMEOUT = "frame_read_timeout"
+
+
+class Seat(enum.Enum):
+    """Which slots an admitted connection holds."""
+
+    PEER = enum.auto()
+    CLIENT = enum.auto()
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionStats:
+    """Connections open now, and refused since start by reason (for /metrics)."""
+
+    clients: int
+    peers: int
+    refused: Mapping[Refusal, int]
+
+
 class Server:
     def __init__(
         self,
@@ -99,17 +147,76 @@ class Server:
         self.limits = limits
         self.idle_timeout_s = timing.client_idle_timeout_ms / 1000
         self.answer_timeout_s = timing.answer_timeout_ms / 1000
+        self.frame_read_timeout_s = timing.frame_read_timeout_ms / 1000
         self._host = host
         self._port = port
-        self.connections = 0
+        self.connections = 0  # clients'; peers in their own slots are not counted here
+        self.peer_connections = 0
+        self._by_address: dict[str, int] = {}  # client connections by source; no zero entries
+        self._refusals = RefusalLog(log, timing.refusal_log_interval_ms / 1000, time.monotonic)
+        self._refused = dict.fromkeys(Refusal, 0)
+        # One log kind per reason, fixed for the server's life (RefusalLog's table stays small).
+        self._refusal_kinds = {
+            Refusal.CONNECTIONS_MAX: "client connection refused: connections_max "
+            f"({limits.connections_max}) reached",
+            Refusal.PER_ADDRESS: "client connection refused: connections_per_address_max "
+            f"({limits.connections_per_address_max}) reached",
+            Refusal.FRAME_READ_TIMEOUT: "client connection closed: frame not read within "
+            f"frame_read_timeout_ms ({timing.frame_read_timeout_ms})",
+        }
         self.listening = asyncio.Event()
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(partial(_Connection, self), self._host, self._port)
-        async with server:
-            self.listening.set()
-            await server.serve_forever()
+        try:
+            async with server:
+                self.listening.set()
+                await server.serve_forever()
+        finally:
+            self._refusals.flush()  # the counts still folded: an operator sees every refusal
+
+    def stats(self) -> ConnectionStats:
+        return ConnectionStats(self.connections, self.peer_connections, dict(self._refused))
+
+    def admit(self, ip: str) -> Seat | None:
+        """Seat a new connection from `ip` (normalised): in a peer slot if it may be a peer's
+        and one is free, else as a client within both connection limits; None if refused."""
+        limits = self.limits
+        if (
+            self.peer_connections < limits.peer_connections_max
+            and self.peer_sources is not None
+            and self.peer_sources.is_peer_ip(ip)
+        ):
+            self.peer_connections += 1
+            return Seat.PEER
+        if self.connections >= limits.connections_max:
+            self.refuse(Refusal.CONNECTIONS_MAX, f"from {ip}")
+            return None
+        from_address = self._by_address.get(ip, 0)
+        if from_address >= limits.connections_per_address_max:
+            self.refuse(Refusal.PER_ADDRESS, f"from {ip}")
+            return None
+        self._by_address[ip] = from_address + 1
+        self.connections += 1
+        return Seat.CLIENT
+
+    def release(self, ip: str, seat: Seat) -> None:
+        """Give back the slot `admit` gave a connection from `ip`."""
+        if seat is Seat.PEER:
+            self.peer_connections -= 1
+            return
+        self.connections -= 1
+        left = self._by_address[ip] - 1
+        if left:
+            self._by_address[ip] = left
+        else:
+            del self._by_address[ip]
+
+    def refuse(self, reason: Refusal, detail: str) -> None:
+        """Count a refusal and log it (rate-limited, at WARNING)."""
+        self._refused[reason] += 1
+        self._refusals.warn(self._refusal_kinds[reason], detail)
 
 
 class _Slot:
@@ -134,6 +241,8 @@ class _Connection(asyncio.Protocol):
         self._limits = server.limits
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
+        self._ip = ""
+        self._seat: Seat | None = None  # None: refused, or not yet made
         self._inbuf = bytearray()
         self._slots: deque[_Slot] = deque()
         self._held_bytes = 0  # answer bytes of the slots: known frames and reservations
@@ -146,17 +255,25 @@ class _Connection(asyncio.Protocol):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
+        # The frame-read clock: reading time spent on the frame partly buffered, banked while
+        # the clock stood; when it last started, None while it stands (no partial frame, or
+        # reading paused); and its one timer, armed no later than the deadline (which only
+        # moves later for a given frame), re-armed by itself until the deadline is reached.
+        self._frame_read_s = 0.0
+        self._frame_clock_from: float | None = None
+        self._frame_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's are not asyncio.Transport subclasses).
         self._transport = cast(asyncio.Transport, transport)
-        if self._server.connections >= self._limits.connections_max:
+        self._ip = _source_ip(self._transport)
+        self._seat = self._server.admit(self._ip)
+        if self._seat is None:
             self._finishing = True
             self._transport.close()
             return
-        self._server.connections += 1
         self._idle_timer = self._loop.call_later(self._server.idle_timeout_s, self._check_idle)
 
     def data_received(self, data: bytes) -> None:
@@ -173,6 +290,7 @@ class _Connection(asyncio.Protocol):
         # WRITE_TIMEOUT_S to catch up before the connection is dropped.
         self._writable = False
         self._pause_reading()
+        self._time_frame(new_frame=False)
         self._write_timer = self._loop.call_later(WRITE_TIMEOUT_S, self._abort)
 
     def resume_writing(self) -> None:
@@ -183,10 +301,12 @@ class _Connection(asyncio.Protocol):
         self._take_frames()
 
     def connection_lost(self, exc: Exception | None) -> None:  # noqa: ARG002
-        if self._idle_timer is None:
-            return  # refused at the connection limit: never counted
-        self._server.connections -= 1
-        for timer in (self._idle_timer, self._write_timer, self._deadline_timer):
+        if self._seat is None:
+            return  # refused at a connection limit: never counted
+        self._server.release(self._ip, self._seat)
+        self._seat = None
+        timers = (self._idle_timer, self._write_timer, self._deadline_timer, self._frame_timer)
+        for timer in timers:
             if timer is not None:
                 timer.cancel()
         for task in self._tasks:
@@ -224,6 +344,7 @@ class _Connection(asyncio.Protocol):
             self._resume_reading()
         else:
             self._pause_reading()
+        self._time_frame(new_frame=offset > 0)
 
     def _open_for_requests(self) -> bool:
         """Whether another request may be taken: the client reads its answers, and neither
@@ -309,6 +430,7 @@ class _Connection(asyncio.Protocol):
     def _finish(self) -> None:
         self._finishing = True
         self._pause_reading()
+        self._time_frame(new_frame=False)
         if not self._slots and self._transport is not None:
             self._transport.close()
 
@@ -356,9 +478,60 @@ class _Connection(asyncio.Protocol):
             return
         self._idle_timer = self._loop.call_later(max(idle_s - silent_s, 0.1), self._check_idle)
 
+    def _time_frame(self, *, new_frame: bool) -> None:
+        """Run the frame-read clock while part of a frame is buffered and requests are read;
+        stop it, keeping the time spent, while reading is paused (that wait is ours). A frame
+        begun since the last call (`new_frame`: one was taken) starts from nothing."""
+        running_from = self._frame_clock_from
+        if running_from is None and not self._inbuf:
+            return  # whole frames only, as nearly always: nothing to time
+        now = self._loop.time()
+        if new_frame or not self._inbuf:
+            self._frame_read_s = 0.0
+        elif running_from is not None:
+            self._frame_read_s += now - running_from
+        if not (self._inbuf and self._reading):
+            self._frame_clock_from = None
+            return
+        self._frame_clock_from = now
+        if self._frame_timer is None:
+            left_s = self._server.frame_read_timeout_s - self._frame_read_s
+            self._frame_timer = self._loop.call_at(now + left_s, self._frame_overdue)
+
+    def _frame_overdue(self) -> None:
+        """Abort a connection whose frame took longer than its deadline to read; re-arm for
+        the deadline as it stands now otherwise (the clock stood meanwhile, or a new frame)."""
+        self._frame_timer = None
+        running_from = self._frame_clock_from
+        if running_from is None:
+            return  # the clock stands: armed again when it next starts
+        now = self._loop.time()
+        spent_s = self._frame_read_s + now - running_from
+        left_s = self._server.frame_read_timeout_s - spent_s
+        if left_s > TIMER_SLACK_S:
+            self._frame_timer = self._loop.call_at(now + left_s, self._frame_overdue)
+            return
+        buffered = len(self._inbuf)
+        prefix = LENGTH_PREFIX.size
+        size = LENGTH_PREFIX.unpack_from(self._inbuf)[0] + prefix if buffered >= prefix else "?"
+        self._server.refuse(
+            Refusal.FRAME_READ_TIMEOUT,
+            f"from {self._ip}: {buffered} of {size} bytes in {spent_s:.1f} s of reading",
+        )
+        self._abort()
+
     def _abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
+
+
+def _source_ip(transport: asyncio.BaseTransport) -> str:
+    """The connection's source address, in normal form (as peers' addresses are kept)."""
+    peername = transport.get_extra_info("peername")
+    if not isinstance(peername, tuple) or not peername:
+        return "unknown"  # gone before we asked: such connections share one count
+    text = str(peername[0])
+    return normal_ip(text) or text
 
 
 def _error_frame(correlation_id: int, error: ErrorCode, message: str, leader: str = "") -> bytes:

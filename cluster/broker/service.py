@@ -43,6 +43,7 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
     http = HttpEndpoint(metrics, lambda: health_problems(node), config)
     await node.start()
     metrics.watch_groups(node.group_statuses)
+    metrics.watch_connections(server.stats)
     try:
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(server.serve())

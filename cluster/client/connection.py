@@ -57,13 +57,21 @@ class Connection(asyncio.Protocol):
 
     @classmethod
     async def open(
-        cls, address: str, timeout_s: float, frame_bytes_max: int = 8 << 20
+        cls,
+        address: str,
+        timeout_s: float,
+        frame_bytes_max: int = 8 << 20,
+        *,
+        local_host: str | None = None,
     ) -> Connection:
+        """Connect to `address`; from `local_host` when given (a broker dialling a peer binds
+        its own host, so the peer tells it from a client by its source address)."""
         host, port = parse_address(address)
         loop = asyncio.get_running_loop()
         connection = cls(address, frame_bytes_max)
+        local_addr = None if local_host is None else (local_host, 0)
         async with asyncio.timeout(timeout_s):
-            await loop.create_connection(lambda: connection, host, port)
+            await loop.create_connection(lambda: connection, host, port, local_addr=local_addr)
         return connection
 
     async def request(

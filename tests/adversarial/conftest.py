@@ -63,12 +63,21 @@ def known_value(index: int) -> bytes:
     return b"known-%05d" % index
 
 
-@pytest.fixture(scope="module")
-def known(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Known]:
-    with running_cluster(tmp_path_factory.mktemp("adversarial")) as cluster:
+@contextlib.contextmanager
+def known_cluster(data_dir: Path, extra_toml: str = "") -> Iterator[Known]:
+    """A running cluster in `data_dir` (its nodes configured with `extra_toml`) holding the
+    known records; stopped after. A module whose attacks need other settings (small limits)
+    overrides `known` with one of these."""
+    with running_cluster(data_dir, extra_toml) as cluster:
         values = tuple(known_value(i) for i in range(KNOWN_RECORDS))
         asyncio.run(_produce_known(cluster, values))
         yield Known(cluster, values)
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Known]:
+    with known_cluster(tmp_path_factory.mktemp("adversarial")) as cluster:
+        yield cluster
 
 
 async def _produce_known(cluster: launcher.LocalCluster, values: tuple[bytes, ...]) -> None:

@@ -1,15 +1,22 @@
-"""The client server's answer deadline, on a real listener on loopback.
+"""The client server's deadlines, on a real listener on loopback, with stand-in handlers.
 
-Every handler of a node answers within `request_timeout_ms`, so no node request can be left
-unanswered any more; to see what the server does if a handler ever fails to answer (as an empty
-Produce once did), the handler here is a stand-in that takes every Produce and never answers
-it. The server must answer it REQUEST_TIMED_OUT at `Timing.answer_timeout_ms`, answer what was
+The answer deadline: every handler of a node answers within `request_timeout_ms`, so no node
+request can be left unanswered any more; to see what the server does if a handler ever fails to
+answer (as an empty Produce once did), a stand-in takes every Produce and never answers it. The
+server must answer it REQUEST_TIMED_OUT at `Timing.answer_timeout_ms`, answer what was
 pipelined behind it, and still close the connection once it goes idle.
+
+The frame-read deadline, while the client does not read its answers: a stand-in answers every
+Fetch with a large response, so the server stops writing (and reading) with part of the next
+frame buffered. That wait is the client's choice of pace for its answers, bounded by the write
+timeout; it must not count against the frame (tests/adversarial/test_client_connections.py
+covers the other pauses and a client that drips a frame, against real nodes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator
 
@@ -17,7 +24,7 @@ import pytest
 import pytest_asyncio
 
 from cluster import protocol as p
-from cluster.broker.server import Respond, Server
+from cluster.broker.server import RequestHandler, Respond, Server
 from cluster.config import Limits, Timing
 from statemachine.errors import ErrorCode
 
@@ -27,6 +34,14 @@ HOST = "127.0.0.1"
 TIMING = Timing(request_timeout_ms=100, answer_timeout_ms=400, client_idle_timeout_ms=600)
 STATUS = p.ClusterStatusResponse(1, (), ())
 WAIT_S = 5.0
+FRAME_READ_TIMEOUT_MS = 200
+LARGE_ANSWER = p.FetchResponse(
+    (p.FetchResult("t", 0, 0, 1, 0, "", (p.FetchedBatch(0, 0, b"x" * (1 << 20)),)),)
+)
+# Answers in all: more than the write buffer, the sender's socket buffer (Linux lets it grow
+# to 4 MiB) and the small receive buffer of the client below can hold, so the server pauses.
+LARGE_ANSWERS = 8
+CLIENT_RECEIVE_BUFFER_BYTES = 16 * 1024
 
 
 class NeverAnswersProduce:
@@ -49,10 +64,24 @@ def _free_port() -> int:
         return port
 
 
-@pytest_asyncio.fixture
-async def address() -> AsyncIterator[tuple[str, int]]:
+class LargeFetchAnswers:
+    """A RequestHandler that answers Fetch with `LARGE_ANSWER`, in a task; anything else with
+    `STATUS`."""
+
+    def answer_now(self, request: p.Request, respond: Respond) -> bool:  # noqa: ARG002
+        return False
+
+    def answer_bytes_reserved(self, request: p.Request) -> int:  # noqa: ARG002
+        return 0
+
+    async def handle(self, request: p.Request) -> p.Response:
+        return LARGE_ANSWER if isinstance(request, p.Fetch) else STATUS
+
+
+@contextlib.asynccontextmanager
+async def serving(handler: RequestHandler, timing: Timing) -> AsyncIterator[tuple[str, int]]:
     port = _free_port()
-    server = Server(NeverAnswersProduce(), HOST, port, Limits(), TIMING)
+    server = Server(handler, HOST, port, Limits(), timing)
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(WAIT_S):
@@ -61,6 +90,12 @@ async def address() -> AsyncIterator[tuple[str, int]]:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest_asyncio.fixture
+async def address() -> AsyncIterator[tuple[str, int]]:
+    async with serving(NeverAnswersProduce(), TIMING) as address:
+        yield address
 
 
 async def _answer(
@@ -91,3 +126,30 @@ async def test_an_unanswered_request_times_out_and_the_connection_still_idles_ou
             assert await reader.read() == b""
     finally:
         writer.close()
+
+
+async def test_a_frame_waiting_while_the_client_reads_no_answers_is_not_timed() -> None:
+    timing = Timing(frame_read_timeout_ms=FRAME_READ_TIMEOUT_MS)
+    async with serving(LargeFetchAnswers(), timing) as address:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CLIENT_RECEIVE_BUFFER_BYTES)
+        sock.setblocking(False)
+        async with asyncio.timeout(WAIT_S):
+            await asyncio.get_running_loop().sock_connect(sock, address)
+        reader, writer = await asyncio.open_connection(sock=sock)
+        try:
+            fetch = p.Fetch(0, 1 << 20, (), replica_read=False)
+            requests = b"".join(p.encode_request(i, fetch) for i in range(1, LARGE_ANSWERS + 1))
+            status = p.encode_request(LARGE_ANSWERS + 1, p.ClusterStatus())
+            writer.write(requests + status[:-2])  # the last frame begun, not finished
+            await writer.drain()
+            # The client reads nothing for several frame deadlines (the scenario, not a wait
+            # for something to happen): the server stops writing, and so reading.
+            await asyncio.sleep(3 * FRAME_READ_TIMEOUT_MS / 1000)
+            writer.write(status[-2:])
+            async with asyncio.timeout(WAIT_S):
+                for i in range(1, LARGE_ANSWERS + 1):
+                    assert await _answer(reader, p.Fetch) == (i, LARGE_ANSWER)
+                assert await _answer(reader, p.ClusterStatus) == (LARGE_ANSWERS + 1, STATUS)
+        finally:
+            writer.close()
