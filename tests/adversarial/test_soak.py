@@ -20,7 +20,7 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -41,6 +41,7 @@ from tests.adversarial.conftest import (
     exchange,
     frame,
     http_exchange,
+    known_cluster,
     open_raw,
     read_answer,
     send_and_drain,
@@ -64,6 +65,21 @@ HONEST_BATCH = 20  # records sent before their acks are awaited
 CONSUME_TIMEOUT_S = 60.0
 PAUSE_S_MAX = 0.2  # between two rounds of one attack, so the attacks interleave
 LIMITS = Limits()
+FRAME_READ_TIMEOUT_S = 2.0  # this module's cluster's (the default, 30 s, outlasts a short soak)
+CLOSE_SLACK_S = 2.0
+DRIP_S = 0.2
+FLOOD_SOURCE = "127.0.0.77"  # another host, as far as the nodes can tell
+SOAK_TOML = f"""
+[timing]
+frame_read_timeout_ms = {int(FRAME_READ_TIMEOUT_S * 1000)}
+"""
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Known]:
+    """The suite's cluster, with a frame-read deadline a short soak can see pass."""
+    with known_cluster(tmp_path_factory.mktemp("soak"), SOAK_TOML) as cluster:
+        yield cluster
 
 
 @dataclass(slots=True)
@@ -185,6 +201,43 @@ async def connection_burst(soak: Soak) -> None:
             writer.close()
 
 
+async def address_flood(soak: Soak) -> None:
+    """More connections from one other address than a node takes from one: the surplus is
+    closed at once, and the honest producer (from 127.0.0.1) never notices."""
+    node = soak.node()
+    held = []
+    try:
+        for _ in range(LIMITS.connections_per_address_max + 8):
+            async with asyncio.timeout(SOCKET_TIMEOUT_S):
+                held.append(
+                    await asyncio.open_connection(
+                        node.host, node.client_port, local_addr=(FLOOD_SOURCE, 0)
+                    )
+                )
+    finally:
+        for _, writer in held:
+            writer.close()
+
+
+async def drip_frame(soak: Soak) -> None:
+    """A frame whose bytes come one at a time: closed at the frame-read deadline."""
+    reader, writer = await open_raw(soak.client_address())
+    started = time.monotonic()
+    try:
+        writer.write((64).to_bytes(4, "big"))
+        while time.monotonic() - started < FRAME_READ_TIMEOUT_S + CLOSE_SLACK_S:
+            writer.write(b"\x00")
+            await writer.drain()
+            with contextlib.suppress(TimeoutError):
+                if not await asyncio.wait_for(reader.read(1), DRIP_S):
+                    return  # closed by the node
+    except ConnectionError:
+        return  # reset by the node: closed too
+    finally:
+        writer.close()
+    raise AssertionError(f"a dripping frame was still open after {time.monotonic() - started} s")
+
+
 ATTACKS: dict[str, Attack] = {
     attack.__name__: attack
     for attack in (
@@ -199,6 +252,8 @@ ATTACKS: dict[str, Attack] = {
         http_garbage,
         raft_garbage,
         connection_burst,
+        address_flood,
+        drip_frame,
     )
 }
 
