@@ -64,8 +64,15 @@ def known_value(index: int) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def known(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Known]:
-    with running_cluster(tmp_path_factory.mktemp("adversarial")) as cluster:
+def known_toml() -> str:
+    """Extra node configuration for the module's cluster (none); a module overrides this
+    fixture to tune a setting its attack needs to see in seconds."""
+    return ""
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory: pytest.TempPathFactory, known_toml: str) -> Iterator[Known]:
+    with running_cluster(tmp_path_factory.mktemp("adversarial"), known_toml) as cluster:
         values = tuple(known_value(i) for i in range(KNOWN_RECORDS))
         asyncio.run(_produce_known(cluster, values))
         yield Known(cluster, values)
