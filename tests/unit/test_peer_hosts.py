@@ -37,6 +37,7 @@ def test_literal_hosts_are_known_without_resolving() -> None:
     assert hosts.unresolved == []
 
 
+@pytest.mark.asyncio(loop_scope="function")
 async def test_host_names_resolve_and_a_failure_keeps_what_was_known() -> None:
     # A table stands in for DNS: tests send nothing off loopback.
     table = {"node2": frozenset({"10.1.0.2"})}
@@ -57,5 +58,6 @@ async def test_host_names_resolve_and_a_failure_keeps_what_was_known() -> None:
     assert hosts.ips_of("node3:19003") == {"10.1.0.3"}
 
 
+@pytest.mark.asyncio(loop_scope="function")
 async def test_localhost_resolves_from_the_hosts_file() -> None:
     assert "127.0.0.1" in await resolve_host("localhost")
