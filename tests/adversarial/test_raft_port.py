@@ -272,10 +272,10 @@ def claim_identity(claimed: str, target: launcher.NodeProcess, secret: str, sour
     handshake = Handshake(
         claimed, frozenset({dialed}), secret, dialed=dialed, nonce=os.urandom(NONCE_BYTES)
     )
-    with socket.create_connection(
-        (target.host, target.raft_port), SOCKET_TIMEOUT_S, source_address=(source_ip, 0)
-    ) as sock:
-        try:
+    try:  # a refusal at accept may reset the connection before `connect` even returns
+        with socket.create_connection(
+            (target.host, target.raft_port), SOCKET_TIMEOUT_S, source_address=(source_ip, 0)
+        ) as sock:
             sock.sendall(frame(handshake.hello()))
             for payload in _frames(sock):
                 step = handshake.receive(payload)
@@ -283,9 +283,9 @@ def claim_identity(claimed: str, target: launcher.NodeProcess, secret: str, sour
                     sock.sendall(frame(out))
                 if step.opened is not None:
                     return True
-        except ConnectionError:
-            pass
-        return False
+    except ConnectionError:
+        pass
+    return False
 
 
 def _frames(sock: socket.socket) -> Iterator[bytes]:
