@@ -63,6 +63,10 @@ def mesh_settings(config: NodeConfig, sources: PeerSources | None = None) -> Mes
         retry_s=timing.connection_retry_ms / 1000,
         ping_s=timing.heartbeat_ms / 1000,
         sources=sources,
+        handshakes_max=config.limits.raft_handshakes_max,
+        handshakes_per_address_max=config.limits.raft_handshakes_per_address_max,
+        handshake_timeout_s=timing.raft_handshake_timeout_ms / 1000,
+        refusal_log_interval_s=timing.refusal_log_interval_ms / 1000,
     )
 
 

@@ -37,6 +37,7 @@ MAGIC = "raftbroker-mesh"
 VERSION = 1
 NONCE_BYTES = 16
 FRAME_BYTES_MAX = 1024  # every frame before a link opens: hellos and proofs are far smaller
+SHOWN_CHARS_MAX = 80  # of a value a peer sent, quoted in an error (and so in the log)
 _PROOF = "auth"
 
 
@@ -133,6 +134,11 @@ class Handshake:
         """What this side waits for (for the link's log when it gives up)."""
         return self._awaiting.value
 
+    @property
+    def awaiting_hello(self) -> bool:
+        """Whether the peer's hello has yet to come (a failure then is no valid hello)."""
+        return self._awaiting is _Awaiting.HELLO
+
     def hello(self) -> bytes:
         """This side's hello: the dialer's first frame, once connected."""
         return pack((MAGIC, VERSION, self._me, self.peer, self._nonce))
@@ -156,14 +162,16 @@ class Handshake:
         send: tuple[bytes, ...]
         if self._dialer:
             if sender != self.peer or target != self._me:
-                raise LinkError(f"dialed {self.peer}, but {sender!r} answered")
+                raise LinkError(f"dialed {self.peer}, but {shown(sender)} answered")
             self._key(peer_nonce=nonce)
             send = (self._sealer.seal(pack((_PROOF, self._me))),)
         else:
             # A peer of ours, with the smaller address (the one that dials), dialing us.
             known = isinstance(sender, str) and sender in self._peers and sender < self._me
             if not (known and target == self._me):
-                raise LinkError(f"a hello from {sender!r} for {target!r}: not a peer of {self._me}")
+                raise LinkError(
+                    f"a hello from {shown(sender)} for {shown(target)}: not a peer of {self._me}"
+                )
             self.peer = sender
             send = (self.hello(),)
             self._key(peer_nonce=nonce)
@@ -187,6 +195,11 @@ class Handshake:
         self._awaiting = _Awaiting.NOTHING
         send = () if self._dialer else (self._sealer.seal(pack((_PROOF, self._me))),)
         return Step(send, Opened(self.peer, self._sealer, self._opener))
+
+
+def shown(value: object) -> str:
+    """A value a peer sent, as an error quotes it: its repr, cut to `SHOWN_CHARS_MAX`."""
+    return repr(value)[:SHOWN_CHARS_MAX]
 
 
 def _decode(frame: bytes, what: str) -> object:

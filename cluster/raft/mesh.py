@@ -12,17 +12,36 @@ Rules:
   ticks, the messages of one read that brought several), and what a socket does not take is
   queued and written when it is writable or by `flush`) and never raises out of a poller
   callback: a peer that misbehaves loses its link, the node carries on.
-- Of each pair the node with the smaller address dials; the other accepts. A link opens only
-  through the handshake of cluster/raft/handshake.py (hellos, one AES-256-GCM key per
-  direction from the cluster secret, a sealed proof each way), which this module drives with
-  the frames a link receives before it opens; the handshake's deadline is the link's (half
-  `timeout_s`). Without a secret (loopback only, enforced by the config) frames travel in clear.
-- Frames are `u32 length | payload`, bounded by `frame_bytes_max`; a link whose peer stops
-  reading is dropped once `queue_bytes_max` is queued; a link that hears nothing (not even the
-  pings sent when idle) for `timeout_s` is dropped. Raft resends what a dropped link lost.
-- What went wrong shows: `failed_handshakes` counts connected links dropped before they
-  opened (a stranger, a wrong secret, garbage, a handshake that timed out), `last_failure`
-  says why; `dropped_frames` counts messages for groups not started here.
+- Of each pair the node with the smaller address dials, from its own host; the other accepts.
+  A link opens only through the handshake of cluster/raft/handshake.py (hellos, one
+  AES-256-GCM key per direction from the cluster secret, a sealed proof each way), which this
+  module drives with the frames a link receives before it opens. Without a secret (loopback
+  only, enforced by the config) frames travel in clear.
+- Before it opens a link is bounded, whatever arrives on it: it must be open within
+  `handshake_timeout_s` of its accept (or dial), an absolute deadline that bytes do not put
+  off, and its frames are at most 1 KiB (so the deadline also bounds a frame dripped in).
+  Accepted links not yet open are capped, `handshakes_max` in all and
+  `handshakes_per_address_max` from one source IP: past either, a connection is closed with a
+  reset before a byte is read. A peer needs one such link at a time.
+- With `sources` (a node's `PeerHosts`), a peer's identity is bound to its address: a
+  connection from no peer's address is closed unread, and one whose hello claims to be peer X
+  is dropped unless it comes from one of X's addresses, so a holder of the secret cannot pose
+  as another node (nor replace that node's open link) from elsewhere. What is left: nodes that
+  share an address (several on one host, as on 127.0.0.1) cannot be told apart by it, so a
+  process on a peer's host that holds the secret can still claim to be any node of that host;
+  and a process on a peer's host can take that address's pre-auth slots, delaying (never
+  breaking: open links are not affected) that peer's next link while it keeps them full.
+- Frames are `u32 length | payload`, bounded by `frame_bytes_max` once open; a link whose peer
+  stops reading is dropped once `queue_bytes_max` is queued; an open link that hears nothing
+  (not even the pings sent when idle) for `timeout_s` is dropped. Raft resends what a dropped
+  link lost.
+- What went wrong shows: every refused or failed link before it opens (a stranger's address,
+  a cap, a bad hello, a wrong secret, a claimed identity from another address, the deadline)
+  is a WARNING through `RefusalLog`, one line per kind per `refusal_log_interval_s` with a
+  count, quoting at most 80 characters of anything the peer sent; a dial to a peer that is
+  down is only DEBUG. `refused_connections` counts connections closed unread,
+  `failed_handshakes` links dropped before they opened, `last_failure` says why;
+  `dropped_frames` counts messages for groups not started here.
 """
 
 from __future__ import annotations
@@ -42,8 +61,10 @@ from enum import Enum
 from typing import Any, Protocol
 
 from cluster.addresses import parse_address
+from cluster.peer_hosts import normal_ip
 from cluster.raft.handshake import FRAME_BYTES_MAX as HANDSHAKE_FRAME_BYTES_MAX
 from cluster.raft.handshake import NONCE_BYTES, Cipher, Handshake, LinkError, Opened
+from cluster.refusals import RefusalLog
 from statemachine.codec import CodecError, pack, unpack
 
 log = logging.getLogger(__name__)
@@ -52,6 +73,17 @@ READ, WRITE, ERROR = 1, 2, 4  # the poller's event bits
 _LENGTH = struct.Struct(">I")
 _RECV_CHUNK_BYTES = 256 * 1024
 _IOV_MAX = 512
+_ACCEPTS_PER_EVENT = 64  # then the other links and groups run; the listener is still readable
+_LINGER_NONE = struct.pack("ii", 1, 0)  # close with a reset: a refused stranger leaves no TIME_WAIT
+
+# The kinds of refusal the log counts apart (cluster/refusals.py): a fixed set, never peer text.
+STRANGER = "raft port: refused a connection from no peer's address"
+CROWDED = "raft port: refused a connection at raft_handshakes_max"
+CROWDED_FROM = "raft port: refused a connection at raft_handshakes_per_address_max"
+IMPOSTOR = "raft port: refused a peer's identity claimed from another address"
+BAD_HELLO = "raft link: no valid hello"
+BAD_PROOF = "raft link: authentication failed"
+TIMED_OUT = "raft link: not authenticated in time"
 
 
 class Poller(Protocol):
@@ -91,6 +123,14 @@ class MeshSettings:
     # Where each peer may connect from; None trusts a peer's claimed identity from anywhere
     # (unit tests of the mesh alone).
     sources: PeerSources | None = None
+    # Accepted links not yet open: in all, and from one source address; a connection past
+    # either is closed unread. The defaults are cluster/config.py's.
+    handshakes_max: int = 64
+    handshakes_per_address_max: int = 8
+    # From a link's accept (or dial) until it is open, whatever arrives meanwhile.
+    handshake_timeout_s: float = 1.25
+    # Refusals of one kind are logged at most once per this (with a count).
+    refusal_log_interval_s: float = 10.0
     # Read this much from one link per poller event, then let the other links and groups run.
     recv_bytes_per_event: int = 4 * 1024 * 1024
 
@@ -101,15 +141,33 @@ class _State(Enum):
     OPEN = "open"
 
 
+class _RefusedLinkError(LinkError):
+    """A link dropped for a reason the log counts as a kind of its own (see the kinds above)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 class _Link:
     """One TCP connection to a peer, through its handshake and while open."""
 
-    def __init__(self, sock: socket.socket, handshake: Handshake, now: float) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        handshake: Handshake,
+        now: float,
+        deadline: float,
+        source: str | None = None,
+    ) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.handshake = handshake
         self.peer = handshake.peer  # the acceptor learns it from the peer's hello
         self.dialer = self.peer is not None
+        self.source = source  # an accepted link's source IP, in normal form
+        self.deadline = deadline  # to be open by then (monotonic seconds)
+        self.holds_slot = False  # counted among the accepted links not yet open
         self.state = _State.CONNECTING if self.dialer else _State.HANDSHAKE
         self.inbuf = bytearray()
         self.read_offset = 0
@@ -120,7 +178,6 @@ class _Link:
         self.opener = Cipher(None)
         self.last_recv = now
         self.last_send = now
-        self.opened_at = now
 
     def queue(self, payload: bytes) -> None:
         self.queue_frame(self.sealer.seal(payload))
@@ -211,7 +268,11 @@ class Mesh:
         self._endpoints: dict[str, Endpoint] = {}
         self._scratch = memoryview(bytearray(_RECV_CHUNK_BYTES))  # every link reads through it
         self._holding = False  # in `held`: sends are queued, written when it ends
+        self._unopened: dict[str, int] = {}  # accepted links not yet open, by source IP
+        self._unopened_total = 0
+        self._refusals = RefusalLog(log, settings.refusal_log_interval_s, time.monotonic)
         self.dropped_frames = 0
+        self.refused_connections = 0
         self.failed_handshakes = 0
         self.last_failure = ""
 
@@ -237,6 +298,12 @@ class Mesh:
             self._poller.unsubscribe(self._listener.fileno())
             self._listener.close()
             self._listener = None
+        self._refusals.flush()
+
+    @property
+    def unopened_links(self) -> int:
+        """Accepted links not yet open (authenticated)."""
+        return self._unopened_total
 
     def register(self, group: str, endpoint: Endpoint) -> None:
         assert group not in self._endpoints, f"group {group} registered twice"
@@ -295,16 +362,19 @@ class Mesh:
                 self._guarded(link, self._write)
 
     def tick(self, now: float) -> None:
-        """Dial missing peers, ping idle links, drop silent or stuck ones."""
+        """Dial missing peers, ping idle links, drop silent ones and those not open in time."""
         s = self.settings
         for link in list(self._links.values()):
-            limit = s.timeout_s if link.state is _State.OPEN else s.timeout_s / 2
-            if now - link.last_recv > limit:
-                state = link.state.value
-                if link.state is _State.HANDSHAKE:
-                    state = f"awaiting {link.handshake.awaiting}"
-                self._drop(link, f"nothing heard for {now - link.last_recv:.1f} s ({state})")
-            elif link.state is _State.OPEN and now - link.last_send > s.ping_s:
+            if link.state is not _State.OPEN:
+                if now >= link.deadline:
+                    since = "dial" if link.dialer else "accept"
+                    reason = (
+                        f"not open {s.handshake_timeout_s:g} s after its {since} ({_stage(link)})"
+                    )
+                    self._drop(link, reason, TIMED_OUT)
+            elif now - link.last_recv > s.timeout_s:
+                self._drop(link, f"nothing heard for {now - link.last_recv:.1f} s")
+            elif now - link.last_send > s.ping_s:
                 link.queue(pack(("", None)))
                 link.last_send = now
         for address in sorted(s.peer_addresses):
@@ -344,24 +414,81 @@ class Mesh:
         if code not in (0, errno.EINPROGRESS):
             sock.close()
             return
-        link = _Link(sock, self._handshake(dialed=address), now)
+        deadline = now + self.settings.handshake_timeout_s
+        link = _Link(sock, self._handshake(dialed=address), now, deadline)
         self._dialing[address] = link
         self._add(link, READ | WRITE | ERROR)
 
     def _on_accept(self, _descr: int, _event: int) -> None:
         assert self._listener is not None
-        while True:
+        for _ in range(_ACCEPTS_PER_EVENT):
             try:
-                sock, _ = self._listener.accept()
+                sock, address = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # e.g. out of file descriptors: keep serving what we have
                 log.warning("accept failed: %s", exc)
                 return
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            link = _Link(sock, self._handshake(dialed=None), time.monotonic())
-            self._add(link, READ | ERROR)
+            text = str(address[0])
+            self._admit(sock, normal_ip(text) or text)
+
+    def _admit(self, sock: socket.socket, source: str) -> None:
+        """Start the handshake of a connection from `source`, or close it unread: a stranger,
+        or one past the caps on links not yet open (checked before a byte is read)."""
+        refusal = self._refusal(source)
+        try:
+            if refusal is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_NONE)
+                sock.close()
+            else:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:  # reset already: nothing to serve
+            sock.close()
+            log.debug("raft connection from %s lost at accept: %s", source, exc)
+            return
+        if refusal is not None:
+            kind, detail = refusal
+            self.refused_connections += 1
+            self.last_failure = detail
+            self._refusals.warn(kind, detail)
+            return
+        now = time.monotonic()
+        handshake = self._handshake(dialed=None)
+        link = _Link(sock, handshake, now, now + self.settings.handshake_timeout_s, source)
+        link.holds_slot = True
+        self._unopened[source] = self._unopened.get(source, 0) + 1
+        self._unopened_total += 1
+        self._add(link, READ | ERROR)
+
+    def _refusal(self, source: str) -> tuple[str, str] | None:
+        """Why a connection from `source` is refused at accept: (kind, detail), or None."""
+        s = self.settings
+        if s.sources is not None and not s.sources.is_peer_ip(source):
+            return STRANGER, f"from {source}, closed unread"
+        if self._unopened_total >= s.handshakes_max:
+            total = self._unopened_total
+            return CROWDED, f"from {source}, closed unread: {total} links not yet authenticated"
+        from_source = self._unopened.get(source, 0)
+        if from_source >= s.handshakes_per_address_max:
+            detail = (
+                f"from {source}, closed unread: {from_source} of its links not authenticated yet"
+            )
+            return CROWDED_FROM, detail
+        return None
+
+    def _free_slot(self, link: _Link) -> None:
+        """`link` no longer counts among the accepted links not yet open (opened, or dropped)."""
+        if not link.holds_slot:
+            return
+        assert link.source is not None, "only accepted links hold a slot"
+        link.holds_slot = False
+        self._unopened_total -= 1
+        left = self._unopened[link.source] - 1
+        if left:
+            self._unopened[link.source] = left
+        else:
+            del self._unopened[link.source]
 
     def _handshake(self, *, dialed: str | None) -> Handshake:
         s = self.settings
@@ -385,6 +512,8 @@ class Mesh:
     def _guarded(self, link: _Link, step: Callable[..., None], *args: int) -> None:
         try:
             step(link, *args)
+        except _RefusedLinkError as exc:
+            self._drop(link, exc.message, exc.kind)
         except LinkError as exc:
             self._drop(link, exc.message)
         except OSError as exc:
@@ -444,11 +573,15 @@ class Mesh:
             return self.settings.frame_bytes_max
         return HANDSHAKE_FRAME_BYTES_MAX
 
-    def _drop(self, link: _Link, reason: str | None) -> None:
+    def _drop(self, link: _Link, reason: str | None, kind: str | None = None) -> None:
+        """Close `link`. One that fails before it opens is counted and logged as a refusal
+        (`kind`, or one told by how far its handshake got); a dial that never connected is
+        only a peer that is down, logged at DEBUG."""
         if self._links.pop(link.fd, None) is None:
             return
         self._poller.unsubscribe(link.fd)
         link.sock.close()
+        self._free_slot(link)
         if link.peer is not None and self._dialing.get(link.peer) is link:
             del self._dialing[link.peer]
         if link.peer is not None and self._open.get(link.peer) is link:
@@ -456,11 +589,13 @@ class Mesh:
             for endpoint in list(self._endpoints.values()):
                 endpoint.peer_disconnected(link.peer)
             log.info("raft link to %s closed: %s", link.peer, reason or "shutdown")
+        elif reason is not None and link.state is _State.HANDSHAKE:
+            self.failed_handshakes += 1
+            self.last_failure = reason
+            where = f"to {link.peer}" if link.dialer else f"from {link.source}"
+            self._refusals.warn(kind or _failure_kind(link), f"{where}: {reason}")
         elif reason is not None:
-            if link.state is _State.HANDSHAKE:
-                self.failed_handshakes += 1
-                self.last_failure = reason
-            log.debug("raft link to %s failed: %s", link.peer or "unknown peer", reason)
+            log.debug("raft link to %s failed: %s", link.peer, reason)
 
     # -- handshake and routing -------------------------------------------------------------------
 
@@ -473,6 +608,8 @@ class Mesh:
     def _shake(self, link: _Link, frame: bytes) -> None:
         """A frame of the handshake: send what it answers, and open the link once it is done."""
         step = link.handshake.receive(frame)
+        if link.peer is None and link.handshake.peer is not None:  # a hello named the peer
+            self._check_source(link.handshake.peer, link.source)
         link.peer = link.handshake.peer
         for out in step.send:
             link.queue_frame(out)
@@ -480,9 +617,23 @@ class Mesh:
         if step.opened is not None:
             self._opened(link, step.opened)
 
+    def _check_source(self, peer: str, source: str | None) -> None:
+        """A peer's identity holds only from its own addresses: a node that knows the secret
+        must not pose as another (and replace its link) from elsewhere."""
+        sources = self.settings.sources
+        if sources is None:
+            return
+        assert source is not None, "an accepting link knows its source"
+        ips = sources.ips_of(peer)
+        if source not in ips:
+            expected = ", ".join(sorted(ips)) or "none resolved yet"
+            message = f"claims to be {peer} but connects from {source} (its addresses: {expected})"
+            raise _RefusedLinkError(IMPOSTOR, message)
+
     def _opened(self, link: _Link, opened: Opened) -> None:
         peer = opened.peer
         assert link.peer == peer
+        self._free_slot(link)
         link.sealer, link.opener = opened.sealer, opened.opener
         if link.dialer:
             self._dialing.pop(peer, None)
@@ -511,3 +662,15 @@ class Mesh:
             return
         assert link.peer is not None
         endpoint.deliver(link.peer, message)
+
+
+def _stage(link: _Link) -> str:
+    """How far a link that is not open got, for the log."""
+    if link.state is _State.CONNECTING:
+        return "connecting"
+    return f"awaiting {link.handshake.awaiting}"
+
+
+def _failure_kind(link: _Link) -> str:
+    """The kind of a failed handshake, by how far it got: the hello, or the sealed proof."""
+    return BAD_HELLO if link.handshake.awaiting_hello else BAD_PROOF

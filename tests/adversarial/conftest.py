@@ -66,8 +66,7 @@ def known_value(index: int) -> bytes:
 @contextlib.contextmanager
 def known_cluster(data_dir: Path, extra_toml: str = "") -> Iterator[Known]:
     """A running cluster in `data_dir` (its nodes configured with `extra_toml`) holding the
-    known records; stopped after. A module whose attacks need other settings (small limits)
-    overrides `known` with one of these."""
+    known records; stopped after."""
     with running_cluster(data_dir, extra_toml) as cluster:
         values = tuple(known_value(i) for i in range(KNOWN_RECORDS))
         asyncio.run(_produce_known(cluster, values))
@@ -75,8 +74,16 @@ def known_cluster(data_dir: Path, extra_toml: str = "") -> Iterator[Known]:
 
 
 @pytest.fixture(scope="module")
-def known(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Known]:
-    with known_cluster(tmp_path_factory.mktemp("adversarial")) as cluster:
+def known_toml() -> str:
+    """Extra node configuration for the module's cluster (none); a module overrides this
+    fixture to tune a setting its attack needs to see in seconds (small limits, short
+    deadlines)."""
+    return ""
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory: pytest.TempPathFactory, known_toml: str) -> Iterator[Known]:
+    with known_cluster(tmp_path_factory.mktemp("adversarial"), known_toml) as cluster:
         yield cluster
 
 

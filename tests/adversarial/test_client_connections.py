@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -29,7 +28,6 @@ from tests.adversarial.conftest import (
     current_cluster,
     exchange,
     http_exchange,
-    known_cluster,
     leaders,
     node_pid,
     read_answer,
@@ -64,9 +62,8 @@ FRAME_KIND = "frame not read within frame_read_timeout_ms"
 
 
 @pytest.fixture(scope="module")
-def known(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Known]:
-    with known_cluster(tmp_path_factory.mktemp("connections"), EXTRA_TOML) as cluster:
-        yield cluster
+def known_toml() -> str:
+    return EXTRA_TOML
 
 
 # -- sockets from other addresses --------------------------------------------------------------

@@ -20,7 +20,7 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -41,7 +41,6 @@ from tests.adversarial.conftest import (
     exchange,
     frame,
     http_exchange,
-    known_cluster,
     open_raw,
     read_answer,
     send_and_drain,
@@ -76,10 +75,9 @@ frame_read_timeout_ms = {int(FRAME_READ_TIMEOUT_S * 1000)}
 
 
 @pytest.fixture(scope="module")
-def known(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Known]:
+def known_toml() -> str:
     """The suite's cluster, with a frame-read deadline a short soak can see pass."""
-    with known_cluster(tmp_path_factory.mktemp("soak"), SOAK_TOML) as cluster:
-        yield cluster
+    return SOAK_TOML
 
 
 @dataclass(slots=True)

@@ -1,14 +1,20 @@
 """The Raft mesh (cluster/raft/mesh.py) on real loopback sockets, driven in-process by one loop.
 
 Links open only between holders of the secret, carry each group's messages to that group,
-survive garbage and strangers, and report a peer that goes away. A refusal is awaited as the
-event the mesh counts (`failed_handshakes`, with its `last_failure`), never as a quiet window;
-the handshake's own cases are tests/unit/test_handshake.py's.
+survive garbage and strangers, and report a peer that goes away. Before a link opens it is
+bounded: accepted links not yet open are capped in all and per source address (more are closed
+unread), each must open within an absolute deadline however it drips bytes, and with peer
+sources known a stranger's address is refused at accept and a peer's identity holds only from
+that peer's address. A refusal is awaited as the event the mesh counts (`failed_handshakes` or
+`refused_connections`, with its `last_failure`), never as a quiet window; the handshake's own
+cases are tests/unit/test_handshake.py's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import os
 import selectors
 import socket
@@ -19,11 +25,14 @@ from typing import Any
 import pytest
 
 from cluster.local import launcher
+from cluster.raft import mesh as mesh_module
+from cluster.raft.handshake import NONCE_BYTES, Handshake
 from cluster.raft.mesh import ERROR, READ, WRITE, Mesh, MeshSettings
 from statemachine.codec import pack
 from tests.polling import poll_until
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+STRANGERS = ("127.0.0.5", "127.0.0.6", "127.0.0.7")
 
 
 class SelectorPoller:
@@ -57,6 +66,7 @@ class Recorder:
     def __init__(self) -> None:
         self.connected: set[str] = set()
         self.ever_connected: set[str] = set()
+        self.disconnections = 0
         self.messages: list[tuple[str, dict[str, Any]]] = []
 
     def peer_connected(self, address: str) -> None:
@@ -65,6 +75,7 @@ class Recorder:
 
     def peer_disconnected(self, address: str) -> None:
         self.connected.discard(address)
+        self.disconnections += 1
 
     def deliver(self, address: str, message: dict[str, Any]) -> None:
         self.messages.append((address, message))
@@ -77,7 +88,9 @@ class Net:
         self.poller = SelectorPoller()
         self.meshes: list[Mesh] = []
 
-    def node(self, address: str, peers: set[str], secret: str | None = "s3cret") -> Mesh:
+    def node(
+        self, address: str, peers: set[str], secret: str | None = "s3cret", **overrides: Any
+    ) -> Mesh:
         settings = MeshSettings(
             address,
             frozenset(peers),
@@ -88,7 +101,7 @@ class Net:
             retry_s=0.1,
             ping_s=0.1,
         )
-        mesh = Mesh(settings, self.poller)
+        mesh = Mesh(dataclasses.replace(settings, **overrides), self.poller)
         mesh.bind()
         self.meshes.append(mesh)
         return mesh
@@ -288,12 +301,13 @@ def test_a_stranger_that_says_nothing_is_dropped_when_the_handshake_times_out(
     net: Net, port: int
 ) -> None:
     a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
-    b = net.node(b_addr, {a_addr})  # a link's handshake has half its 2 s timeout
+    b = net.node(b_addr, {a_addr}, handshake_timeout_s=0.5)
     stranger = socket.create_connection((B, port), timeout=2)
     try:
         stranger.setblocking(False)
         net.run_until(lambda: b.failed_handshakes == 1, 3.0, "the handshake to time out")
-        assert "nothing heard" in b.last_failure and "hello" in b.last_failure
+        assert "not open 0.5 s after its accept" in b.last_failure
+        assert "hello" in b.last_failure
         net.run_until(lambda: _closed(stranger), 3.0, "B to hang up on the stranger")
     finally:
         stranger.close()
@@ -319,3 +333,199 @@ def _closed(sock: socket.socket) -> bool:
         return False
     except ConnectionResetError:
         return True
+
+
+# -- before a link opens: caps, the absolute deadline, the peer's source address -------------
+
+
+class PeerSourcesStub:
+    """Where each peer connects from, as a node's `PeerHosts` would say."""
+
+    def __init__(self, ips_by_address: dict[str, set[str]]) -> None:
+        self._ips = {address: frozenset(ips) for address, ips in ips_by_address.items()}
+
+    def ips_of(self, raft_address: str) -> frozenset[str]:
+        return self._ips.get(raft_address, frozenset())
+
+    def is_peer_ip(self, ip: str) -> bool:
+        return any(ip in ips for ips in self._ips.values())
+
+
+def connect_from(source_ip: str, port: int, target_ip: str = B) -> socket.socket:
+    """A connection to the mesh at `target_ip` from `source_ip`, non-blocking once made."""
+    sock = socket.create_connection((target_ip, port), timeout=2, source_address=(source_ip, 0))
+    sock.setblocking(False)
+    return sock
+
+
+def test_a_link_that_keeps_sending_bytes_is_still_dropped_at_its_deadline(
+    net: Net, port: int
+) -> None:
+    """The deadline runs from the accept: a byte every 50 ms (a hello's frame that never ends,
+    well under the 1 KiB bound) does not put it off, as it put off the old silence timeout."""
+    a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
+    b = net.node(b_addr, {a_addr}, handshake_timeout_s=0.5)
+    dripper = connect_from(STRANGERS[0], port)
+    connected_at = time.monotonic()
+    dripper.send((1000).to_bytes(4, "big"))
+    drips = [connected_at]
+
+    def drip_until_closed() -> bool:
+        if _closed(dripper):
+            return True
+        if time.monotonic() - drips[-1] >= 0.05:
+            dripper.send(b"x")
+            drips.append(time.monotonic())
+        return False
+
+    try:
+        net.run_until(drip_until_closed, 3.0, "B to hang up on the dripping link")
+        held_s = time.monotonic() - connected_at
+    finally:
+        dripper.close()
+    assert len(drips) > 5, "bytes kept arriving until the deadline"
+    assert 0.5 <= held_s < 0.5 + 0.4, f"held {held_s:.2f} s for a 0.5 s deadline"
+    assert b.failed_handshakes == 1 and "not open 0.5 s after its accept" in b.last_failure
+    assert b.unopened_links == 0
+
+
+def test_links_not_yet_open_are_capped_in_all_and_per_address(
+    net: Net, port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past either cap a connection is closed unread (a reset at once), counted and logged at
+    WARNING; a link that goes frees its slot; a peer links once strangers' deadlines pass."""
+    a_addr, b_addr = f"{A}:{port}", f"{B}:{port}"
+    caplog.set_level(logging.WARNING, logger="cluster.raft.mesh")
+    b = net.node(
+        b_addr,
+        {a_addr},
+        handshakes_max=4,
+        handshakes_per_address_max=2,
+        handshake_timeout_s=1.0,
+    )
+    held: list[socket.socket] = []
+    try:
+
+        def connect(source_ip: str, *, admitted: int, refused: int) -> socket.socket:
+            sock = connect_from(source_ip, port)
+            held.append(sock)
+            net.run_until(
+                lambda: b.unopened_links == admitted and b.refused_connections == refused,
+                3.0,
+                f"B to take in the connection from {source_ip}",
+            )
+            return sock
+
+        first = connect(STRANGERS[0], admitted=1, refused=0)
+        connect(STRANGERS[0], admitted=2, refused=0)
+        third = connect(STRANGERS[0], admitted=2, refused=1)  # past 2 from one address
+        net.run_until(lambda: _closed(third), 1.0, "the third to be closed at once")
+        assert "raft_handshakes_per_address_max" in caplog.text
+        assert not _closed(first), "the admitted ones wait for their deadline"
+
+        first.close()  # a link that goes gives back its slot
+        net.run_until(lambda: b.unopened_links == 1, 1.0, "B to see the first go")
+        connect(STRANGERS[0], admitted=2, refused=1)
+        connect(STRANGERS[1], admitted=3, refused=1)
+        connect(STRANGERS[1], admitted=4, refused=1)
+        fifth = connect(STRANGERS[2], admitted=4, refused=2)  # past 4 in all
+        net.run_until(lambda: _closed(fifth), 1.0, "the fifth to be closed at once")
+        assert "4 links not yet authenticated" in b.last_failure
+
+        # The peer's dials are refused while strangers hold every slot, and get through once
+        # their deadline drops them: it is not locked out for longer.
+        a = net.node(a_addr, {b_addr})
+        net.run_until(lambda: a.is_open(b_addr) and b.is_open(a_addr), 3.0, "A to link")
+        assert b.unopened_links == 0
+    finally:
+        for sock in held:
+            sock.close()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    kinds = {mesh_module.CROWDED_FROM, mesh_module.CROWDED, mesh_module.TIMED_OUT}
+    assert {k for k in kinds if any(r.getMessage().startswith(k) for r in warnings)} == kinds
+
+
+class RawDialer:
+    """A node's side of the handshake spoken over a raw socket from any source address (an
+    impostor that knows the secret), stepped by the `Net` like the meshes."""
+
+    def __init__(self, claimed: str, target: str, secret: str, source_ip: str, port: int) -> None:
+        self.handshake = Handshake(
+            claimed,
+            frozenset({target}),
+            secret,
+            dialed=target,
+            nonce=os.urandom(NONCE_BYTES),
+        )
+        self.sock = connect_from(source_ip, port, target.rpartition(":")[0])
+        self.inbuf = b""
+        self.opened = False
+        self.sock.sendall(_frame(self.handshake.hello()))
+
+    def advance(self) -> bool:
+        """Take in what arrived and answer it; True once open, or once the acceptor hung up."""
+        try:
+            chunk = self.sock.recv(4096)
+        except BlockingIOError:
+            return False
+        except ConnectionResetError:
+            chunk = b""
+        if not chunk:
+            return True
+        self.inbuf += chunk
+        while len(self.inbuf) >= 4 and len(self.inbuf) >= 4 + int.from_bytes(self.inbuf[:4], "big"):
+            length = int.from_bytes(self.inbuf[:4], "big")
+            frame, self.inbuf = self.inbuf[4 : 4 + length], self.inbuf[4 + length :]
+            step = self.handshake.receive(frame)
+            for out in step.send:
+                self.sock.sendall(_frame(out))
+            self.opened = step.opened is not None
+        return self.opened
+
+
+def test_a_peer_identity_holds_only_from_that_peer_s_address(
+    net: Net, port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the peers' sources known, a stranger's address is refused at accept, and a holder of
+    the secret that claims to be A from C's address is refused once its hello names A: A's open
+    link stays. The same claim from A's own address opens (and replaces A's link): the check,
+    not something else, told them apart."""
+    a_addr, b_addr, c_addr = f"{A}:{port}", f"{B}:{port}", f"{C}:{port}"
+    caplog.set_level(logging.WARNING, logger="cluster.raft.mesh")
+    sources = PeerSourcesStub({a_addr: {A}, c_addr: {C}})
+    b = net.node(b_addr, {a_addr, c_addr}, sources=sources)
+    a = net.node(a_addr, {b_addr})
+    on_b = Recorder()
+    b.register("g", on_b)
+    net.run_until(lambda: on_b.connected == {a_addr}, 3.0, "A to link")
+
+    stranger = connect_from(STRANGERS[0], port)
+    try:
+        net.run_until(lambda: _closed(stranger), 3.0, "B to refuse the stranger")
+    finally:
+        stranger.close()
+    assert b.refused_connections == 1 and STRANGERS[0] in b.last_failure
+    assert b.failed_handshakes == 0, "refused before a byte was read"
+
+    impostor = RawDialer(a_addr, b_addr, "s3cret", C, port)
+    try:
+        net.run_until(impostor.advance, 3.0, "B to answer the impostor")
+    finally:
+        impostor.sock.close()
+    assert not impostor.opened
+    assert f"claims to be {a_addr} but connects from {C}" in b.last_failure
+    assert mesh_module.IMPOSTOR in caplog.text
+    assert on_b.disconnections == 0 and a.is_open(b_addr), "A's link stays"
+
+    control = RawDialer(a_addr, b_addr, "s3cret", A, port)  # A's own address, a fresh port
+    try:
+        net.run_until(control.advance, 3.0, "B to answer the claim from A's address")
+        assert control.opened, f"refused: {b.last_failure}"
+        net.run_until(lambda: on_b.disconnections == 1, 3.0, "the claim to replace A's link")
+    finally:
+        control.sock.close()
+    net.run_until(lambda: on_b.connected == {a_addr}, 3.0, "A to link again")
+
+
+def _frame(payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + payload

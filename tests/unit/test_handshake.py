@@ -15,6 +15,7 @@ from cluster.raft.handshake import (
     FRAME_BYTES_MAX,
     MAGIC,
     NONCE_BYTES,
+    SHOWN_CHARS_MAX,
     VERSION,
     Cipher,
     Handshake,
@@ -140,6 +141,19 @@ def test_the_acceptor_refuses_a_hello_from_a_stranger_or_for_another_node(
 ) -> None:
     with pytest.raises(LinkError, match="not a peer"):
         acceptor().receive(pack((MAGIC, VERSION, sender, target, b"n" * NONCE_BYTES)))
+
+
+def test_a_refusal_quotes_what_a_stranger_sent_cut_short() -> None:
+    """The message reaches the node's log: a stranger's long text must not."""
+    long = "x" * 400  # twice that, and the rest of a hello, under the 1 KiB bound
+    with pytest.raises(LinkError, match="not a peer") as refused:
+        acceptor().receive(pack((MAGIC, VERSION, long, long, b"n" * NONCE_BYTES)))
+    assert len(refused.value.message) < 2 * SHOWN_CHARS_MAX + 100
+    side = dialer()
+    side.hello()
+    with pytest.raises(LinkError, match="answered") as refused:
+        side.receive(hello(sender=long, target=DIALER))
+    assert len(refused.value.message) < SHOWN_CHARS_MAX + 100
 
 
 def test_the_acceptor_refuses_a_peer_that_should_not_dial_it() -> None:
