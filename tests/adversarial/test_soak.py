@@ -27,7 +27,7 @@ import pytest
 
 from cluster import protocol as p
 from cluster.client import Admin, Cluster, Consumer, Producer
-from cluster.config import Limits
+from cluster.config import Limits, Timing
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from statemachine.records import Record, RecordBatch
@@ -66,6 +66,7 @@ PAUSE_S_MAX = 0.2  # between two rounds of one attack, so the attacks interleave
 LIMITS = Limits()
 FRAME_READ_TIMEOUT_S = 2.0  # this module's cluster's (the default, 30 s, outlasts a short soak)
 CLOSE_SLACK_S = 2.0
+HANDSHAKE_TIMEOUT_S = Timing().raft_handshake_timeout_ms / 1000
 DRIP_S = 0.2
 FLOOD_SOURCE = "127.0.0.77"  # another host, as far as the nodes can tell
 SOAK_TOML = f"""
@@ -182,9 +183,40 @@ async def http_garbage(soak: Soak) -> None:
 
 
 async def raft_garbage(soak: Soak) -> None:
+    """Garbage to a Raft port from a stranger's address: reset before a byte is read."""
     node = soak.node()
-    await send_and_drain(
-        f"{node.host}:{node.raft_port}", soak.rng.randbytes(soak.rng.randrange(1, 2048))
+    with contextlib.suppress(ConnectionError):
+        await send_and_drain(
+            f"{node.host}:{node.raft_port}", soak.rng.randbytes(soak.rng.randrange(1, 2048))
+        )
+
+
+async def raft_drip(soak: Soak) -> None:
+    """From a peer's own address (past the stranger check), a hello dripped a byte at a time:
+    dropped at the absolute handshake deadline however many bytes arrive."""
+    node, peer = soak.rng.sample(soak.cluster.nodes, 2)
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(SOCKET_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(
+                node.host, node.raft_port, local_addr=(peer.host, 0)
+            )
+    except ConnectionError:
+        return  # the peer address's pre-auth slots are full: refused, as it should be
+    try:
+        writer.write((512).to_bytes(4, "big"))
+        while time.monotonic() - started < HANDSHAKE_TIMEOUT_S + CLOSE_SLACK_S:
+            writer.write(b"\x00")
+            await writer.drain()
+            with contextlib.suppress(TimeoutError):
+                if not await asyncio.wait_for(reader.read(1), DRIP_S):
+                    return  # dropped by the node
+    except ConnectionError:
+        return
+    finally:
+        writer.close()
+    raise AssertionError(
+        f"a dripping Raft hello was still open after {time.monotonic() - started} s"
     )
 
 
@@ -233,7 +265,8 @@ async def drip_frame(soak: Soak) -> None:
         return  # reset by the node: closed too
     finally:
         writer.close()
-    raise AssertionError(f"a dripping frame was still open after {time.monotonic() - started} s")
+    lasted_s = time.monotonic() - started
+    raise AssertionError(f"a dripping frame was still open after {lasted_s:.1f} s")
 
 
 ATTACKS: dict[str, Attack] = {
@@ -249,6 +282,7 @@ ATTACKS: dict[str, Attack] = {
         forged_producers,
         http_garbage,
         raft_garbage,
+        raft_drip,
         connection_burst,
         address_flood,
         drip_frame,
