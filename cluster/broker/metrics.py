@@ -14,6 +14,7 @@ import logging
 import re
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -86,6 +87,9 @@ class Metrics:
     def watch_connections(self, stats: Callable[[], ConnectionStats]) -> None:
         self.registry.register(_ConnectionCollector(stats))
 
+    def watch_raft_port(self, stats: Callable[[], RaftPortStats]) -> None:
+        self.registry.register(_RaftPortCollector(stats))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -134,6 +138,37 @@ class _ConnectionCollector(Collector):
         for reason, count in stats.refused.items():
             refused.add_metric([reason.value], count)
         yield from (open_now, refused)
+
+
+class RaftPortStats(NamedTuple):
+    """The Raft port's connections before they open (the mesh's counters)."""
+
+    unopened: int  # accepted or dialled, not authenticated yet
+    refused: int  # closed unread: a stranger's address, or past a pre-auth cap
+    failed_handshakes: int  # dropped before they opened: bad hello, wrong secret, too slow
+
+
+class _RaftPortCollector(Collector):
+    def __init__(self, stats: Callable[[], RaftPortStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats = self._stats()
+        yield GaugeMetricFamily(
+            "raftbroker_raft_unopened_links",
+            "Raft-port links not authenticated yet",
+            value=stats.unopened,
+        )
+        yield CounterMetricFamily(
+            "raftbroker_raft_refused_connections",
+            "Raft-port connections closed unread: a stranger's address, or past a pre-auth cap",
+            value=stats.refused,
+        )
+        yield CounterMetricFamily(
+            "raftbroker_raft_failed_handshakes",
+            "Raft-port links dropped before they opened (bad hello, wrong secret, deadline)",
+            value=stats.failed_handshakes,
+        )
 
 
 class _RefusedError(Exception):

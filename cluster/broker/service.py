@@ -11,7 +11,7 @@ import logging
 
 from cluster.broker.duties import NodeDuties
 from cluster.broker.frontend import RequestFrontend
-from cluster.broker.metrics import HttpEndpoint, Metrics
+from cluster.broker.metrics import HttpEndpoint, Metrics, RaftPortStats
 from cluster.broker.node import Node
 from cluster.broker.peers import PeerWatcher
 from cluster.broker.replica import Fatal
@@ -44,6 +44,10 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
     await node.start()
     metrics.watch_groups(node.group_statuses)
     metrics.watch_connections(server.stats)
+    mesh = node.driver.mesh
+    metrics.watch_raft_port(
+        lambda: RaftPortStats(mesh.unopened_links, mesh.refused_connections, mesh.failed_handshakes)
+    )
     try:
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(server.serve())

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import signal
 import socket
@@ -37,7 +38,13 @@ from cluster.config import Limits, Timing
 from cluster.local import launcher
 from cluster.raft import mesh
 from cluster.raft.handshake import NONCE_BYTES, Handshake
-from tests.adversarial.conftest import Known, assert_intact, current_cluster, frame
+from tests.adversarial.conftest import (
+    Known,
+    assert_intact,
+    current_cluster,
+    frame,
+    http_exchange,
+)
 from tests.polling import poll_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -252,6 +259,9 @@ async def test_a_dripping_flood_from_one_address_is_capped_and_cut_at_the_deadli
     assert any("more like it" in line for line in lines), "no line with a count"
     refusals = len(lifetimes) + len(stranger_s)
     assert len(lines) * 10 < refusals, f"{len(lines)} WARNING lines for {refusals} refusals"
+    metrics = (await http_exchange(node3, b"GET /metrics HTTP/1.1\r\n\r\n")).decode()
+    counted = re.search(r"^raftbroker_raft_refused_connections_total (\S+)$", metrics, re.M)
+    assert counted is not None and float(counted[1]) >= len(refused), "refusals not in /metrics"
     print(  # the numbers for the report (pytest -s)
         f"\nflood: {len(lifetimes)} closed ({len(admitted)} admitted, held "
         f"{sorted(Counter(samples).items())} (count, samples), "
