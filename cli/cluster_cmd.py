@@ -52,7 +52,7 @@ def up(
             raise CliError(f"a cluster is already running in {directory}")
         if len(previous.nodes) != nodes:
             raise CliError(f"{directory} holds a {len(previous.nodes)}-node cluster")
-    cluster = launcher.up(directory, nodes)
+    cluster = launcher.up(directory, nodes, preferred_ports=launcher.CONVENTIONAL_PORTS)
     try:
         run(launcher.wait_ready(cluster, 60))
     except BaseException:
@@ -60,6 +60,12 @@ def up(
         raise
     typer.echo(f"raftbroker cluster of {nodes} nodes ready in {directory}")
     typer.echo(f"bootstrap: {','.join(cluster.bootstrap)}")
+    if cluster.nodes[0].client_port != launcher.CONVENTIONAL_PORTS[0]:
+        typer.echo(
+            f"(port {launcher.CONVENTIONAL_PORTS[0]} was taken: pass --bootstrap "
+            f"{cluster.bootstrap[0]}, or set RAFTBROKER_BOOTSTRAP, where examples say "
+            f"127.0.0.2:{launcher.CONVENTIONAL_PORTS[0]})"
+        )
     if detach:
         return
     typer.echo("streaming node logs; Ctrl-C stops the cluster")

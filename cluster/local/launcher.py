@@ -82,13 +82,24 @@ def _port_free(host: str, port: int) -> bool:
         return True
 
 
+# Client, HTTP and Raft ports of a local cluster started by `raftbroker cluster up`, when free:
+# Kafka's client port, on each node's own loopback address, so that examples can say
+# `127.0.0.2:9092` and work as written.
+CONVENTIONAL_PORTS = (9092, 8092, 19092)
+
+
+def ports_free(count: int, ports: tuple[int, int, int]) -> bool:
+    """Whether `ports` are free on the addresses of all `count` nodes."""
+    return all(_port_free(host_of(i), port) for i in range(count) for port in ports)
+
+
 def choose_ports(count: int, seed: int) -> tuple[int, int, int]:
     """(client, http, raft) ports free on every node's address."""
     span = PORT_RANGE[1] - PORT_RANGE[0] - 10
     for attempt in range(50):
         base = PORT_RANGE[0] + (seed * 7_919 + attempt * 2_099) % span
         ports = (base, base + 1, base + 10)
-        if all(_port_free(host_of(i), port) for i in range(count) for port in ports):
+        if ports_free(count, ports):
             return ports
     raise RuntimeError("no free ports found on the loopback addresses")
 
@@ -155,9 +166,15 @@ def start_node(config_path: Path, log_path: Path) -> int:
 
 
 def up(
-    data_dir: Path, count: int = 3, extra_toml: str = "", *, encrypted: bool = True
+    data_dir: Path,
+    count: int = 3,
+    extra_toml: str = "",
+    *,
+    encrypted: bool = True,
+    preferred_ports: tuple[int, int, int] | None = None,
 ) -> LocalCluster:
-    """Start `count` nodes (reusing the data and secret of an earlier cluster in data_dir);
+    """Start `count` nodes (reusing the data, ports and secret of an earlier cluster in
+    data_dir); on `preferred_ports` (client, HTTP, Raft) when they are free, else on free ones;
     without `encrypted`, with no secret: Raft links in clear, on loopback."""
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -165,6 +182,8 @@ def up(
     if previous is not None and previous.nodes:
         first = previous.nodes[0]
         ports = (first.client_port, first.http_port, first.raft_port)
+    elif preferred_ports is not None and ports_free(count, preferred_ports):
+        ports = preferred_ports
     else:
         ports = choose_ports(count, os.getpid())
     secret = (existing_secret(data_dir) or new_secret()) if encrypted else None
