@@ -146,12 +146,15 @@ async def _every_group_led(client: Cluster, cluster: launcher.LocalCluster) -> b
 
 
 async def _consume_known(client: Cluster) -> list[bytes]:
+    return await consume_all(client, KNOWN_TOPIC, KNOWN_PARTITIONS)
+
+
+async def consume_all(client: Cluster, topic: str, partitions: int) -> list[bytes]:
+    """Every value of `topic`'s partitions, from the start to their ends as of the call."""
     consumer = Consumer(client)
-    await consumer.assign(KNOWN_TOPIC)
-    ends = {
-        p: await Admin(client).list_offsets(KNOWN_TOPIC, p, Consumer.LATEST)
-        for p in range(KNOWN_PARTITIONS)
-    }
+    await consumer.assign(topic)
+    admin = Admin(client)
+    ends = {n: await admin.list_offsets(topic, n, Consumer.LATEST) for n in range(partitions)}
     values: list[bytes] = []
     next_offsets = dict.fromkeys(ends, 0)
 
@@ -159,9 +162,9 @@ async def _consume_known(client: Cluster) -> list[bytes]:
         for record in await consumer.poll(200):
             next_offsets[record.partition] = record.offset + 1
             values.append(record.value or b"")
-        return all(next_offsets[p] >= end for p, end in ends.items())
+        return all(next_offsets[n] >= end for n, end in ends.items())
 
-    await apoll_until(all_read, CONSUME_TIMEOUT_S, f"every record of {KNOWN_TOPIC} read")
+    await apoll_until(all_read, CONSUME_TIMEOUT_S, f"every record of {topic} read")
     return values
 
 

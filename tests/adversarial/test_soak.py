@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from cluster import protocol as p
-from cluster.client import Admin, Cluster, Consumer, Producer
+from cluster.client import Admin, Cluster, Producer
 from cluster.config import Limits, Timing
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
@@ -37,6 +37,7 @@ from tests.adversarial.conftest import (
     SOCKET_TIMEOUT_S,
     Known,
     assert_intact,
+    consume_all,
     current_cluster,
     exchange,
     frame,
@@ -50,7 +51,6 @@ from tests.adversarial.test_probes_that_held import (
     MALFORMED_BATCHES,
     create_topic_frame,
 )
-from tests.polling import apoll_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -195,7 +195,6 @@ async def raft_drip(soak: Soak) -> None:
     """From a peer's own address (past the stranger check), a hello dripped a byte at a time:
     dropped at the absolute handshake deadline however many bytes arrive."""
     node, peer = soak.rng.sample(soak.cluster.nodes, 2)
-    started = time.monotonic()
     try:
         async with asyncio.timeout(SOCKET_TIMEOUT_S):
             reader, writer = await asyncio.open_connection(
@@ -203,21 +202,8 @@ async def raft_drip(soak: Soak) -> None:
             )
     except ConnectionError:
         return  # the peer address's pre-auth slots are full: refused, as it should be
-    try:
-        writer.write((512).to_bytes(4, "big"))
-        while time.monotonic() - started < HANDSHAKE_TIMEOUT_S + CLOSE_SLACK_S:
-            writer.write(b"\x00")
-            await writer.drain()
-            with contextlib.suppress(TimeoutError):
-                if not await asyncio.wait_for(reader.read(1), DRIP_S):
-                    return  # dropped by the node
-    except ConnectionError:
-        return
-    finally:
-        writer.close()
-    raise AssertionError(
-        f"a dripping Raft hello was still open after {time.monotonic() - started} s"
-    )
+    if not await dripped_until_closed(reader, writer, 512, HANDSHAKE_TIMEOUT_S + CLOSE_SLACK_S):
+        raise AssertionError("a dripping Raft hello was still open past the handshake deadline")
 
 
 async def connection_burst(soak: Soak) -> None:
@@ -252,21 +238,29 @@ async def address_flood(soak: Soak) -> None:
 async def drip_frame(soak: Soak) -> None:
     """A frame whose bytes come one at a time: closed at the frame-read deadline."""
     reader, writer = await open_raw(soak.client_address())
+    if not await dripped_until_closed(reader, writer, 64, FRAME_READ_TIMEOUT_S + CLOSE_SLACK_S):
+        raise AssertionError("a dripping frame was still open past the frame-read deadline")
+
+
+async def dripped_until_closed(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, length: int, within_s: float
+) -> bool:
+    """Announce a frame of `length` bytes and send it a byte every `DRIP_S`: whether the node
+    closed the connection within `within_s`."""
     started = time.monotonic()
     try:
-        writer.write((64).to_bytes(4, "big"))
-        while time.monotonic() - started < FRAME_READ_TIMEOUT_S + CLOSE_SLACK_S:
+        writer.write(length.to_bytes(4, "big"))
+        while time.monotonic() - started < within_s:
             writer.write(b"\x00")
             await writer.drain()
             with contextlib.suppress(TimeoutError):
                 if not await asyncio.wait_for(reader.read(1), DRIP_S):
-                    return  # closed by the node
+                    return True  # closed by the node
     except ConnectionError:
-        return  # reset by the node: closed too
+        return True  # reset by the node: closed too
     finally:
         writer.close()
-    lasted_s = time.monotonic() - started
-    raise AssertionError(f"a dripping frame was still open after {lasted_s:.1f} s")
+    return False
 
 
 ATTACKS: dict[str, Attack] = {
@@ -315,24 +309,6 @@ async def _produce_honestly(client: Cluster, deadline: float) -> list[bytes]:
     return acknowledged
 
 
-async def _consume_all(client: Cluster, topic: str, partitions: int) -> list[bytes]:
-    consumer = Consumer(client)
-    await consumer.assign(topic)
-    admin = Admin(client)
-    ends = {n: await admin.list_offsets(topic, n, Consumer.LATEST) for n in range(partitions)}
-    nexts = dict.fromkeys(ends, 0)
-    values: list[bytes] = []
-
-    async def all_read() -> bool:
-        for record in await consumer.poll(200):
-            nexts[record.partition] = record.offset + 1
-            values.append(record.value or b"")
-        return all(nexts[n] >= end for n, end in ends.items())
-
-    await apoll_until(all_read, CONSUME_TIMEOUT_S, f"every record of {topic} read")
-    return values
-
-
 async def soak(known: Known, seconds: float, seed: int) -> None:
     cluster = current_cluster(known)
     state = Soak(cluster, random.Random(seed))
@@ -347,7 +323,7 @@ async def soak(known: Known, seconds: float, seed: int) -> None:
             for name in ATTACKS:
                 tasks.create_task(_keep_attacking(state, name, deadline))
         acknowledged = honest.result()
-        consumed = await _consume_all(client, HONEST_TOPIC, HONEST_PARTITIONS)
+        consumed = await consume_all(client, HONEST_TOPIC, HONEST_PARTITIONS)
         await admin.delete_topic(HONEST_TOPIC)
         await admin.delete_topic(FORGED_TOPIC)
     finally:
