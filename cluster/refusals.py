@@ -4,7 +4,8 @@ Role: every listener (the client port, the Raft port) refuses strangers, garbage
 connections past a limit. An operator must see that happening, at WARNING, but a client that
 opens thousands of connections a second must not turn the log into a flood. `RefusalLog.warn`
 logs the first refusal of a kind at once, then at most one line per `interval_s` for that kind,
-saying how many refusals it stands for and the latest one's detail.
+saying how many refusals it stands for and the latest one's detail; `flush_due`, called on a
+timer, logs what a flood that stopped left folded, so every refusal shows within an interval.
 
 Rules: the clock is passed in (`time.monotonic` in a node, a fake in unit tests); kinds are a
 small fixed set of words chosen by the caller (never text a peer sent), so the table of kinds
@@ -56,11 +57,26 @@ class RefusalLog:
             self._log.warning("%s: %s", kind, detail)
         self._kinds[kind] = _Kind(logged_at=now)
 
+    def flush_due(self) -> None:
+        """Log the refusals folded for a whole interval that no later refusal of their kind
+        has logged yet (a flood that stopped): called on a timer, so no count waits for ever."""
+        now = self._clock()
+        for kind, seen in self._kinds.items():
+            if seen.suppressed and now - seen.logged_at >= self._interval_s:
+                self._log_folded(kind, seen, f" in the last {now - seen.logged_at:.0f} s")
+                seen.logged_at = now
+
     def flush(self) -> None:
         """Log what is still folded (at shutdown, or for a test that wants every count out)."""
         for kind, seen in self._kinds.items():
             if seen.suppressed:
-                self._log.warning(
-                    "%s: %s (and %d more like it)", kind, seen.latest, seen.suppressed - 1
-                )
-                seen.suppressed = 0
+                self._log_folded(kind, seen, "")
+
+    def _log_folded(self, kind: str, seen: _Kind, span: str) -> None:
+        """One line for the folded refusals of a kind: the latest, and how many more."""
+        if seen.suppressed > 1:
+            more = seen.suppressed - 1
+            self._log.warning("%s: %s (and %d more like it%s)", kind, seen.latest, more, span)
+        else:
+            self._log.warning("%s: %s", kind, seen.latest)
+        seen.suppressed = 0

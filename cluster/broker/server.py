@@ -153,7 +153,8 @@ class Server:
         self.connections = 0  # clients'; peers in their own slots are not counted here
         self.peer_connections = 0
         self._by_address: dict[str, int] = {}  # client connections by source; no zero entries
-        self._refusals = RefusalLog(log, timing.refusal_log_interval_ms / 1000, time.monotonic)
+        self._refusal_interval_s = timing.refusal_log_interval_ms / 1000
+        self._refusals = RefusalLog(log, self._refusal_interval_s, time.monotonic)
         self._refused = dict.fromkeys(Refusal, 0)
         # One log kind per reason, fixed for the server's life (RefusalLog's table stays small).
         self._refusal_kinds = {
@@ -170,11 +171,17 @@ class Server:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(partial(_Connection, self), self._host, self._port)
         try:
-            async with server:
+            async with server, asyncio.TaskGroup() as tasks:
+                tasks.create_task(self._flush_refusals())
                 self.listening.set()
                 await server.serve_forever()
         finally:
             self._refusals.flush()  # the counts still folded: an operator sees every refusal
+
+    async def _flush_refusals(self) -> None:
+        while True:
+            await asyncio.sleep(self._refusal_interval_s)
+            self._refusals.flush_due()
 
     def stats(self) -> ConnectionStats:
         return ConnectionStats(self.connections, self.peer_connections, dict(self._refused))

@@ -362,7 +362,9 @@ class Mesh:
                 self._guarded(link, self._write)
 
     def tick(self, now: float) -> None:
-        """Dial missing peers, ping idle links, drop silent ones and those not open in time."""
+        """Dial missing peers, ping idle links, drop silent ones and those not open in time;
+        log the refusals a flood that stopped left folded."""
+        self._refusals.flush_due()
         s = self.settings
         for link in list(self._links.values()):
             if link.state is not _State.OPEN:

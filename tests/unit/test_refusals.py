@@ -54,3 +54,22 @@ def test_flush_reports_what_was_folded(caplog: pytest.LogCaptureFixture) -> None
         "stranger: a",
         "stranger: c (and 1 more like it)",
     ]
+
+
+def test_a_flood_that_stopped_is_counted_within_an_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    refusals = RefusalLog(logging.getLogger("t.refusals"), 10.0, clock)
+    with caplog.at_level(logging.WARNING, "t.refusals"):
+        for i in range(50):
+            refusals.warn("stranger", f"from 127.0.0.{i}")
+        refusals.flush_due()  # within the interval: still folded
+        assert len(caplog.records) == 1
+        clock.now += 10.0
+        refusals.flush_due()
+        refusals.flush_due()  # told once
+    assert [r.getMessage() for r in caplog.records] == [
+        "stranger: from 127.0.0.0",
+        "stranger: from 127.0.0.49 (and 48 more like it in the last 10 s)",
+    ]
