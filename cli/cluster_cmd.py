@@ -105,13 +105,44 @@ def _follow_logs(cluster: launcher.LocalCluster) -> None:
 @app.command()
 @one_line_errors
 def down(data_dir: Path | None = DataDirOption) -> None:
-    """Stop the local cluster of --data-dir (its data stays)."""
+    """Stop the local cluster of --data-dir (its data stays). Only processes that are its
+    nodes are signalled, whatever pids cluster.json holds."""
     directory = (data_dir or default_data_dir()).resolve()
     cluster = launcher.LocalCluster.load(directory)
     if cluster is None:
         raise CliError(f"no cluster in {directory}")
-    launcher.down(cluster)
-    typer.echo(f"stopped {len(cluster.nodes)} nodes of {directory}")
+    for line in stop_summary(launcher.down(cluster), directory):
+        typer.echo(line)
+
+
+def stop_summary(report: launcher.StopReport, directory: Path) -> list[str]:
+    """What `down` did, in words: which nodes were stopped and which were not running."""
+    if report.stopped:
+        line = f"stopped {_count(len(report.stopped), 'node')} of {directory}"
+        if report.not_running:
+            line += f"; {_nodes(report.not_running)} {_was(report.not_running)} not running"
+    else:
+        line = f"no node of {directory} was running"
+    lines = [line]
+    if report.killed:
+        lines.append(f"{_nodes(report.killed)} did not stop in time: SIGKILLed")
+    lines += [
+        f"node {node_id}: pid {pid} in cluster.json is another process now: left alone"
+        for node_id, pid in report.strangers
+    ]
+    return lines
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _nodes(ids: tuple[int, ...]) -> str:
+    return f"node {ids[0]}" if len(ids) == 1 else f"nodes {', '.join(map(str, ids))}"
+
+
+def _was(ids: tuple[int, ...]) -> str:
+    return "was" if len(ids) == 1 else "were"
 
 
 @dataclass(frozen=True, slots=True)
