@@ -1,9 +1,14 @@
 """`raftbroker cluster up|down|status`: a local cluster in one command, and its state.
 
 `up` starts the node processes on 127.0.0.2, .3, ... with a generated secret and waits until
-the cluster is ready; in the foreground it streams every node's log with a node prefix and
-Ctrl-C stops all nodes, with `--detach` it returns and `down` stops them later. Data survives
-`down` + `up` on the same directory. `status` asks every broker for its Raft groups.
+every node is ready; on a cluster of which some nodes already run, it starts only the missing
+ones. A node that dies at start (its port taken, say) fails the command in one line naming it
+and its reason, never "ready". In the foreground it streams every node's log with a node
+prefix and Ctrl-C stops all nodes; with `--detach` it returns and `down` stops them later.
+`down` signals only processes that are the cluster's nodes (cluster/local/launcher.py: the
+holder of a node's data-directory lock) and says which it stopped and which were not running.
+Data survives `down` + `up` on the same directory. `status` asks every broker for its Raft
+groups.
 """
 
 from __future__ import annotations
@@ -35,37 +40,35 @@ from cluster.local import launcher
 
 app = typer.Typer(help="Run a local cluster and see its state.", no_args_is_help=True)
 LOG_COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red")
+DEFAULT_NODES = 3
+READY_TIMEOUT_S = 60.0
 
 
 @app.command()
 @one_line_errors
 def up(
-    nodes: int = typer.Option(3, "--nodes", min=1, max=9, help="How many nodes."),
+    nodes: int | None = typer.Option(
+        None,
+        "--nodes",
+        min=1,
+        max=9,
+        help="How many nodes a new cluster has (default 3); an existing one keeps its own.",
+    ),
     data_dir: Path | None = DataDirOption,
     detach: bool = typer.Option(False, "--detach", help="Return once the cluster is ready."),
 ) -> None:
-    """Start a local cluster and wait until it is ready."""
+    """Start the local cluster of --data-dir (its missing nodes, if some already run) and wait
+    until every node is ready."""
     directory = (data_dir or default_data_dir()).resolve()
-    previous = launcher.LocalCluster.load(directory)
-    if previous is not None:
-        if any(launcher.alive(n.pid) for n in previous.nodes):
-            raise CliError(f"a cluster is already running in {directory}")
-        if len(previous.nodes) != nodes:
-            raise CliError(f"{directory} holds a {len(previous.nodes)}-node cluster")
-    cluster = launcher.up(directory, nodes, preferred_ports=launcher.CONVENTIONAL_PORTS)
+    cluster, started = _start(directory, nodes)
     try:
-        run(launcher.wait_ready(cluster, 60))
-    except BaseException:
-        launcher.down(cluster)
+        run(launcher.wait_ready(cluster, READY_TIMEOUT_S))
+    except BaseException as exc:
+        launcher.down(cluster, only=started)
+        if isinstance(exc, launcher.NodeExitedError):
+            raise CliError(f"{exc} (stopped what this command started)") from None
         raise
-    typer.echo(f"raftbroker cluster of {nodes} nodes ready in {directory}")
-    typer.echo(f"bootstrap: {','.join(cluster.bootstrap)}")
-    if cluster.nodes[0].client_port != launcher.CONVENTIONAL_PORTS[0]:
-        typer.echo(
-            f"(port {launcher.CONVENTIONAL_PORTS[0]} was taken: pass --bootstrap "
-            f"{cluster.bootstrap[0]}, or set RAFTBROKER_BOOTSTRAP, where examples say "
-            f"127.0.0.2:{launcher.CONVENTIONAL_PORTS[0]})"
-        )
+    _say_ready(cluster, started)
     if detach:
         return
     typer.echo("streaming node logs; Ctrl-C stops the cluster")
@@ -78,6 +81,43 @@ def up(
         typer.echo("cluster stopped")
 
 
+def _start(directory: Path, nodes: int | None) -> tuple[launcher.LocalCluster, tuple[int, ...]]:
+    """A new cluster, the same cluster again, or its missing nodes; and the ids started."""
+    previous = launcher.LocalCluster.load(directory)
+    if previous is None or not previous.nodes:
+        count = nodes or DEFAULT_NODES
+        cluster = launcher.up(directory, count, preferred_ports=launcher.CONVENTIONAL_PORTS)
+        return cluster, tuple(range(1, count + 1))
+    if nodes is not None and nodes != len(previous.nodes):
+        raise CliError(
+            f"{directory} holds a {len(previous.nodes)}-node cluster: start it without --nodes, "
+            "or use another --data-dir"
+        )
+    if all(launcher.node_pid(previous, n) is None for n in previous.nodes):
+        # Nothing runs: written afresh (same ports and secret), as the first `up` did.
+        cluster = launcher.up(directory, len(previous.nodes))
+        return cluster, tuple(n.node_id for n in cluster.nodes)
+    return launcher.start_missing(previous)
+
+
+def _say_ready(cluster: launcher.LocalCluster, started: tuple[int, ...]) -> None:
+    directory, count = cluster.data_dir, len(cluster.nodes)
+    already = tuple(n.node_id for n in cluster.nodes if n.node_id not in started)
+    if already and started:
+        typer.echo(f"started {_nodes(started)} ({_nodes(already)} {_was(already)} running already)")
+    elif already:
+        every = "the node was" if count == 1 else f"all {count} nodes were"
+        typer.echo(f"{every} running already")
+    typer.echo(f"raftbroker cluster of {_count(count, 'node')} ready in {directory}")
+    typer.echo(f"bootstrap: {','.join(cluster.bootstrap)}")
+    if cluster.nodes[0].client_port != launcher.CONVENTIONAL_PORTS[0]:
+        typer.echo(
+            f"(port {launcher.CONVENTIONAL_PORTS[0]} was taken: pass --bootstrap "
+            f"{cluster.bootstrap[0]}, or set RAFTBROKER_BOOTSTRAP, where examples say "
+            f"127.0.0.2:{launcher.CONVENTIONAL_PORTS[0]})"
+        )
+
+
 def _follow_logs(cluster: launcher.LocalCluster) -> None:
     console = Console(highlight=False)
     files: list[tuple[int, IO[str]]] = []
@@ -86,7 +126,7 @@ def _follow_logs(cluster: launcher.LocalCluster) -> None:
         log.seek(0, 2)
         files.append((node.node_id, log))
     try:
-        while any(launcher.alive(n.pid) for n in cluster.nodes):
+        while any(launcher.node_pid(cluster, n) is not None for n in cluster.nodes):
             quiet = True
             for node_id, log_file in files:
                 for line in log_file.readlines():

@@ -37,7 +37,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -360,13 +360,17 @@ class StopReport:
     strangers: tuple[tuple[int, int], ...]
 
 
-def down(cluster: LocalCluster, timeout_s: float = 10.0) -> StopReport:
-    """SIGTERM every node that is running (`node_pid`), then SIGKILL whatever of them is left
-    after `timeout_s`. No other process is ever signalled."""
+def down(
+    cluster: LocalCluster, timeout_s: float = 10.0, *, only: Collection[int] | None = None
+) -> StopReport:
+    """SIGTERM every node (or those of `only`, by id) that is running (`node_pid`), then
+    SIGKILL whatever of them is left after `timeout_s`. No other process is ever signalled."""
     by_id = {n.node_id: n for n in cluster.nodes}
     running: dict[int, int] = {}
     not_running, strangers = [], []
     for node in cluster.nodes:
+        if only is not None and node.node_id not in only:
+            continue
         pid = node_pid(cluster, node)
         if pid is not None and signal_node(cluster, node, pid, signal.SIGTERM):
             running[node.node_id] = pid

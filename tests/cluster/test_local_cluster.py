@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -136,6 +137,66 @@ def test_down_says_what_it_stopped_and_finds_a_node_started_by_hand(tmp_path: Pa
         state = json.loads((tmp_path / launcher.STATE_FILE).read_text())
         assert [n["node_id"] for n in state["nodes"]] == [1, 2, 3]  # kept for the next `up`
     finally:
+        cluster = launcher.LocalCluster.load(tmp_path)
+        if cluster is not None:
+            launcher.down(cluster)
+
+
+def test_up_starts_the_missing_node_of_a_partly_running_cluster(tmp_path: Path) -> None:
+    d = ("--data-dir", str(tmp_path))
+    ok(raftbroker("cluster", "up", "--detach", *d))
+    try:
+        before = launcher.LocalCluster.load(tmp_path)
+        assert before is not None
+        launcher.kill(before.nodes[1].pid, signal.SIGKILL, wait_s=10)
+
+        out = ok(raftbroker("cluster", "up", "--detach", *d))
+
+        assert out.splitlines()[:2] == [
+            "started node 2 (nodes 1, 3 were running already)",
+            f"raftbroker cluster of 3 nodes ready in {tmp_path}",
+        ]
+        after = launcher.LocalCluster.load(tmp_path)
+        assert after is not None
+        assert [n.pid for n in after.nodes][::2] == [n.pid for n in before.nodes][::2]
+        assert all(launcher.node_pid(after, n) == n.pid for n in after.nodes)
+        assert ok(raftbroker("cluster", "up", "--detach", *d)).splitlines()[0] == (
+            "all 3 nodes were running already"
+        )
+
+        assert ok(raftbroker("cluster", "down", *d)).splitlines() == [
+            f"stopped 3 nodes of {tmp_path}"
+        ]
+        assert not any(launcher.alive(n.pid) for n in after.nodes)
+    finally:
+        cluster = launcher.LocalCluster.load(tmp_path)
+        if cluster is not None:
+            launcher.down(cluster)
+
+
+def test_up_reports_a_node_that_dies_at_start_in_one_line_and_never_says_ready(
+    tmp_path: Path,
+) -> None:
+    d = ("--data-dir", str(tmp_path))
+    ok(raftbroker("cluster", "up", "--detach", *d))
+    ok(raftbroker("cluster", "down", *d))
+    cluster = launcher.LocalCluster.load(tmp_path)
+    assert cluster is not None
+    third = cluster.nodes[2]
+    blocker = socket.create_server((third.host, third.client_port))  # a stranger takes its port
+    try:
+        result = raftbroker("cluster", "up", "--detach", *d)
+
+        assert result.returncode == 1
+        assert "ready" not in result.stdout
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith("raftbroker: node 3 is not running: cannot run: ")
+        assert "address already in use" in result.stderr.lower()
+        now = launcher.LocalCluster.load(tmp_path)
+        assert now is not None
+        assert all(launcher.node_pid(now, n) is None for n in now.nodes)  # none left behind
+    finally:
+        blocker.close()
         cluster = launcher.LocalCluster.load(tmp_path)
         if cluster is not None:
             launcher.down(cluster)
