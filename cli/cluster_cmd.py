@@ -13,9 +13,10 @@ groups.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO
 
@@ -185,71 +186,164 @@ def _was(ids: tuple[int, ...]) -> str:
     return "was" if len(ids) == 1 else "were"
 
 
+# -- status ------------------------------------------------------------------------------------
+
+OK = "ok"
+UNDER_REPLICATED = "under-replicated"
+NO_LEADER = "no leader"
+UNHEALTHY = "unhealthy"
+STATUS_REQUEST_TIMEOUT_S = 3.0
+PARTITION_COLUMNS = (
+    *("topic", "partition", "leader", "replicas", "in sync", "log start", "high watermark"),
+    *("state", "term", "commit index", "detail"),
+)
+# Wide enough that a table is never squeezed or wrapped when stdout is a file or a pipe.
+UNWRAPPED_COLUMNS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    node_id: int
+    address: str
+    reachable: bool
+    leader_of: int  # partitions this node leads
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionRow:
+    """One partition as users reason about it (Kafka's describe), with Raft's view beside."""
+
     topic: str
     partition: int
-    leader: int
-    term: int
+    leader: int | None
     replicas: list[int]
-    commit_index: int
-    healthy: bool
+    in_sync: list[int]  # Kafka's ISR, as the leader sees it; the leader first
+    log_start_offset: int | None
+    high_watermark: int | None
+    state: str  # OK, UNDER_REPLICATED, NO_LEADER or UNHEALTHY
     detail: str
+    term: int | None
+    commit_index: int | None  # the Raft log's, not an offset
+
+    @property
+    def under_replicated(self) -> bool:
+        """As Kafka's --under-replicated-partitions: fewer replicas in sync than assigned
+        (a partition without a leader has none known to be)."""
+        return self.state in (UNDER_REPLICATED, NO_LEADER)
 
 
-async def _gather_status(bootstrap: list[str]) -> dict[str, object]:
-    client = Cluster(bootstrap, request_timeout_s=3.0)
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    cluster_id: str
+    controller: int
+    nodes: list[NodeRow]
+    partitions: list[PartitionRow]
+
+    @property
+    def healthy(self) -> bool:
+        return all(n.reachable for n in self.nodes) and all(r.state == OK for r in self.partitions)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "cluster_id": self.cluster_id,
+            "controller": self.controller,
+            "healthy": self.healthy,
+            "nodes": [asdict(n) for n in self.nodes],
+            "partitions": [
+                {**asdict(r), "under_replicated": r.under_replicated} for r in self.partitions
+            ],
+        }
+
+
+async def _gather_status(bootstrap: list[str]) -> StatusReport:
+    client = Cluster(bootstrap, request_timeout_s=STATUS_REQUEST_TIMEOUT_S)
     try:
         meta = await client.refresh()
-        statuses: dict[int, p.ClusterStatusResponse | None] = {}
-        for broker in meta.brokers:
-            try:
-                statuses[broker.node_id] = await Admin(client).cluster_status(broker.address)
-            except ClientError:
-                statuses[broker.node_id] = None
+        answers = await asyncio.gather(*(_status_of(client, b.address) for b in meta.brokers))
     finally:
         await client.close()
+    statuses = {b.node_id: answer for b, answer in zip(meta.brokers, answers, strict=True)}
+    partitions = _partition_rows(meta, statuses)
     nodes = [
-        {"node_id": b.node_id, "address": b.address, "reachable": statuses[b.node_id] is not None}
+        NodeRow(
+            b.node_id,
+            b.address,
+            statuses[b.node_id] is not None,
+            sum(1 for r in partitions if r.leader == b.node_id),
+        )
         for b in meta.brokers
     ]
-    partitions = [asdict(row) for row in _partition_rows(meta, statuses)]
-    return {
-        "cluster_id": meta.cluster_id,
-        "controller": meta.controller_id,
-        "nodes": nodes,
-        "partitions": partitions,
-    }
+    return StatusReport(meta.cluster_id, meta.controller_id, nodes, partitions)
+
+
+async def _status_of(client: Cluster, address: str) -> p.ClusterStatusResponse | None:
+    """The broker's own view, or None when it does not answer (one attempt: it is its own)."""
+    try:
+        return await Admin(client).cluster_status(address)
+    except ClientError:
+        return None
 
 
 def _partition_rows(
     meta: p.MetadataResponse, statuses: dict[int, p.ClusterStatusResponse | None]
 ) -> list[PartitionRow]:
-    rows = []
-    for topic in meta.topics:
-        for pm in topic.partitions:
-            leader_status = statuses.get(pm.leader_id)
-            group = (
-                next(
-                    (g for g in leader_status.groups if g.group == f"{topic.name}-{pm.partition}"),
-                    None,
-                )
-                if leader_status
-                else None
-            )
-            rows.append(
-                PartitionRow(
-                    topic.name,
-                    pm.partition,
-                    pm.leader_id,
-                    pm.term,
-                    list(pm.replicas),
-                    group.commit_index if group else -1,
-                    bool(group and group.healthy),
-                    group.detail if group else "leader unknown",
-                )
-            )
-    return rows
+    """Every partition, from its leader's own status: the replica that says it leads, in the
+    highest term any reachable node reports, not a leader hint that may be stale."""
+    seen: dict[str, list[tuple[int, p.GroupStatus]]] = {}
+    for node_id, status in statuses.items():
+        for group in status.groups if status is not None else ():
+            seen.setdefault(group.group, []).append((node_id, group))
+    unreachable = frozenset(n for n, status in statuses.items() if status is None)
+    return [
+        _partition_row(topic.name, pm, seen.get(f"{topic.name}-{pm.partition}", []), unreachable)
+        for topic in meta.topics
+        for pm in topic.partitions
+    ]
+
+
+def _partition_row(
+    topic: str,
+    pm: p.PartitionMetadata,
+    replicas: list[tuple[int, p.GroupStatus]],
+    unreachable: frozenset[int],
+) -> PartitionRow:
+    problems = [f"node {node_id}: {g.detail}" for node_id, g in replicas if not g.healthy]
+    leaders = [(node_id, g) for node_id, g in replicas if g.is_leader]
+    if not leaders:
+        away = tuple(n for n in pm.replicas if n in unreachable)
+        if away:
+            problems.insert(0, f"replicas on unreachable {_nodes(away)}")
+        return PartitionRow(
+            topic,
+            pm.partition,
+            leader=None,
+            replicas=list(pm.replicas),
+            in_sync=[],
+            log_start_offset=None,
+            high_watermark=None,
+            state=NO_LEADER,
+            detail="; ".join(problems),
+            term=None,
+            commit_index=None,
+        )
+    leader, group = max(leaders, key=lambda found: found[1].term)
+    behind = tuple(n for n in pm.replicas if n not in group.in_sync)
+    if behind:
+        problems.insert(0, f"{_nodes(behind)} not in sync")
+    state = UNDER_REPLICATED if behind else OK if not problems else UNHEALTHY
+    return PartitionRow(
+        topic,
+        pm.partition,
+        leader,
+        list(pm.replicas),
+        list(group.in_sync),
+        group.log_start_offset,
+        group.high_watermark,
+        state,
+        "; ".join(problems),
+        group.term,
+        group.commit_index,
+    )
 
 
 @app.command()
@@ -258,34 +352,70 @@ def status(
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
     as_json: bool = JsonOption,
+    under_replicated: bool = typer.Option(
+        False,
+        "--under-replicated-partitions",
+        help="Show only partitions with fewer replicas in sync than assigned (or no leader).",
+    ),
 ) -> None:
-    """Nodes and their health; every partition's leader, term, replicas and commit index."""
-    state = run(_gather_status(resolve_bootstrap(bootstrap, data_dir)))
+    """Nodes and every partition: leader, replicas in sync, log start and high watermark,
+    Raft term and commit index. Exit status 1 when a node is unreachable or a partition is
+    not ok (under-replicated, without a leader, or unhealthy)."""
+    report = run(_gather_status(resolve_bootstrap(bootstrap, data_dir)))
+    if under_replicated:
+        report = replace(report, partitions=[r for r in report.partitions if r.under_replicated])
     if as_json:
-        typer.echo(json.dumps(state, indent=2))
-        return
-    _render_status(state, Console())
+        typer.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=UNWRAPPED_COLUMNS)
+        _render_status(report, console)
+    if not report.healthy:
+        raise typer.Exit(1)
 
 
-def _render_status(state: dict[str, object], console: Console) -> None:
-    nodes = Table(title=f"cluster {state['cluster_id']} (controller: node {state['controller']})")
-    for column in ("node", "address", "reachable"):
+def _render_status(report: StatusReport, console: Console) -> None:
+    nodes = Table(title=f"cluster {report.cluster_id} (controller: node {report.controller})")
+    for column in ("node", "address", "reachable", "leader of"):
         nodes.add_column(column)
-    for n in state["nodes"]:  # type: ignore[attr-defined]
-        nodes.add_row(str(n["node_id"]), n["address"], "yes" if n["reachable"] else "[red]no[/red]")
+    for n in report.nodes:
+        reachable = "yes" if n.reachable else "[red]no[/red]"
+        nodes.add_row(str(n.node_id), n.address, reachable, _count(n.leader_of, "partition"))
     console.print(nodes)
     parts = Table(title="partitions")
-    for column in ("topic", "partition", "leader", "term", "replicas", "commit index", "health"):
+    for column in PARTITION_COLUMNS:
         parts.add_column(column)
-    for r in state["partitions"]:  # type: ignore[attr-defined]
-        health = "ok" if r["healthy"] else f"[red]{r['detail'] or 'unhealthy'}[/red]"
+    for r in report.partitions:
+        state = r.state if r.state == OK else f"[red]{r.state}[/red]"
         parts.add_row(
-            r["topic"],
-            str(r["partition"]),
-            str(r["leader"]),
-            str(r["term"]),
-            ",".join(map(str, r["replicas"])),
-            str(r["commit_index"]),
-            health,
+            Text(r.topic),
+            str(r.partition),
+            _or_dash(r.leader),
+            ",".join(map(str, r.replicas)),
+            ",".join(map(str, r.in_sync)) or "-",
+            _or_dash(r.log_start_offset),
+            _or_dash(r.high_watermark),
+            state,
+            _or_dash(r.term),
+            _or_dash(r.commit_index),
+            Text(r.detail),
         )
     console.print(parts)
+    console.print(_summary(report), highlight=False)
+
+
+def _or_dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _summary(report: StatusReport) -> str:
+    unreachable = [n.node_id for n in report.nodes if not n.reachable]
+    counts = [
+        f"{sum(1 for r in report.partitions if r.state == state)} {state}"
+        for state in (OK, UNDER_REPLICATED, NO_LEADER, UNHEALTHY)
+    ]
+    line = f"{_count(len(report.partitions), 'partition')}: {', '.join(counts)}"
+    if unreachable:
+        line += f"; {_nodes(tuple(unreachable))} unreachable"
+    return line

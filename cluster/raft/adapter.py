@@ -206,7 +206,8 @@ OVERRIDES: tuple[Override, ...] = (
         _SYNC,
         "_SyncObj__connectedNodes",
         "reads",
-        "a new entry goes out alone only while every follower is connected",
+        "a new entry goes out alone only while every follower is connected; a follower not "
+        "connected is not in sync (`connected_followers`)",
         "the walk skips a follower that is not",
     ),
     Override(
@@ -976,6 +977,11 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
             return {}
         match: dict[Any, int] = self._SyncObj__raftMatchIndex
         return {str(node.address): index for node, index in list(match.items())}
+
+    def connected_followers(self) -> frozenset[str]:
+        """The Raft addresses of the peers whose link is open now."""
+        connected: set[Any] = self._SyncObj__connectedNodes
+        return frozenset(str(node.address) for node in list(connected))
 
     @property
     def log_index(self) -> int:
