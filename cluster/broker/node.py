@@ -236,6 +236,9 @@ class Node:
             directory / "raft",
             f"{topic.name}-{partition}.{topic.topic_id}",
             self._labels(),
+            # The first assigned replica, which placement rotates over partitions
+            # (statemachine/metadata.py: place_replicas): a new topic's leaders spread.
+            preferred_leader=replicas[0].raft_address if replicas else None,
         )
         replica = PartitionReplica(
             self.open_store,

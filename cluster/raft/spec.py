@@ -63,6 +63,10 @@ class GroupSpec:
     route: str
     # What status details call a replica (`node 2`), by Raft address; others show the address.
     labels: tuple[tuple[str, str], ...] = ()
+    # The Raft address of the replica that stands for election first when the group is new
+    # (a partition's first assigned replica, so that a new topic's leaders spread over the
+    # nodes); the others wait longer at first. None: every replica draws its timeout alike.
+    preferred_leader: str | None = None
 
     def label(self, address: str) -> str:
         return next((name for a, name in self.labels if a == address), address)
