@@ -3,7 +3,10 @@
 A node runs under `run_node_process`, on `cli.common.run`'s loop (uvloop where installed):
 SIGTERM and SIGINT cancel it cleanly (Raft driver stopped, stores closed); a fatal storage error
 logs and exits at once with status 70, since going on would leave a replica's state ahead of
-its data.
+its data. Before anything else the process takes its data directory's lock
+(`layout.lock_data_dir`), held until it exits: a second node on the same directory stops at
+once (status 71) naming the first, and `raftbroker cluster down` knows which process is the
+node.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import os
 import signal
 import sys
 import tomllib
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from cli.common import run
+from cluster.broker import layout
 from cluster.broker.service import run_node
 from cluster.config import ConfigError, NodeConfig
 
@@ -94,13 +98,24 @@ def _stop(task: asyncio.Task[Any]) -> None:
 
 
 def run_node_process(config: NodeConfig) -> None:
-    """Run a node until a signal; a port it cannot bind ends it at once with a clear error."""
+    """Run a node until a signal; a port it cannot bind, or a data directory another node
+    holds, ends it at once with a clear error."""
     configure_logging(f"node{config.node_id}")
     config.data_dir.mkdir(parents=True, exist_ok=True)
     try:
+        lock = layout.lock_data_dir(config.data_dir)
+    except OSError as exc:
+        _cannot_run([exc])
+    try:
         run(_cancel_on_signals(run_node(config, fatal_exit)))
     except* OSError as group:
-        for exc in group.exceptions:
-            log.critical("cannot run: %s", exc)
-        logging.shutdown()
-        sys.exit(EXIT_CANNOT_RUN)
+        _cannot_run(group.exceptions)
+    finally:
+        os.close(lock)  # the process is ending: the kernel would drop the lock anyway
+
+
+def _cannot_run(errors: Sequence[BaseException]) -> NoReturn:
+    for exc in errors:
+        log.critical("cannot run: %s", exc)
+    logging.shutdown()
+    sys.exit(EXIT_CANNOT_RUN)

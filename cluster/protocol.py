@@ -557,7 +557,9 @@ class NodeStatus(Struct):
 
 @dataclass(frozen=True, slots=True)
 class GroupStatus(Struct):
-    """One Raft group as this node sees it (`leader_id` -1 when unknown)."""
+    """One Raft group as this node sees it (`leader_id` -1 when unknown). `in_sync`: on its
+    leader, the nodes whose replicas are in sync (Kafka's ISR), the leader first; empty
+    elsewhere. The offsets are this replica's partition's (-1 for the metadata group)."""
 
     group: str = _name()
     leader_id: int = _rule(_LEADER_ID)
@@ -567,6 +569,9 @@ class GroupStatus(Struct):
     is_leader: bool = _flag()
     healthy: bool = _flag()
     detail: str = _rule(_TEXT)
+    in_sync: tuple[int, ...] = _many(_NODE_ID, _at_most(DEFAULT_LIMITS.brokers_max))
+    log_start_offset: int = _rule(_OFFSET_OR_NONE)
+    high_watermark: int = _rule(_OFFSET_OR_NONE)
 
 
 @dataclass(frozen=True, slots=True)

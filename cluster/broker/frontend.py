@@ -456,9 +456,12 @@ class RequestFrontend:
             p.NodeStatus(peer.node_id, peer.client_address, self.peers.reachable(peer.node_id))
             for peer in self.node.config.peers
         )
+        offsets = self.node.partition_offsets()
+        node_of = self.peers.node_of_raft_address
         groups = []
         for s in self.node.group_statuses():
-            leader = self.peers.node_of_raft_address(s.leader_address)
+            leader = node_of(s.leader_address)
+            log_start, high_watermark = offsets.get(s.name, (-1, -1))
             groups.append(
                 p.GroupStatus(
                     s.name,
@@ -469,6 +472,9 @@ class RequestFrontend:
                     s.is_leader,
                     s.healthy,
                     s.detail,
+                    tuple(n for n in map(node_of, s.in_sync) if n is not None),
+                    log_start,
+                    high_watermark,
                 )
             )
         return p.ClusterStatusResponse(self.node.config.node_id, nodes, tuple(groups))

@@ -1,5 +1,6 @@
 """A node's data directory: where each group keeps its files, by names that always fit.
 
+    <data_dir>/node.lock                          held by the node process that uses the directory
     <data_dir>/metadata/                          the metadata group's Raft journal and snapshot
     <data_dir>/partitions/<topic id>-<partition>/ one per partition replica hosted here:
         topic        the topic's name and a newline, for operators (`cat partitions/*/topic`)
@@ -15,10 +16,18 @@ topic's replicas never meet a deleted one's leftovers.
 Earlier versions named a partition's directory `<topic>-<partition>.<topic id>`; where a node
 finds one for a replica it hosts, `prepare_partition_dir` renames it to the new name (one
 `rename`, atomic: a crash leaves either name, and the next start renames what is left).
+
+A node process holds an exclusive POSIX record lock on `node.lock` for as long as it runs
+(`lock_data_dir`), so two nodes never share a directory, and whoever asks which process is the
+node of a directory (`lock_holder`: the local launcher, before it signals one) gets the kernel's
+answer, not a pid file's. The kernel drops the lock when the process ends, however it ends.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import fcntl
 import logging
 import os
 from pathlib import Path
@@ -32,6 +41,62 @@ PARTITIONS_DIR = "partitions"
 TOPIC_FILE = "topic"
 # NAME_MAX of Linux's file systems: no longer name can exist, and asking for one fails.
 NAME_BYTES_MAX = 255
+LOCK_FILE = "node.lock"
+
+
+class DataDirLockedError(OSError):
+    """Another process holds the data directory's lock: it is that directory's node."""
+
+    def __init__(self, data_dir: Path, holder: int | None) -> None:
+        who = "another process" if holder is None else f"process {holder}"
+        super().__init__(f"data directory {data_dir} is in use by {who}: a node runs there")
+        self.holder = holder
+
+
+class _Flock(ctypes.Structure):
+    """`struct flock` of Linux (off_t of 64 bits, as Python builds with large-file support)."""
+
+    _fields_ = (
+        ("l_type", ctypes.c_short),
+        ("l_whence", ctypes.c_short),
+        ("l_start", ctypes.c_int64),
+        ("l_len", ctypes.c_int64),
+        ("l_pid", ctypes.c_int32),
+    )
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """Take the node's lock on `data_dir` for the life of this process; its descriptor, which
+    must stay open (closing any descriptor of the file in this process drops a POSIX lock).
+    DataDirLockedError, naming the holder, when another process holds it."""
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in (errno.EACCES, errno.EAGAIN):
+            raise
+        raise DataDirLockedError(data_dir, lock_holder(data_dir)) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())  # for people; the lock is what counts
+    return fd
+
+
+def lock_holder(data_dir: Path) -> int | None:
+    """The pid of the process that holds `data_dir`'s node lock, or None: the kernel's answer
+    (F_GETLK), so a pid that was reused, or a pid file left behind, can never name a node.
+    Never asked by the node itself: its own lock does not conflict with it, and closing the
+    descriptor opened here would drop that lock."""
+    try:
+        fd = os.open(data_dir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        probe = _Flock(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        answer = _Flock.from_buffer_copy(fcntl.fcntl(fd, fcntl.F_GETLK, bytes(probe)))
+    finally:
+        os.close(fd)
+    return None if answer.l_type == fcntl.F_UNLCK or answer.l_pid <= 0 else int(answer.l_pid)
 
 
 def metadata_dir(data_dir: Path) -> Path:

@@ -156,10 +156,15 @@ class Node:
             tuple(p.raft_address for p in self.config.peers if p.node_id != me.node_id),
             layout.metadata_dir(self.config.data_dir),
             METADATA_GROUP,
+            self._labels(),
         )
         self._metadata = await self.driver.add_group(
             spec, self.metadata_replica, self.config.limits.pending_proposals_max
         )
+
+    def _labels(self) -> tuple[tuple[str, str], ...]:
+        """Replicas by node in status details (`node 2`), not by Raft address."""
+        return tuple((p.raft_address, f"node {p.node_id}") for p in self.config.peers)
 
     async def stop(self) -> None:
         self.driver.stop()
@@ -230,6 +235,10 @@ class Node:
             tuple(a for a, p in by_address.items() if p.node_id != me.node_id),
             directory / "raft",
             f"{topic.name}-{partition}.{topic.topic_id}",
+            self._labels(),
+            # The first assigned replica, which placement rotates over partitions
+            # (statemachine/metadata.py: place_replicas): a new topic's leaders spread.
+            preferred_leader=replicas[0].raft_address if replicas else None,
         )
         replica = PartitionReplica(
             self.open_store,
@@ -306,6 +315,13 @@ class Node:
             for (name, partition), f in self._start_failures.items()
         ]
         return statuses
+
+    def partition_offsets(self) -> dict[str, tuple[int, int]]:
+        """(log start offset, high watermark) of each partition replica here, by group name."""
+        return {
+            h.group.name: (h.replica.log_start_offset, h.replica.high_watermark)
+            for h in self.partitions.values()
+        }
 
     def metadata_leader(self) -> Peer | None:
         address = self.metadata.leader_address

@@ -6,7 +6,17 @@ chaos test can cut the links between two addresses. The layout under the data di
     cluster.json          pids, addresses, ports: what `down` and `status` read
     node<i>.toml          each node's configuration (the same format a container uses)
     node<i>.log           each node's log
-    node<i>/              each node's data
+    node<i>/              each node's data (with node.lock, held by the running node)
+
+Rules: a pid in cluster.json is a hint, never a licence to signal. The process that *is* node i
+is the one holding node<i>/node.lock (the kernel says which: `layout.lock_holder`), or, in the
+moment after its start before it takes the lock, the recorded pid while that process still has
+the recorded start time and a command line naming node<i>.toml (`node_pid`). `down` signals
+only such a process, through a pidfd opened before the identity is checked again, so a pid
+reused in between is never hit; it reports which nodes it stopped and which were not running.
+`start_missing` starts only the nodes no process is, and `wait_ready` fails at once, naming the
+reason from its log, when a node it waits for is not running (one that died at start on a port
+already in use, say).
 
 A cluster secret is generated once and kept in the TOML files, so data survives down + up; the
 nodes' Raft links are then authenticated and encrypted. `up(encrypted=False)` writes none: the
@@ -17,20 +27,28 @@ as NATS routes without TLS).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import os
+import re
 import secrets
 import signal
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Collection
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from cluster.broker import layout
 from cluster.client import Admin, ClientError, Cluster
 
 STATE_FILE = "cluster.json"
 PORT_RANGE = (12_000, 32_000)  # below Linux's ephemeral ports (32768 and up)
+STOP_POLL_S = 0.05
+# The log line of a node that could not run (cli/runtime.py logs it at CRITICAL).
+_CRITICAL = re.compile(r" CRITICAL [\w.]+: (?P<message>.*)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,10 +59,17 @@ class NodeProcess:
     raft_port: int
     http_port: int
     pid: int
+    # When the process started (/proc/<pid>/stat, clock ticks since boot): with its command
+    # line, what tells it from another process given the same pid later. 0: not recorded.
+    start_ticks: int = 0
 
     @property
     def client_address(self) -> str:
         return f"{self.host}:{self.client_port}"
+
+
+class NodeExitedError(RuntimeError):
+    """A node the caller waits for is not running (it died at start, or was stopped)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +96,18 @@ class LocalCluster:
 
 def host_of(index: int) -> str:
     return f"127.0.0.{index + 2}"
+
+
+def node_dir(data_dir: Path, node_id: int) -> Path:
+    return data_dir / f"node{node_id}"
+
+
+def config_path(data_dir: Path, node_id: int) -> Path:
+    return data_dir / f"node{node_id}.toml"
+
+
+def log_path(data_dir: Path, node_id: int) -> Path:
+    return data_dir / f"node{node_id}.log"
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -123,10 +160,10 @@ def write_configs(
         text = (
             f'node_id = {i + 1}\nhost = "{host_of(i)}"\nclient_port = {client_port}\n'
             f"raft_port = {raft_port}\nhttp_port = {http_port}\n"
-            f'data_dir = "{data_dir / f"node{i + 1}"}"\n{secret_toml}'
+            f'data_dir = "{node_dir(data_dir, i + 1)}"\n{secret_toml}'
             f"{extra_toml}{peers}"
         )
-        path = data_dir / f"node{i + 1}.toml"
+        path = config_path(data_dir, i + 1)
         path.write_text(text)
         paths.append(path)
     return paths
@@ -187,30 +224,93 @@ def up(
     else:
         ports = choose_ports(count, os.getpid())
     secret = (existing_secret(data_dir) or new_secret()) if encrypted else None
-    configs = write_configs(data_dir, count, ports, secret, extra_toml)
+    write_configs(data_dir, count, ports, secret, extra_toml)
     nodes: list[NodeProcess] = []
-    for i, config in enumerate(configs):
-        pid = start_node(config, data_dir / f"node{i + 1}.log")
-        nodes.append(NodeProcess(i + 1, host_of(i), ports[0], ports[2], ports[1], pid))
+    for i in range(count):
+        recorded = NodeProcess(i + 1, host_of(i), ports[0], ports[2], ports[1], 0)
+        nodes.append(_spawn(data_dir, recorded))
         LocalCluster(data_dir, tuple(nodes)).save()  # recorded at once: `down` finds them all
     return LocalCluster(data_dir, tuple(nodes))
+
+
+def _spawn(data_dir: Path, node: NodeProcess) -> NodeProcess:
+    """Start `node` from its configuration file; its record with the new pid and start time."""
+    pid = start_node(config_path(data_dir, node.node_id), log_path(data_dir, node.node_id))
+    return replace(node, pid=pid, start_ticks=process_start_ticks(pid) or 0)
 
 
 def restart_node(cluster: LocalCluster, node_id: int) -> LocalCluster:
     """Start one node again (after it was killed) with its existing configuration."""
     old = next(n for n in cluster.nodes if n.node_id == node_id)
     assert not alive(old.pid), f"node {node_id} (pid {old.pid}) is still running"
-    config = cluster.data_dir / f"node{node_id}.toml"
-    pid = start_node(config, cluster.data_dir / f"node{node_id}.log")
-    nodes = tuple(
-        NodeProcess(n.node_id, n.host, n.client_port, n.raft_port, n.http_port, pid)
-        if n.node_id == node_id
-        else n
-        for n in cluster.nodes
-    )
+    return _with_node(cluster, _spawn(cluster.data_dir, old))
+
+
+def _with_node(cluster: LocalCluster, node: NodeProcess) -> LocalCluster:
+    nodes = tuple(node if n.node_id == node.node_id else n for n in cluster.nodes)
     updated = LocalCluster(cluster.data_dir, nodes)
     updated.save()
     return updated
+
+
+def start_missing(cluster: LocalCluster) -> tuple[LocalCluster, tuple[int, ...]]:
+    """Start every node of `cluster` that no process is (`node_pid`), from its existing
+    configuration; the cluster as recorded now, and the ids of the nodes started."""
+    started = []
+    for node in cluster.nodes:
+        if node_pid(cluster, node) is None:
+            cluster = _with_node(cluster, _spawn(cluster.data_dir, node))
+            started.append(node.node_id)
+    return cluster, tuple(started)
+
+
+# -- which process is a node ------------------------------------------------------------------
+
+
+def node_pid(cluster: LocalCluster, node: NodeProcess) -> int | None:
+    """The pid of the process that is `node` now, or None when none is.
+
+    The holder of its data directory's lock, which the node takes first thing; before that (a
+    node just started) the recorded pid, if that process still has the recorded start time and
+    runs `node --config` with this node's configuration file. Anything else, whatever pid
+    cluster.json says, is not the node.
+    """
+    holder = layout.lock_holder(node_dir(cluster.data_dir, node.node_id))
+    if holder is not None:
+        return holder
+    if node.start_ticks and _is_recorded_process(cluster, node):
+        return node.pid
+    return None
+
+
+def _is_recorded_process(cluster: LocalCluster, node: NodeProcess) -> bool:
+    if process_start_ticks(node.pid) != node.start_ticks:
+        return False  # gone, a zombie, or another process under a reused pid
+    argv = _cmdline(node.pid)
+    config = str(config_path(cluster.data_dir, node.node_id))
+    return "node" in argv and any(
+        flag == "--config" and value == config for flag, value in itertools.pairwise(argv)
+    )
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When a live process started (clock ticks since boot); None when it is gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # the command name may hold spaces and brackets
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])  # field 22 of proc(5); fields[0] is field 3
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [os.fsdecode(arg) for arg in raw.split(b"\0") if arg]
 
 
 def alive(pid: int) -> bool:
@@ -249,30 +349,122 @@ def kill(pid: int, sig: int = signal.SIGKILL, wait_s: float = 0.0) -> None:
         time.sleep(0.01)
 
 
-def down(cluster: LocalCluster, timeout_s: float = 10.0) -> None:
-    """SIGTERM every node, then SIGKILL whatever is left after `timeout_s`."""
-    for n in cluster.nodes:
-        kill(n.pid, signal.SIGTERM)
+@dataclass(frozen=True, slots=True)
+class StopReport:
+    """What `down` did, by node id."""
+
+    stopped: tuple[int, ...]  # was running, is stopped
+    not_running: tuple[int, ...]  # no process was that node
+    killed: tuple[int, ...]  # of `stopped`: SIGKILLed, SIGTERM was not enough in time
+    # (node id, pid): cluster.json named a live process that is not the node; left alone.
+    strangers: tuple[tuple[int, int], ...]
+
+
+def down(
+    cluster: LocalCluster, timeout_s: float = 10.0, *, only: Collection[int] | None = None
+) -> StopReport:
+    """SIGTERM every node (or those of `only`, by id) that is running (`node_pid`), then
+    SIGKILL whatever of them is left after `timeout_s`. No other process is ever signalled."""
+    by_id = {n.node_id: n for n in cluster.nodes}
+    running: dict[int, int] = {}
+    not_running, strangers = [], []
+    for node in cluster.nodes:
+        if only is not None and node.node_id not in only:
+            continue
+        pid = node_pid(cluster, node)
+        if pid is not None and signal_node(cluster, node, pid, signal.SIGTERM):
+            running[node.node_id] = pid
+        else:
+            not_running.append(node.node_id)
+        if pid != node.pid and process_start_ticks(node.pid) is not None:
+            strangers.append((node.node_id, node.pid))
+
+    def left() -> list[int]:
+        return [i for i, pid in running.items() if _still_node(cluster, by_id[i], pid)]
+
+    _wait_until_none(left, timeout_s)
+    killed = [i for i in left() if signal_node(cluster, by_id[i], running[i], signal.SIGKILL)]
+    if _wait_until_none(left, timeout_s):
+        raise TimeoutError(f"nodes {left()} still running {timeout_s} s after SIGKILL")
+    return StopReport(tuple(running), tuple(not_running), tuple(killed), tuple(strangers))
+
+
+def _still_node(cluster: LocalCluster, node: NodeProcess, pid: int) -> bool:
+    # `alive` first: it reaps a child of ours that has exited, which then is no node.
+    return alive(pid) and node_pid(cluster, node) == pid
+
+
+def _wait_until_none(left: Callable[[], list[int]], timeout_s: float) -> list[int]:
+    """Poll `left()` until it is empty or `timeout_s` passed; what it last returned."""
     deadline = time.monotonic() + timeout_s
-    while any(alive(n.pid) for n in cluster.nodes) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for n in cluster.nodes:
-        if alive(n.pid):
-            kill(n.pid)
+    while (remaining := left()) and time.monotonic() < deadline:
+        time.sleep(STOP_POLL_S)
+    return remaining
+
+
+def signal_node(cluster: LocalCluster, node: NodeProcess, pid: int, sig: int) -> bool:
+    """Send `sig` to `pid` only if it is `node` (`node_pid`); whether it was sent.
+
+    The pidfd is opened before the identity is checked: from then on it names that very
+    process, so a pid freed and reused between the check and the signal is never hit.
+    """
+    return _signal_if(pid, sig, lambda: node_pid(cluster, node) == pid)
+
+
+def _signal_if(pid: int, sig: int, is_it: Callable[[], bool]) -> bool:
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    try:
+        if not is_it():
+            return False
+        signal.pidfd_send_signal(pidfd, sig)
+    except ProcessLookupError:
+        return False  # it ended after the pidfd was opened
+    finally:
+        os.close(pidfd)
+    return True
 
 
 async def wait_ready(cluster: LocalCluster, timeout_s: float = 60.0) -> None:
-    """Until every node answers, knows a metadata leader, and every broker is registered."""
+    """Until every node answers, knows a metadata leader, and every broker is registered.
+
+    NodeExitedError as soon as a node is not running (as cluster.json records the cluster
+    now): waiting on would only end in the timeout. Its message names the node and the reason
+    its log gives (a port already in use, say)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     client = Cluster(cluster.bootstrap, request_timeout_s=2.0)
     try:
         while not await _all_ready(client, cluster):
+            _raise_if_exited(LocalCluster.load(cluster.data_dir) or cluster)
             if loop.time() > deadline:
                 raise TimeoutError(f"cluster in {cluster.data_dir} not ready in {timeout_s:.0f} s")
             await asyncio.sleep(0.1)
     finally:
         await client.close()
+
+
+def _raise_if_exited(cluster: LocalCluster) -> None:
+    for node in cluster.nodes:
+        if node_pid(cluster, node) is None:
+            alive(node.pid)  # reaps it, if it is a child of ours
+            reason = exit_reason(log_path(cluster.data_dir, node.node_id))
+            raise NodeExitedError(f"node {node.node_id} is not running: {reason}")
+
+
+def exit_reason(log: Path) -> str:
+    """Why a node stopped, as its log says: its last CRITICAL line, else its last line."""
+    with contextlib.suppress(OSError):
+        lines = log.read_text(errors="replace").splitlines()[-50:]
+        for line in reversed(lines):
+            found = _CRITICAL.search(line)
+            if found is not None:
+                return found["message"]
+        if lines:
+            return f"its log ends with: {lines[-1]}"
+    return f"no log at {log}"
 
 
 async def _all_ready(client: Cluster, cluster: LocalCluster) -> bool:

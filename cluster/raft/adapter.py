@@ -192,7 +192,8 @@ OVERRIDES: tuple[Override, ...] = (
         _SYNC,
         "_SyncObj__raftElectionDeadline",
         "writes",
-        "a follower's append taken directly postpones the election, as in stock",
+        "a follower's append taken directly postpones the election, as in stock; a new "
+        "group's first deadline favours its preferred leader (`_first_election`)",
         "set by the general append handler",
     ),
     Override(
@@ -206,7 +207,8 @@ OVERRIDES: tuple[Override, ...] = (
         _SYNC,
         "_SyncObj__connectedNodes",
         "reads",
-        "a new entry goes out alone only while every follower is connected",
+        "a new entry goes out alone only while every follower is connected; a follower not "
+        "connected is not in sync (`connected_followers`)",
         "the walk skips a follower that is not",
     ),
     Override(
@@ -255,7 +257,8 @@ OVERRIDES: tuple[Override, ...] = (
         _SYNC,
         "_SyncObj__generateRaftTimeout",
         "calls",
-        "a follower's next election deadline, as stock draws it",
+        "a follower's next election deadline, as stock draws it (and, lengthened, the first "
+        "one of a new group's replica that is not its preferred leader)",
         "the same",
     ),
     Override(
@@ -421,6 +424,8 @@ OVERRIDES: tuple[Override, ...] = (
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FORMAT = 1
+# A new group's preferred leader stands this share of the minimum election timeout after start.
+PREFERRED_FIRST_SHARE = 0.5
 # A log entry of ours: pysyncobj's type byte for a regular command, then a mark of our own.
 _ENTRY_PREFIX = bytes([_COMMAND_TYPE.REGULAR]) + b"R"
 _NO_OP_ENTRY = bytes([_COMMAND_TYPE.NO_OP])  # a leader's first entry of its term
@@ -715,7 +720,27 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         assert isinstance(journal, FileJournal), "every group has a journal file"
         assert type(journal._FileJournal__journalFile) is ResizableFile
         journal._FileJournal__journalFile.__class__ = _MappedJournalFile
+        self._first_election(spec, conf)
         self.raftbroker_live = True
+
+    def _first_election(self, spec: GroupSpec, conf: SyncObjConf) -> None:
+        """In a new group, its preferred leader stands first: left to chance (every replica
+        drawing a timeout as stock does), a new topic's leaders all too often land on one
+        node (the one that started its groups first, often the metadata leader). The
+        preferred replica stands `PREFERRED_FIRST_SHARE` of the minimum timeout after it
+        starts; the others wait one maximum timeout longer than stock, so the preferred one
+        gets a second try (should its first request reach a peer that has not started the
+        group yet) before any other stands. A replica that has seen an election (term > 0:
+        a restart) keeps stock timing, so failover and restarts are as fast as before; and
+        once any leader is heard, every deadline is stock's again."""
+        preferred = spec.preferred_leader
+        if preferred is None or self.raftCurrentTerm != 0:
+            return
+        if preferred == spec.self_address:
+            wait_s = conf.raftMinTimeout * PREFERRED_FIRST_SHARE
+        else:
+            wait_s = self._SyncObj__generateRaftTimeout() + conf.raftMaxTimeout
+        self._SyncObj__raftElectionDeadline = pysyncobj_clock() + wait_s
 
     # Leadership and the leader, as pysyncobj tells them: aliases, not wrappers, since a
     # proposal and a tick each read them (a call more would cost on every write).
@@ -976,6 +1001,11 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
             return {}
         match: dict[Any, int] = self._SyncObj__raftMatchIndex
         return {str(node.address): index for node, index in list(match.items())}
+
+    def connected_followers(self) -> frozenset[str]:
+        """The Raft addresses of the peers whose link is open now."""
+        connected: set[Any] = self._SyncObj__connectedNodes
+        return frozenset(str(node.address) for node in list(connected))
 
     @property
     def log_index(self) -> int:

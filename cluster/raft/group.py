@@ -28,6 +28,9 @@ T = TypeVar("T")
 
 # A replica whose applied index trails its commit index for this long is reported unhealthy.
 STALL_REPORT_S = 5.0
+# A follower that has not held, for this long, all that its leader had committed is out of
+# sync (Kafka's replica.lag.time.max.ms); one whose link is down is out of sync at once.
+IN_SYNC_LAG_S = 5.0
 
 
 class RaftGroup:
@@ -50,6 +53,7 @@ class RaftGroup:
         self._stall_since: float | None = None
         self._last_applied_seen = 0
         self._follower_seen: dict[str, tuple[int, float]] = {}
+        self._catch_up: dict[str, _CatchUp] = {}
         self._waiting: set[_Proposal] = set()
         sync.raftbroker_on_deposed = self._fail_waiting
 
@@ -131,7 +135,25 @@ class RaftGroup:
             applied,
             healthy,
             detail,
+            self._in_sync(commit, time.monotonic()),
         )
+
+    def _in_sync(self, commit: int, now: float) -> tuple[str, ...]:
+        """On a leader: itself and the followers in sync, as Kafka keeps its ISR. A follower is
+        in sync while its link is open and it held, within the last `IN_SYNC_LAG_S`, all that
+        this leader had committed at that moment (not "is at the commit index now", which a
+        follower under a steady stream of writes may never be when asked)."""
+        if not self.is_leader:
+            self._catch_up.clear()  # a later leadership starts from what it sees then
+            return ()
+        connected = self._sync.connected_followers()
+        in_sync = [self.spec.self_address]
+        for address, match in self._sync.follower_match_indexes().items():
+            catch_up = self._catch_up.setdefault(address, _CatchUp(commit, now, now))
+            catch_up.observe(match, commit, now)
+            if address in connected and now - catch_up.caught_up_at <= IN_SYNC_LAG_S:
+                in_sync.append(address)
+        return tuple(in_sync)
 
     def _health(self, commit: int, applied: int) -> tuple[bool, str]:
         now = time.monotonic()
@@ -165,11 +187,33 @@ class RaftGroup:
                 since = now
             self._follower_seen[address] = (match, since)
             if now - since > STALL_REPORT_S:
-                lagging.append(f"{address} at {match}")
+                lagging.append(f"{self.spec.label(address)} at {match}")
         return lagging
 
 
 Done = Callable[[object, "ProposalError | None"], None]
+
+
+class _CatchUp:
+    """When a follower last held all that its leader had committed (Kafka's
+    lastCaughtUpTime): each observation sets a target, the commit index of that moment, and a
+    later observation that finds the follower at or past it dates its catch-up to then."""
+
+    __slots__ = ("caught_up_at", "target", "target_at")
+
+    def __init__(self, target: int, target_at: float, caught_up_at: float) -> None:
+        self.target = target
+        self.target_at = target_at
+        self.caught_up_at = caught_up_at
+
+    def observe(self, match: int, commit: int, now: float) -> None:
+        if match >= commit:
+            self.caught_up_at = now
+        elif match >= self.target:
+            self.caught_up_at = self.target_at
+        else:
+            return  # still short of the last target: keep it, and its moment
+        self.target, self.target_at = commit, now
 
 
 class _Proposal:

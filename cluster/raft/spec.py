@@ -61,6 +61,15 @@ class GroupSpec:
     peer_addresses: tuple[str, ...]
     directory: Path
     route: str
+    # What status details call a replica (`node 2`), by Raft address; others show the address.
+    labels: tuple[tuple[str, str], ...] = ()
+    # The Raft address of the replica that stands for election first when the group is new
+    # (a partition's first assigned replica, so that a new topic's leaders spread over the
+    # nodes); the others wait longer at first. None: every replica draws its timeout alike.
+    preferred_leader: str | None = None
+
+    def label(self, address: str) -> str:
+        return next((name for a, name in self.labels if a == address), address)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +83,6 @@ class GroupStatus:
     last_applied: int
     healthy: bool
     detail: str
+    # On a leader, the Raft addresses of the replicas in sync (its own first), as Kafka's ISR:
+    # see `RaftGroup`. Empty on a follower, which cannot tell.
+    in_sync: tuple[str, ...] = ()

@@ -62,7 +62,7 @@ async def test_a_paused_follower_makes_the_leader_report_unhealthy(
         async with Producer(client) as producer:
             await asyncio.gather(*[await producer.send("watched", b"x") for _ in range(50)])
         detail = await poll_health(client, leader.client_address, "watched-0", want=False)
-        assert "followers not replicating" in detail
+        assert f"followers not replicating: node {follower.node_id} at " in detail  # not a port
         code, body = http_get(leader.host, leader.http_port, "/healthz")
         assert code == 503
         assert "watched-0" in body
