@@ -13,6 +13,7 @@ interpreter's site-packages, and pip runs with `--no-index --no-deps --no-build-
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -26,6 +27,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "compose" / "Dockerfile"
 INSTALL_TIMEOUT_S = 240
+# The fresh environment sees only what it installed and the path file below: not a PYTHONPATH
+# that points at this checkout.
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
 
 
 def copy_lines(dockerfile: str) -> list[tuple[list[str], str]]:
@@ -75,6 +79,7 @@ def install_copy_set(dockerfile: str, tmp_path: Path) -> tuple[Path, Path, str]:
             check=True,
             capture_output=True,
             text=True,
+            env=CLEAN_ENV,
         ).stdout.strip()
     )
     # Our dependencies and pip, from the interpreter running the tests (a plain path line: the
@@ -89,6 +94,7 @@ def install_copy_set(dockerfile: str, tmp_path: Path) -> tuple[Path, Path, str]:
         text=True,
         timeout=INSTALL_TIMEOUT_S,
         cwd=tmp_path,
+        env=CLEAN_ENV,
     )
     return env_dir, site, "" if result.returncode == 0 else result.stderr[-3000:] or "failed"
 
@@ -102,6 +108,7 @@ def test_the_dockerfile_copy_set_installs_and_runs(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=tmp_path,
+        env=CLEAN_ENV,
     )
     assert version.returncode == 0, version.stderr[-3000:]
     assert version.stdout.startswith("raftbroker "), version.stdout
@@ -116,6 +123,7 @@ def test_the_dockerfile_copy_set_installs_and_runs(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=tmp_path,
+        env=CLEAN_ENV,
     )
     assert imported.returncode == 0, imported.stderr[-3000:]
     assert imported.stdout.startswith(str(site)), f"imported from elsewhere: {imported.stdout}"
