@@ -41,6 +41,7 @@ from cli.common import (
     one_line_errors,
     resolve_bootstrap,
     run,
+    topic_partitions,
 )
 from cluster.client import (
     ClientError,
@@ -52,6 +53,7 @@ from cluster.client import (
     RecordMetadata,
     RetryPolicy,
 )
+from statemachine.errors import ErrorCode
 
 READ_HINT_BYTES = 1 << 20
 
@@ -112,13 +114,20 @@ async def _produce(
     summary = ProduceSummary()
     client = Cluster(bootstrap, retry=RetryPolicy(config.delivery_timeout_ms / 1000))
     try:
+        await topic_partitions(client, topic, partition)
         async with Producer(client, config) as producer:
             async for line in _lines(stream):
                 progress(len(line) + 1)
                 key, value = (
                     line.split(separator, 1) if separator and separator in line else (None, line)
                 )
-                future = await producer.send(topic, value, key, partition=partition)
+                try:
+                    future = await producer.send(topic, value, key, partition=partition)
+                except ClientError as exc:
+                    if exc.error != ErrorCode.MESSAGE_TOO_LARGE:
+                        raise
+                    where = "docs/semantics.md, Limits"
+                    raise CliError(f"line {summary.sent + 1}: {exc.message} ({where})") from None
                 summary.sent += 1
                 future.add_done_callback(summary.record)
         if summary.sent:
@@ -228,6 +237,9 @@ async def _consume(bootstrap: list[str], options: ConsumeOptions) -> int:
     client = Cluster(bootstrap, retry=RetryPolicy(options.timeout_ms / 1000))
     printed = 0
     try:
+        wanted: list[int | None] = [*options.partitions] if options.partitions else [None]
+        for partition in wanted:
+            await topic_partitions(client, options.topic, partition)
         consumer = Consumer(client)
         await consumer.assign(options.topic, options.partitions, options.start)
         idle_since = time.monotonic()

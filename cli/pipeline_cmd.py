@@ -28,6 +28,7 @@ from cli.common import (
     one_line_errors,
     resolve_bootstrap,
     run,
+    topic_partitions,
 )
 from cluster.client import Cluster
 
@@ -171,6 +172,7 @@ def generate_command(
     async def main() -> int:
         cluster = Cluster(addresses)
         try:
+            await topic_partitions(cluster, topic)
             return await generate(
                 cluster, topic, count, rate_per_s=rate, merchants=merchants, seed=seed
             )

@@ -1,0 +1,127 @@
+"""Issue 20, "Errors in one line": every error path a newcomer met prints one line on stderr
+(`raftbroker: ...`, naming its object) and exits non-zero, never a traceback or an exception
+group; a plain `topic create` on a 1-node cluster defaults its replication to what it can hold.
+
+The `raftbroker` command runs for real in subprocesses against a real local cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from cluster.local import launcher
+from tests.cluster.test_cli import ok, raftbroker
+
+TOPIC = "orders"  # 3 partitions
+
+
+class ErrorCase(NamedTuple):
+    args: tuple[str, ...]
+    says: str  # a part of the one line
+    stdin: str | None = None
+
+
+CASES = {
+    "produce to a missing topic": ErrorCase(
+        ("produce", "nosuch"), "topic 'nosuch' does not exist", "hi\n"
+    ),
+    "produce to a missing partition": ErrorCase(
+        ("produce", TOPIC, "--partition", "7"), "topic orders has 3 partitions (0-2)", "hi\n"
+    ),
+    "produce a 5 MB line": ErrorCase(
+        ("produce", TOPIC), "line 2: a record of 5,000,000 bytes", "small\n" + "x" * 5_000_000
+    ),
+    "generate to a missing topic": ErrorCase(
+        ("pipeline", "generate", "--topic", "nosuch2", "--count", "10"),
+        "topic 'nosuch2' does not exist",
+    ),
+    "create an existing topic": ErrorCase(
+        ("topic", "create", TOPIC), "topic 'orders' already exists"
+    ),
+    "delete a missing topic": ErrorCase(
+        ("topic", "delete", "nosuch"), "topic 'nosuch' does not exist"
+    ),
+    "replicas beyond the nodes": ErrorCase(
+        ("topic", "create", "five", "--replication", "5"),
+        "replication factor 5, but the cluster has 3 nodes",
+    ),
+    "replicas beyond the limit": ErrorCase(
+        ("topic", "create", "nine", "--replication", "9"), "at most 7 (replication_factor_max)"
+    ),
+    "an invalid topic name": ErrorCase(
+        ("topic", "create", "no spaces"), "'no spaces' is not a valid topic name"
+    ),
+    "describe a missing topic": ErrorCase(
+        ("topic", "describe", "nosuch"), "topic 'nosuch' does not exist"
+    ),
+    "consume a missing partition": ErrorCase(
+        ("consume", TOPIC, "--partition", "9"), "topic orders has 3 partitions (0-2)"
+    ),
+    "consume a missing topic": ErrorCase(("consume", "nosuch"), "topic 'nosuch' does not exist"),
+    "producers of a missing partition": ErrorCase(
+        ("producers", "describe", TOPIC, "--partition", "3"), "topic orders has 3 partitions"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    data_dir = tmp_path_factory.mktemp("cli-errors")
+    ok(raftbroker("cluster", "up", "--detach", "--data-dir", str(data_dir)))
+    try:
+        ok(raftbroker("topic", "create", TOPIC, "--partitions", "3", "--data-dir", str(data_dir)))
+        yield data_dir
+    finally:
+        raftbroker("cluster", "down", "--data-dir", str(data_dir))
+        cluster = launcher.LocalCluster.load(data_dir)
+        if cluster is not None:
+            launcher.down(cluster)
+
+
+def one_line_error(args: tuple[str, ...], stdin: str | None = None) -> str:
+    """The command's stderr, asserted to be one `raftbroker: ...` line with a failing status."""
+    result = raftbroker(*args, stdin=stdin)
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("raftbroker: "), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    return result.stderr
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_error_is_one_line_naming_its_object(cluster_dir: Path, case: ErrorCase) -> None:
+    started = time.monotonic()
+    line = one_line_error((*case.args, "--data-dir", str(cluster_dir)), case.stdin)
+    assert case.says in line
+    assert time.monotonic() - started < 10  # at once: no waiting for a leader that cannot be
+
+
+def test_a_record_near_the_limit_after_a_small_one_is_sent_alone(cluster_dir: Path) -> None:
+    """A line that fits a batch of its own must not crash the producer by being batched
+    behind a shorter one (the batch would pass batch_bytes_max)."""
+    d = ("--data-dir", str(cluster_dir))
+    produced = raftbroker(
+        "produce", TOPIC, "--partition", "1", *d, stdin="a" * 1000 + "\n" + "y" * 1_048_000
+    )
+    assert "2 records acknowledged" in ok(produced) + produced.stderr
+
+
+def test_topic_create_on_one_node_defaults_replication_to_its_nodes(tmp_path: Path) -> None:
+    d = ("--data-dir", str(tmp_path))
+    ok(raftbroker("cluster", "up", "--detach", "--nodes", "1", *d))
+    try:
+        created = ok(raftbroker("topic", "create", "solo", *d))
+        assert "replication 1 (the default is 3; this cluster has 1 node)" in created
+        assert "1 partition," in created
+        line = one_line_error(("topic", "create", "duo", "--replication", "2", *d))
+        assert "replication factor 2, but the cluster has 1 node " in line
+    finally:
+        raftbroker("cluster", "down", *d)
+        cluster = launcher.LocalCluster.load(tmp_path)
+        if cluster is not None:
+            launcher.down(cluster)
