@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import typer
+from rich.console import Console
 
 from cluster.addresses import parse_address
 from cluster.client import CallTimeoutError, ClientError, Cluster, PartitionInfo
@@ -30,11 +32,16 @@ BootstrapOption = typer.Option(
     None,
     "--bootstrap",
     "-b",
-    help="A broker's HOST:PORT (repeatable). "
-    "Default: $RAFTBROKER_BOOTSTRAP, else the local cluster of --data-dir.",
+    metavar="HOST:PORT",
+    help="A broker's address (repeatable). "
+    "Default: $RAFTBROKER_BOOTSTRAP (comma-separated), else the local cluster of --data-dir.",
 )
 DataDirOption = typer.Option(
-    None, "--data-dir", help="The local cluster's directory (default: ~/.local/share/raftbroker)."
+    None,
+    "--data-dir",
+    metavar="DIR",
+    help="The local cluster's directory. "
+    "Default: $RAFTBROKER_DATA_DIR, else ~/.local/share/raftbroker.",
 )
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
 
@@ -85,6 +92,18 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     except ImportError:
         return asyncio.run(coro)
     return uvloop.run(coro)
+
+
+UNWRAPPED_WIDTH = 1000  # columns of output that is not a terminal: a pipe or a file
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A Console for tables and text: a terminal's own width; for a pipe or a file, lines as
+    long as their content (rich would otherwise wrap them at 80 columns)."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True)
 
 
 def plural(count: int, noun: str) -> str:

@@ -39,6 +39,7 @@ from cli.common import (
     DataDirOption,
     fail,
     one_line_errors,
+    plural,
     resolve_bootstrap,
     run,
     topic_partitions,
@@ -138,15 +139,34 @@ async def _produce(
 
 
 def produce(
-    topic: str,
-    file: Path | None = typer.Option(None, "--file", "-f", help="Read lines from FILE."),
-    key_separator: str | None = typer.Option(None, "--key-separator", help="KEY<SEP>VALUE."),
-    transactional_id: str | None = typer.Option(None, "--transactional-id"),
-    partition: int | None = typer.Option(None, "--partition", min=0),
+    topic: str = typer.Argument(..., metavar="TOPIC", help="The topic to write to."),
+    file: Path | None = typer.Option(
+        None, "--file", "-f", metavar="FILE", help="Read lines from FILE instead of stdin."
+    ),
+    key_separator: str | None = typer.Option(
+        None,
+        "--key-separator",
+        metavar="SEP",
+        help="Each line is KEY<SEP>VALUE (split at the first SEP). Default: no keys.",
+    ),
+    transactional_id: str | None = typer.Option(
+        None,
+        "--transactional-id",
+        metavar="ID",
+        help="Write as this transactional id: a newer producer with the same id fences this one.",
+    ),
+    partition: int | None = typer.Option(
+        None,
+        "--partition",
+        min=0,
+        metavar="N",
+        help="Write every record to partition N. Default: by key hash, round robin without keys.",
+    ),
     timeout_ms: int = typer.Option(
         120_000,
         "--timeout-ms",
         min=1,
+        metavar="MS",
         help="How long a record may wait for its acknowledgement (riding out failovers).",
     ),
     bootstrap: list[str] | None = BootstrapOption,
@@ -182,13 +202,14 @@ def produce(
 def _report(topic: str, summary: ProduceSummary) -> None:
     spans = ", ".join(f"{p}: {a}..{b}" for p, (a, b) in sorted(summary.offsets.items()))
     typer.echo(
-        f"{summary.acked} records acknowledged to {topic} "
-        f"({len(summary.offsets)} partitions{'; offsets ' + spans if spans else ''})",
+        f"{plural(summary.acked, 'record')} acknowledged to {topic} "
+        f"({plural(len(summary.offsets), 'partition')}{'; offsets ' + spans if spans else ''})",
         err=True,
     )
     if summary.failed:
         reasons = ", ".join(f"{k} x{v}" for k, v in summary.errors.items())
-        fail(f"{summary.failed} records were not acknowledged: {reasons}")
+        were = "was" if summary.failed == 1 else "were"
+        fail(f"{plural(summary.failed, 'record')} {were} not acknowledged: {reasons}")
 
 
 class Format(StrEnum):
@@ -267,17 +288,29 @@ async def _consume(bootstrap: list[str], options: ConsumeOptions) -> int:
 
 
 def consume(
-    topic: str,
-    from_beginning: bool = typer.Option(False, "--from-beginning"),
-    offset: int | None = typer.Option(None, "--offset", min=0, help="Start at this offset."),
-    partition: int | None = typer.Option(None, "--partition", min=0),
-    max_messages: int | None = typer.Option(None, "--max-messages", min=1),
+    topic: str = typer.Argument(..., metavar="TOPIC", help="The topic to read."),
+    from_beginning: bool = typer.Option(
+        False, "--from-beginning", help="Start at each partition's first record."
+    ),
+    offset: int | None = typer.Option(
+        None, "--offset", min=0, metavar="N", help="Start at offset N of every partition read."
+    ),
+    partition: int | None = typer.Option(
+        None, "--partition", min=0, metavar="N", help="Read partition N only. Default: all."
+    ),
+    max_messages: int | None = typer.Option(
+        None, "--max-messages", min=1, metavar="N", help="Stop after N records."
+    ),
     timeout_ms: int = typer.Option(
-        2_000, "--timeout-ms", min=0, help="Stop after this long without a record."
+        2_000, "--timeout-ms", min=0, metavar="MS", help="Stop after this long without a record."
     ),
     follow: bool = typer.Option(False, "--follow", help="Keep waiting for new records."),
-    output: Format = typer.Option(Format.text, "--format"),
-    print_key: bool = typer.Option(False, "--print-key"),
+    output: Format = typer.Option(
+        Format.text,
+        "--format",
+        help="text: values (keys too with --print-key); json: one object per record.",
+    ),
+    print_key: bool = typer.Option(False, "--print-key", help="text: print KEY<TAB>VALUE."),
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
 ) -> None:

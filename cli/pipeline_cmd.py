@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from cli.common import (
@@ -25,7 +24,9 @@ from cli.common import (
     CliError,
     DataDirOption,
     JsonOption,
+    console,
     one_line_errors,
+    plural,
     resolve_bootstrap,
     run,
     topic_partitions,
@@ -78,10 +79,11 @@ def _spark(app_name: str) -> Any:
 @run_app.command("audit")
 @one_line_errors
 def audit_command(
-    topic: str,
+    topic: str = typer.Argument(..., metavar="TOPIC", help="The topic to audit."),
     business_key: str | None = typer.Option(
         None,
         "--business-key",
+        metavar="EXPR",
         help="A Spark SQL expression that identifies a record, e.g. "
         "\"get_json_object(CAST(value AS STRING), '$.event_id')\".",
     ),
@@ -104,7 +106,7 @@ def audit_command(
 
 
 def _print_audit(report: Any) -> None:
-    table = Table(title=f"audit of {report.topic}: {report.records:,} records")
+    table = Table(title=f"audit of {report.topic}: {plural(report.records, 'record')}")
     for column in ("partition", "records", "dup (pid, seq)", "dup (key)", "gaps", "producers"):
         table.add_column(column, justify="right")
     for p in report.partitions:
@@ -117,19 +119,38 @@ def _print_audit(report: Any) -> None:
             str(p.sequence_gaps),
             str(p.producers),
         )
-    console = Console()
-    console.print(table)
-    console.print("clean: exactly once" if report.clean else "NOT clean: see the counts above")
+    out = console()
+    out.print(table)
+    out.print("clean: exactly once" if report.clean else "NOT clean: see the counts above")
 
 
 @run_app.command("settlement_totals")
 @one_line_errors
 def settlement_totals_command(
-    source: str = typer.Option("settlements", "--source", help="Topic of settlement events."),
-    totals_topic: str = typer.Option("merchant-totals", "--totals-topic"),
-    parquet: Path = typer.Option(Path("merchant-totals.parquet"), "--parquet"),
-    checkpoint: Path = typer.Option(Path("settlement-totals-checkpoint"), "--checkpoint"),
-    max_per_trigger: int | None = typer.Option(None, "--max-per-trigger", min=1),
+    source: str = typer.Option(
+        "settlements", "--source", metavar="TOPIC", help="Topic of settlement events."
+    ),
+    totals_topic: str = typer.Option(
+        "merchant-totals",
+        "--totals-topic",
+        metavar="TOPIC",
+        help="Topic the running totals are written to (a fenced streaming write).",
+    ),
+    parquet: Path = typer.Option(
+        Path("merchant-totals.parquet"),
+        "--parquet",
+        metavar="DIR",
+        help="Parquet directory the totals are written to.",
+    ),
+    checkpoint: Path = typer.Option(
+        Path("settlement-totals-checkpoint"),
+        "--checkpoint",
+        metavar="DIR",
+        help="The streaming query's checkpoint: a rerun resumes from it.",
+    ),
+    max_per_trigger: int | None = typer.Option(
+        None, "--max-per-trigger", min=1, metavar="N", help="At most N events per micro-batch."
+    ),
     available_now: bool = typer.Option(
         False, "--available-now", help="Process what is committed, then stop."
     ),
@@ -156,11 +177,17 @@ def settlement_totals_command(
 @app.command("generate")
 @one_line_errors
 def generate_command(
-    topic: str = typer.Option("settlements", "--topic"),
-    count: int = typer.Option(10_000, "--count", min=1),
-    rate: float = typer.Option(1_000.0, "--rate", min=0, help="Events per second (0: flat out)."),
-    merchants: int = typer.Option(50, "--merchants", min=1),
-    seed: int = typer.Option(1, "--seed", help="Same seed, same events and totals."),
+    topic: str = typer.Option(
+        "settlements", "--topic", metavar="TOPIC", help="The topic to write to (it must exist)."
+    ),
+    count: int = typer.Option(10_000, "--count", min=1, metavar="N", help="Events to send."),
+    rate: float = typer.Option(
+        1_000.0, "--rate", min=0, metavar="R", help="Events per second (0: flat out)."
+    ),
+    merchants: int = typer.Option(
+        50, "--merchants", min=1, metavar="N", help="Merchants the events are spread over."
+    ),
+    seed: int = typer.Option(1, "--seed", metavar="N", help="Same seed, same events and totals."),
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
 ) -> None:
@@ -180,4 +207,4 @@ def generate_command(
             await cluster.close()
 
     sent = run(main())
-    typer.echo(f"{sent:,} settlement events acknowledged on {topic}")
+    typer.echo(f"{plural(sent, 'settlement event')} acknowledged on {topic}")

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from cli.common import (
@@ -16,6 +15,7 @@ from cli.common import (
     CliError,
     DataDirOption,
     JsonOption,
+    console,
     one_line_errors,
     plural,
     resolve_bootstrap,
@@ -29,11 +29,13 @@ from statemachine.errors import ErrorCode
 topics = typer.Typer(help="Create, list, describe and delete topics.", no_args_is_help=True)
 producers = typer.Typer(help="The producer state of partitions.", no_args_is_help=True)
 T = TypeVar("T")
+TopicArgument = typer.Argument(..., metavar="TOPIC", help="The topic's name.")
 DEFAULT_REPLICATION = 3
 TimeoutOption = typer.Option(
     30_000,
     "--timeout-ms",
     min=0,
+    metavar="MS",
     help="How long to ride out dead nodes and leader changes before failing.",
 )
 
@@ -52,18 +54,31 @@ def with_admin(bootstrap: list[str], timeout_ms: int, action: Callable[[Admin], 
 @topics.command("create")
 @one_line_errors
 def create(
-    name: str,
-    partitions: int = typer.Option(1, "--partitions", "-p", min=1),
+    name: str = TopicArgument,
+    partitions: int = typer.Option(
+        1, "--partitions", "-p", min=1, metavar="N", help="How many partitions."
+    ),
     replication: int | None = typer.Option(
         None,
         "--replication",
         "-r",
         min=1,
+        metavar="N",
         help=f"Replicas per partition. Default: {DEFAULT_REPLICATION}, or every node of a "
         "smaller cluster.",
     ),
-    retention_ms: int = typer.Option(-1, "--retention-ms", help="-1: keep forever."),
-    retention_bytes: int = typer.Option(-1, "--retention-bytes", help="-1: no size limit."),
+    retention_ms: int = typer.Option(
+        -1,
+        "--retention-ms",
+        metavar="MS",
+        help="Drop whole segments whose records are older than MS; -1: keep forever.",
+    ),
+    retention_bytes: int = typer.Option(
+        -1,
+        "--retention-bytes",
+        metavar="BYTES",
+        help="Drop the oldest whole segments past BYTES per partition; -1: no size limit.",
+    ),
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
     timeout_ms: int = TimeoutOption,
@@ -141,7 +156,7 @@ def list_topics(
 @topics.command("describe")
 @one_line_errors
 def describe(
-    name: str,
+    name: str = TopicArgument,
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
     as_json: bool = JsonOption,
@@ -164,13 +179,13 @@ def describe(
         table.add_row(
             str(pm.partition), str(pm.leader_id), ",".join(map(str, pm.replicas)), str(pm.term)
         )
-    Console().print(table)
+    console().print(table)
 
 
 @topics.command("delete")
 @one_line_errors
 def delete(
-    name: str,
+    name: str = TopicArgument,
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
     timeout_ms: int = TimeoutOption,
@@ -185,8 +200,10 @@ def delete(
 @producers.command("describe")
 @one_line_errors
 def describe_producers(
-    topic: str,
-    partition: int | None = typer.Option(None, "--partition", min=0),
+    topic: str = TopicArgument,
+    partition: int | None = typer.Option(
+        None, "--partition", min=0, metavar="N", help="Partition N only. Default: all."
+    ),
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
     as_json: bool = JsonOption,
@@ -227,7 +244,7 @@ def describe_producers(
             str(row["last_timestamp_ms"]),
             window,
         )
-    Console().print(table)
+    console().print(table)
 
 
 def _producer_json(partition: int, d: p.ProducerDescription) -> dict[str, object]:

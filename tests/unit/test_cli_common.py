@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from typer.testing import CliRunner
 
 from cli.common import CliError, error_line, plural
+from cli.main import app
 from cluster.client import CallTimeoutError, ClientError
 from statemachine.errors import ErrorCode
 
@@ -51,3 +53,14 @@ def test_plurals() -> None:
         "2 records",
         "1,000 records",
     ]
+
+
+def test_output_to_a_pipe_is_not_wrapped_at_80_columns() -> None:
+    result = CliRunner().invoke(app, ["walkthrough"])
+    assert result.exit_code == 0, result.output
+    story = (
+        "A producer sends a batch; it commits, but the acknowledgement is lost on the way back. "
+        "The producer cannot tell a lost request from a lost reply"
+    )
+    assert any(story in line for line in result.output.splitlines())
+    assert "log holds 2 records: the payment was recorded once" in result.output
