@@ -1,9 +1,11 @@
 """`raftbroker produce` and `raftbroker consume`: records from lines, records to lines.
 
-produce: one record per input line (stdin by default, or `--file`), idempotent by default; with
-`--key-separator` the part of a line before the first separator is the key. It ends with a
-summary and exits non-zero if any record was not acknowledged. A record may wait up to
-`--timeout-ms` for its acknowledgement, riding out dead nodes and leader changes meanwhile.
+produce: one record per input line (stdin by default, or `--file`), idempotent by default; how
+a line becomes a record (key separator, null marker, headers) is cli/record_lines.py's. It ends
+with a summary and exits non-zero if any record was not acknowledged; a line that cannot be
+sent (no key separator, too large) stops the run, and the one error line says so and what came
+of the records before it. A record may wait up to `--timeout-ms` for its acknowledgement,
+riding out dead nodes and leader changes meanwhile.
 
 consume: reads until `--max-messages`, or until `--timeout-ms` passed without a record. A
 partition whose leader is dead or moving is asked again meanwhile (as Kafka's console
@@ -44,6 +46,7 @@ from cli.common import (
     run,
     topic_partitions,
 )
+from cli.record_lines import LineFormat, parse_headers
 from cluster.client import (
     ClientError,
     Cluster,
@@ -67,6 +70,7 @@ class ProduceSummary:
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
     sent: int = 0
     settled: asyncio.Event = field(default_factory=asyncio.Event)
+    stopped: str = ""  # why the run stopped before the end of its input
 
     def record(self, future: asyncio.Future[RecordMetadata]) -> None:
         self._count(future)
@@ -103,32 +107,39 @@ async def _lines(stream: IO[bytes]) -> AsyncIterator[bytes]:
             yield line.rstrip(b"\r\n")
 
 
+@dataclass(frozen=True, slots=True)
+class ProduceOptions:
+    topic: str
+    lines: LineFormat
+    headers: tuple[tuple[str, bytes], ...]
+    partition: int | None
+    source: str  # "stdin", or the file's name: where a bad line is
+
+
 async def _produce(
     bootstrap: list[str],
-    topic: str,
+    options: ProduceOptions,
     stream: IO[bytes],
-    separator: bytes | None,
     config: ProducerConfig,
-    partition: int | None,
     progress: Callable[[int], None],
 ) -> ProduceSummary:
+    """Send each line; at a line that cannot be sent, stop reading (what was sent before it
+    is still delivered) and note why in the summary."""
     summary = ProduceSummary()
     client = Cluster(bootstrap, retry=RetryPolicy(config.delivery_timeout_ms / 1000))
     try:
-        await topic_partitions(client, topic, partition)
+        await topic_partitions(client, options.topic, options.partition)
+        source = options.source
         async with Producer(client, config) as producer:
+            number = 0
             async for line in _lines(stream):
+                number += 1
                 progress(len(line) + 1)
-                key, value = (
-                    line.split(separator, 1) if separator and separator in line else (None, line)
-                )
                 try:
-                    future = await producer.send(topic, value, key, partition=partition)
-                except ClientError as exc:
-                    if exc.error != ErrorCode.MESSAGE_TOO_LARGE:
-                        raise
-                    where = "docs/semantics.md, Limits"
-                    raise CliError(f"line {summary.sent + 1}: {exc.message} ({where})") from None
+                    future = await _send(producer, options, line, f"line {number} of {source}")
+                except CliError as exc:
+                    summary.stopped = str(exc)
+                    break
                 summary.sent += 1
                 future.add_done_callback(summary.record)
         if summary.sent:
@@ -136,6 +147,20 @@ async def _produce(
     finally:
         await client.close()
     return summary
+
+
+async def _send(
+    producer: Producer, options: ProduceOptions, line: bytes, where: str
+) -> asyncio.Future[RecordMetadata]:
+    key, value = options.lines.split(line, where)
+    try:
+        return await producer.send(
+            options.topic, value, key, headers=options.headers, partition=options.partition
+        )
+    except ClientError as exc:
+        if exc.error != ErrorCode.MESSAGE_TOO_LARGE:
+            raise
+        raise CliError(f"{where}: {exc.message}, see docs/semantics.md, Limits") from None
 
 
 def produce(
@@ -146,8 +171,23 @@ def produce(
     key_separator: str | None = typer.Option(
         None,
         "--key-separator",
+        "-K",
         metavar="SEP",
-        help="Each line is KEY<SEP>VALUE (split at the first SEP). Default: no keys.",
+        help="Each line is KEY<SEP>VALUE, split at the first SEP; a line without SEP is an "
+        "error. \\t, \\\\ and \\xHH in SEP mean their character. Default: no keys.",
+    ),
+    header: list[str] | None = typer.Option(
+        None,
+        "--header",
+        "-H",
+        metavar="NAME=VALUE",
+        help="A header on every record (repeatable).",
+    ),
+    null_marker: str | None = typer.Option(
+        None,
+        "--null-marker",
+        metavar="STR",
+        help="A key or value equal to STR is produced as null (a null value: a tombstone).",
     ),
     transactional_id: str | None = typer.Option(
         None,
@@ -173,34 +213,34 @@ def produce(
     data_dir: Path | None = DataDirOption,
 ) -> None:
     """Produce one record per line of stdin (or --file); idempotent."""
+    options = ProduceOptions(
+        topic,
+        LineFormat.of(key_separator, null_marker),
+        parse_headers(header or []),
+        partition,
+        "stdin" if file is None else str(file),
+    )
     addresses = resolve_bootstrap(bootstrap, data_dir)
     config = ProducerConfig(transactional_id=transactional_id or "", delivery_timeout_ms=timeout_ms)
-    separator = key_separator.encode() if key_separator else None
     if file is None:
-        summary = run(
-            _produce(
-                addresses, topic, sys.stdin.buffer, separator, config, partition, lambda _n: None
-            )
-        )
+        summary = run(_produce(addresses, options, sys.stdin.buffer, config, lambda _n: None))
     else:
         with file.open("rb") as stream, Progress(transient=True) as bar:
             task = bar.add_task(f"producing {file.name}", total=file.stat().st_size)
             summary = run(
-                _produce(
-                    addresses,
-                    topic,
-                    stream,
-                    separator,
-                    config,
-                    partition,
-                    lambda n: bar.advance(task, n),
-                )
+                _produce(addresses, options, stream, config, lambda n: bar.advance(task, n))
             )
     _report(topic, summary)
 
 
 def _report(topic: str, summary: ProduceSummary) -> None:
+    """The summary line; or, if a line stopped the run, one error line saying what came of
+    the records before it."""
     spans = ", ".join(f"{p}: {a}..{b}" for p, (a, b) in sorted(summary.offsets.items()))
+    if summary.stopped:
+        before = f"{plural(summary.acked, 'record')} before it acknowledged"
+        failed = f", {summary.failed} not" if summary.failed else ""
+        fail(f"{summary.stopped}; {before}{failed}")
     typer.echo(
         f"{plural(summary.acked, 'record')} acknowledged to {topic} "
         f"({plural(len(summary.offsets), 'partition')}{'; offsets ' + spans if spans else ''})",

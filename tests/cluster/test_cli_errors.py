@@ -7,6 +7,7 @@ The `raftbroker` command runs for real in subprocesses against a real local clus
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +35,23 @@ CASES = {
         ("produce", TOPIC, "--partition", "7"), "topic orders has 3 partitions (0-2)", "hi\n"
     ),
     "produce a 5 MB line": ErrorCase(
-        ("produce", TOPIC), "line 2: a record of 5,000,000 bytes", "small\n" + "x" * 5_000_000
+        ("produce", TOPIC),
+        "line 2 of stdin: a record of 5,000,000 bytes",
+        "small\n" + "x" * 5_000_000,
+    ),
+    "a line without the key separator": ErrorCase(
+        ("produce", TOPIC, "--key-separator", ","),
+        "line 2 of stdin has no key separator ',': 'no separator'; 1 record before it acknowledged",
+        "k,v\nno separator\nk,v\n",
+    ),
+    "an empty key separator": ErrorCase(
+        ("produce", TOPIC, "--key-separator", ""), "--key-separator must not be empty", "k,v\n"
+    ),
+    "an unknown escape in the key separator": ErrorCase(
+        ("produce", TOPIC, "--key-separator", "\\q"), "unknown escape '\\q'", "k,v\n"
+    ),
+    "a header without a value": ErrorCase(
+        ("produce", TOPIC, "--header", "trace"), "--header 'trace' is not NAME=VALUE", "v\n"
     ),
     "generate to a missing topic": ErrorCase(
         ("pipeline", "generate", "--topic", "nosuch2", "--count", "10"),
@@ -125,3 +142,24 @@ def test_topic_create_on_one_node_defaults_replication_to_its_nodes(tmp_path: Pa
         cluster = launcher.LocalCluster.load(tmp_path)
         if cluster is not None:
             launcher.down(cluster)
+
+
+def test_produce_keys_headers_and_tombstones_as_kafka_console_producer(cluster_dir: Path) -> None:
+    d = ("--data-dir", str(cluster_dir))
+    ok(raftbroker("topic", "create", "kinds", *d))
+    lines = "k1\tv1\nk2\tNULL\nNULL\tv3\n\tv4\n"
+    produced = raftbroker(
+        "produce", "kinds", "-K", "\\t", "-H", "trace=t-1", "--header", "src=cli",
+        "--null-marker", "NULL", *d, stdin=lines,
+    )  # fmt: skip
+    ok(produced)
+    assert produced.stderr == "4 records acknowledged to kinds (1 partition; offsets 0: 0..3)\n"
+    out = ok(raftbroker("consume", "kinds", "--from-beginning", "--format", "json", *d))
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [(r["key"], r["value"]) for r in records] == [
+        ("k1", "v1"),
+        ("k2", None),
+        (None, "v3"),
+        ("", "v4"),
+    ]
+    assert all(r["headers"] == {"trace": "t-1", "src": "cli"} for r in records)
