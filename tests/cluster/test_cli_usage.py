@@ -1,13 +1,18 @@
-"""Issue 20, "Errors in one line": every error path a newcomer met prints one line on stderr
-(`raftbroker: ...`, naming its object) and exits non-zero, never a traceback or an exception
-group; a plain `topic create` on a 1-node cluster defaults its replication to what it can hold.
+"""Issue 20, the `raftbroker` command as a newcomer meets it, run for real in subprocesses
+against a real local cluster:
 
-The `raftbroker` command runs for real in subprocesses against a real local cluster.
+- errors in one line: every error path prints one line on stderr (`raftbroker: ...`, naming its
+  object) and exits non-zero, never a traceback or an exception group; a plain `topic create`
+  on a 1-node cluster defaults its replication to what the cluster can hold;
+- produce as Kafka's console producer: keys, tombstones, headers;
+- consume as Kafka's console consumer and kcat: relative offsets, --until-end, the --print-*
+  fields, a null key told from an empty one, a closing "Processed N records".
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,6 +85,15 @@ CASES = {
         ("consume", TOPIC, "--partition", "9"), "topic orders has 3 partitions (0-2)"
     ),
     "consume a missing topic": ErrorCase(("consume", "nosuch"), "topic 'nosuch' does not exist"),
+    "an offset without a partition": ErrorCase(
+        ("consume", TOPIC, "--offset", "5"), "--offset 5 needs --partition"
+    ),
+    "an offset that is not one": ErrorCase(
+        ("consume", TOPIC, "--offset", "soon"), "--offset 'soon' is not N, -N, earliest or latest"
+    ),
+    "follow and until-end": ErrorCase(
+        ("consume", TOPIC, "--follow", "--until-end"), "use --follow or --until-end, not both"
+    ),
     "producers of a missing partition": ErrorCase(
         ("producers", "describe", TOPIC, "--partition", "3"), "topic orders has 3 partitions"
     ),
@@ -88,7 +102,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    data_dir = tmp_path_factory.mktemp("cli-errors")
+    data_dir = tmp_path_factory.mktemp("cli-usage")
     ok(raftbroker("cluster", "up", "--detach", "--data-dir", str(data_dir)))
     try:
         ok(raftbroker("topic", "create", TOPIC, "--partitions", "3", "--data-dir", str(data_dir)))
@@ -163,3 +177,46 @@ def test_produce_keys_headers_and_tombstones_as_kafka_console_producer(cluster_d
         ("", "v4"),
     ]
     assert all(r["headers"] == {"trace": "t-1", "src": "cli"} for r in records)
+
+
+def test_consume_the_last_n_of_each_partition_until_the_end(cluster_dir: Path) -> None:
+    d = ("--data-dir", str(cluster_dir))
+    ok(raftbroker("topic", "create", "recent", "--partitions", "3", *d))
+    for partition in (0, 1):
+        lines = "".join(f"p{partition}-{i}\n" for i in range(5))
+        ok(raftbroker("produce", "recent", "--partition", str(partition), *d, stdin=lines))
+    started = time.monotonic()
+    consumed = raftbroker("consume", "recent", "--offset", "-2", "--until-end", *d,
+                          "--timeout-ms", "20000")  # fmt: skip
+    assert time.monotonic() - started < 10  # the end of the log ends it, not the timeout
+    assert ok(consumed).splitlines() == ["p0-3", "p0-4", "p1-3", "p1-4"]  # partition 2: empty
+    assert consumed.stderr == "Processed 4 records\n"
+    one = raftbroker("consume", "recent", "-o", "4", "-p", "1", "-e", *d)
+    assert (ok(one), one.stderr) == ("p1-4\n", "Processed 1 record\n")
+    nothing = raftbroker("consume", "recent", "--until-end", *d)  # from the end: nothing
+    assert (ok(nothing), nothing.stderr) == ("", "Processed 0 records\n")
+
+
+def test_consume_prints_the_fields_asked_for_and_tells_null_from_empty(cluster_dir: Path) -> None:
+    d = ("--data-dir", str(cluster_dir))
+    ok(raftbroker("topic", "create", "fields", *d))
+    ok(raftbroker("produce", "fields", "-K", ",", "--null-marker", "NULL", "-H", "h=1", *d,
+                  stdin="k,v\n,empty key\nNULL,null key\nk,NULL\n"))  # fmt: skip
+    out = ok(
+        raftbroker(
+            "consume", "fields", "--from-beginning", "--until-end", "--print-timestamp",
+            "--print-partition", "--print-offset", "--print-headers", "--print-key", *d,
+        )
+    )  # fmt: skip
+    rows = [line.split("\t") for line in out.splitlines()]
+    stamp = re.compile(r"CreateTime:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+    assert all(stamp.fullmatch(row[0]) for row in rows), rows
+    assert [row[1:] for row in rows] == [
+        ["Partition:0", "Offset:0", "h=1", "k", "v"],
+        ["Partition:0", "Offset:1", "h=1", "", "empty key"],
+        ["Partition:0", "Offset:2", "h=1", "null", "null key"],
+        ["Partition:0", "Offset:3", "h=1", "k", "null"],
+    ]
+    keys = ok(raftbroker("consume", "fields", "-o", "earliest", "-e", "--print-key",
+                         "--null-literal", "<none>", *d))  # fmt: skip
+    assert keys.splitlines()[1:3] == ["\tempty key", "<none>\tnull key"]
