@@ -2,8 +2,11 @@
 
 `run audit TOPIC` reads a topic completely on a local Spark session and reports, per partition,
 duplicates, sequence gaps and producers; it exits 1 unless the topic is clean. `run
-settlement_totals` keeps per-merchant totals of settlement events, to a topic and to parquet.
-`generate` produces settlement events at a given rate. The Spark commands need the `spark`
+settlement_totals` keeps per-merchant totals of settlement events, to a topic and to parquet
+(by default, and with its checkpoint, under `settlement_totals/` of the data dir, never the
+current directory); it says where they go when it starts and what they hold when it stops.
+`generate` produces settlement events at a given rate. Topics they need must exist: a missing
+one is a one-line error before any Spark starts. The Spark commands need the `spark`
 extra (`pip install 'raftbroker[spark]'`) and Java 17+; without them they say so in one line.
 """
 
@@ -25,6 +28,7 @@ from cli.common import (
     DataDirOption,
     JsonOption,
     console,
+    default_data_dir,
     one_line_errors,
     plural,
     resolve_bootstrap,
@@ -34,6 +38,9 @@ from cli.common import (
 from cluster.client import Cluster
 
 app = typer.Typer(help="Spark jobs on the raftbroker data source.", no_args_is_help=True)
+TOTALS_DIR = "settlement_totals"  # under the data dir: where the job's outputs go by default
+PARQUET_NAME = "merchant-totals.parquet"
+CHECKPOINT_NAME = "checkpoint"
 run_app = typer.Typer(help="Run a job on a local Spark session.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
 
@@ -136,17 +143,19 @@ def settlement_totals_command(
         metavar="TOPIC",
         help="Topic the running totals are written to (a fenced streaming write).",
     ),
-    parquet: Path = typer.Option(
-        Path("merchant-totals.parquet"),
+    parquet: Path | None = typer.Option(
+        None,
         "--parquet",
         metavar="DIR",
-        help="Parquet directory the totals are written to.",
+        help="Parquet directory the totals table is written to. "
+        f"Default: {TOTALS_DIR}/{PARQUET_NAME} under the data dir (--data-dir).",
     ),
-    checkpoint: Path = typer.Option(
-        Path("settlement-totals-checkpoint"),
+    checkpoint: Path | None = typer.Option(
+        None,
         "--checkpoint",
         metavar="DIR",
-        help="The streaming query's checkpoint: a rerun resumes from it.",
+        help="The streaming queries' checkpoint: a rerun resumes from it. "
+        f"Default: {TOTALS_DIR}/{CHECKPOINT_NAME} under the data dir.",
     ),
     max_per_trigger: int | None = typer.Option(
         None, "--max-per-trigger", min=1, metavar="N", help="At most N events per micro-batch."
@@ -157,8 +166,19 @@ def settlement_totals_command(
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
 ) -> None:
-    """Per-merchant totals of settlement events, to a topic (fenced) and to parquet."""
+    """Per-merchant totals of settlement events, to a topic (fenced) and to parquet; says
+    where they go, and what was written when it stops."""
     addresses = resolve_bootstrap(bootstrap, data_dir)
+    run(_existing_topics(addresses, [source, totals_topic]))
+    outputs = (data_dir or default_data_dir()).resolve() / TOTALS_DIR
+    parquet_dir = (parquet or outputs / PARQUET_NAME).resolve()
+    checkpoint_dir = (checkpoint or outputs / CHECKPOINT_NAME).resolve()
+    typer.echo(
+        f"settlement_totals: {source} -> topic {totals_topic} and parquet {parquet_dir} "
+        f"(checkpoint {checkpoint_dir}); "
+        + ("processing what is committed, then stopping" if available_now else "Ctrl-C stops"),
+        err=True,
+    )
     with _spark_job("raftbroker-settlement-totals") as spark:
         from pipeline.jobs import settlement_totals as job  # noqa: PLC0415 - needs PySpark
 
@@ -166,12 +186,43 @@ def settlement_totals_command(
             ",".join(addresses),
             source,
             totals_topic,
-            parquet.resolve(),
-            checkpoint.resolve(),
+            parquet_dir,
+            checkpoint_dir,
             max_per_trigger,
             available_now,
         )
         job.run(spark, spec)
+        typer.echo(_totals_written(spark, spec))
+
+
+async def _existing_topics(addresses: list[str], topics: list[str]) -> None:
+    cluster = Cluster(addresses)
+    try:
+        for topic in topics:
+            await topic_partitions(cluster, topic)
+    finally:
+        await cluster.close()
+
+
+def _totals_written(spark: Any, spec: Any) -> str:
+    """What the totals now hold, read back from the parquet the job wrote."""
+    from pipeline.jobs.settlements import CURRENCY  # noqa: PLC0415 - keeps startup light
+
+    nothing = f"no settlement events in {spec.source_topic} yet: nothing written"
+    if not any(spec.parquet_dir.glob("*.parquet")):
+        return nothing
+    row = (
+        spark.read.parquet(str(spec.parquet_dir))
+        .selectExpr("count(*) AS merchants", "sum(events) AS events", "sum(total_cents) AS cents")
+        .first()
+    )
+    if not row["merchants"]:
+        return nothing
+    return (
+        f"totals of {plural(row['events'], 'event')} over {plural(row['merchants'], 'merchant')} "
+        f"({row['cents'] / 100:,.2f} {CURRENCY}) in parquet {spec.parquet_dir} and topic "
+        f"{spec.totals_topic} (the latest record per merchant is its total)"
+    )
 
 
 @app.command("generate")
