@@ -2,4 +2,4 @@
 
 from cli.main import app
 
-app()
+app(prog_name="raftbroker")

@@ -33,7 +33,9 @@ def run_command(
     duration: float = typer.Option(60.0, "--duration", min=10, help="Seconds of faults."),
     seed: int = typer.Option(1, "--seed", help="Seeds the fault schedule (same seed, same run)."),
     out: Path = typer.Option(Path("chaos-run"), "--out", help="Directory for history and logs."),
-    partitions: int = typer.Option(4, "--partitions", min=1, max=64),
+    partitions: int = typer.Option(
+        4, "--partitions", min=1, max=64, help="Partitions of the topic under test."
+    ),
     fault_interval: float = typer.Option(
         6.0, "--fault-interval", min=2.0, help="Mean seconds between faults."
     ),

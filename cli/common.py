@@ -11,16 +11,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import typer
+from rich.console import Console
 
 from cluster.addresses import parse_address
-from cluster.client import CallTimeoutError, ClientError
+from cluster.client import CallTimeoutError, ClientError, Cluster, PartitionInfo
 from cluster.config import ConfigError
 from cluster.local import launcher
+from statemachine.errors import ErrorCode
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -29,11 +32,16 @@ BootstrapOption = typer.Option(
     None,
     "--bootstrap",
     "-b",
-    help="A broker's HOST:PORT (repeatable). "
-    "Default: $RAFTBROKER_BOOTSTRAP, else the local cluster of --data-dir.",
+    metavar="HOST:PORT",
+    help="A broker's address (repeatable). "
+    "Default: $RAFTBROKER_BOOTSTRAP (comma-separated), else the local cluster of --data-dir.",
 )
 DataDirOption = typer.Option(
-    None, "--data-dir", help="The local cluster's directory (default: ~/.local/share/raftbroker)."
+    None,
+    "--data-dir",
+    metavar="DIR",
+    help="The local cluster's directory. "
+    "Default: $RAFTBROKER_DATA_DIR, else ~/.local/share/raftbroker.",
 )
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
 
@@ -86,30 +94,98 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(coro)
 
 
+UNWRAPPED_WIDTH = 1000  # columns of output that is not a terminal: a pipe or a file
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A Console for tables and text: a terminal's own width; for a pipe or a file, lines as
+    long as their content (rich would otherwise wrap them at 80 columns)."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True)
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 record`, `3 records`, `1,000 records`."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
+async def topic_partitions(
+    client: Cluster, topic: str, partition: int | None = None
+) -> tuple[PartitionInfo, ...]:
+    """The partitions of `topic`; a CliError at once if it does not exist or has no
+    `partition` (rather than waiting for a leader that cannot be)."""
+    try:
+        infos = await client.partitions(topic)
+    except ClientError as exc:
+        if exc.error != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise
+        raise CliError(
+            f"topic {topic!r} does not exist (create it with `raftbroker topic create {topic}`)"
+        ) from None
+    if partition is not None and not 0 <= partition < len(infos):
+        raise CliError(
+            f"topic {topic} has {plural(len(infos), 'partition')} ({partition_range(len(infos))}),"
+            f" not {partition}"
+        )
+    return infos
+
+
+def partition_range(count: int) -> str:
+    return "0" if count == 1 else f"0-{count - 1}"
+
+
 def one_line_errors(fn: Callable[P, T]) -> Callable[P, T]:
-    """Turn the errors a user can cause or meet into one line and exit status 1."""
+    """Turn the errors a user can cause or meet into one line and exit status 1; one inside an
+    exception group (a task group's) too. Anything else is a bug: its traceback is shown."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return fn(*args, **kwargs)
-        except (CliError, ConfigError) as exc:
-            fail(str(exc))
-        except ClientError as exc:
-            fail(_client_message(exc))
-        except TimeoutError as exc:
-            fail(f"timed out: {exc}" if str(exc) else "timed out")
-        except OSError as exc:
-            fail(f"{exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}".rstrip(": "))
+        except (BaseExceptionGroup, *USER_FACING) as exc:
+            message = error_line(exc)
+            if message is None:
+                raise
+            fail(message)
 
     return wrapper
 
 
+USER_FACING = (CliError, ConfigError, ClientError, TimeoutError, OSError)
+
+
+def error_line(exc: BaseException) -> str | None:
+    """The one line for an error a user can cause or meet; None for anything else. Of an
+    exception group: the line of its first such error (the others followed from it)."""
+    if isinstance(exc, BaseExceptionGroup):
+        found = exc.subgroup(lambda e: isinstance(e, USER_FACING))
+        return None if found is None else error_line(_first_leaf(found))
+    if isinstance(exc, ClientError):
+        return _client_message(exc)
+    if isinstance(exc, TimeoutError):
+        return f"timed out: {exc}" if str(exc) else "timed out"
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}".rstrip(": ")
+    if isinstance(exc, CliError | ConfigError):
+        return str(exc)
+    return None
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
 def _client_message(exc: ClientError) -> str:
     """A call that timed out says what it waited for (and, if no broker ever answered, that
-    the cluster is out of reach); a single failed request names its error."""
+    the cluster is out of reach); a single failed request says what it was refused, its code
+    last when its message is a sentence of its own (`topic 'x' already exists (CODE)`)."""
     if isinstance(exc, CallTimeoutError):
         return f"cannot reach the cluster: {exc}" if exc.unreachable else str(exc)
     if exc.error.name == "NETWORK_EXCEPTION":
         return f"cannot reach the cluster ({exc})"
+    if " " in exc.message:
+        return f"{exc.message} ({exc.error.name})"
     return str(exc)

@@ -1,27 +1,29 @@
 """`raftbroker produce` and `raftbroker consume`: records from lines, records to lines.
 
-produce: one record per input line (stdin by default, or `--file`), idempotent by default; with
-`--key-separator` the part of a line before the first separator is the key. It ends with a
-summary and exits non-zero if any record was not acknowledged. A record may wait up to
-`--timeout-ms` for its acknowledgement, riding out dead nodes and leader changes meanwhile.
+produce: one record per input line (stdin by default, or `--file`), idempotent by default; how
+a line becomes a record (key separator, null marker, headers) is cli/record_lines.py's. It ends
+with a summary and exits non-zero if any record was not acknowledged; a line that cannot be
+sent (no key separator, too large) stops the run, and the one error line says so and what came
+of the records before it. A record may wait up to `--timeout-ms` for its acknowledgement,
+riding out dead nodes and leader changes meanwhile.
 
-consume: reads until `--max-messages`, or until `--timeout-ms` passed without a record. A
+consume: starts at the end (as Kafka's console consumer), the beginning, an offset of one
+partition, or N records before each partition's end (`--offset -N`); reads until
+`--max-messages`, `--until-end` (the end of each partition as it was at the start), or
+`--timeout-ms` without a record; then "Processed N records" on stderr (after Ctrl-C too). A
 partition whose leader is dead or moving is asked again meanwhile (as Kafka's console
 consumer refreshes metadata until a leader answers); if one still has no leader answering
 when the time is up, consume fails with one line naming it, rather than end as if it had been
-read to its end.
+read to its end. How a record prints (text fields, JSON) is cli/record_lines.py's.
 
-Output: text prints values (keys too with `--print-key`); json prints one object per record
-with topic, partition, offset, timestamp, key, value, headers, producer id and sequence (a key
-or value that is not UTF-8 comes as `key_base64` / `value_base64`).
+The protocol's ListOffsets answers the earliest and the latest offset only (no timestamp
+query), so there is no start by time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -39,10 +41,14 @@ from cli.common import (
     DataDirOption,
     fail,
     one_line_errors,
+    plural,
     resolve_bootstrap,
     run,
+    topic_partitions,
 )
+from cli.record_lines import LineFormat, TextFields, as_json, parse_headers
 from cluster.client import (
+    Admin,
     ClientError,
     Cluster,
     ConsumedRecord,
@@ -52,8 +58,10 @@ from cluster.client import (
     RecordMetadata,
     RetryPolicy,
 )
+from statemachine.errors import ErrorCode
 
 READ_HINT_BYTES = 1 << 20
+SHORT_POLL_MS = 200
 
 
 @dataclass(slots=True)
@@ -64,6 +72,7 @@ class ProduceSummary:
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
     sent: int = 0
     settled: asyncio.Event = field(default_factory=asyncio.Event)
+    stopped: str = ""  # why the run stopped before the end of its input
 
     def record(self, future: asyncio.Future[RecordMetadata]) -> None:
         self._count(future)
@@ -100,25 +109,39 @@ async def _lines(stream: IO[bytes]) -> AsyncIterator[bytes]:
             yield line.rstrip(b"\r\n")
 
 
+@dataclass(frozen=True, slots=True)
+class ProduceOptions:
+    topic: str
+    lines: LineFormat
+    headers: tuple[tuple[str, bytes], ...]
+    partition: int | None
+    source: str  # "stdin", or the file's name: where a bad line is
+
+
 async def _produce(
     bootstrap: list[str],
-    topic: str,
+    options: ProduceOptions,
     stream: IO[bytes],
-    separator: bytes | None,
     config: ProducerConfig,
-    partition: int | None,
     progress: Callable[[int], None],
 ) -> ProduceSummary:
+    """Send each line; at a line that cannot be sent, stop reading (what was sent before it
+    is still delivered) and note why in the summary."""
     summary = ProduceSummary()
     client = Cluster(bootstrap, retry=RetryPolicy(config.delivery_timeout_ms / 1000))
     try:
+        await topic_partitions(client, options.topic, options.partition)
+        source = options.source
         async with Producer(client, config) as producer:
+            number = 0
             async for line in _lines(stream):
+                number += 1
                 progress(len(line) + 1)
-                key, value = (
-                    line.split(separator, 1) if separator and separator in line else (None, line)
-                )
-                future = await producer.send(topic, value, key, partition=partition)
+                try:
+                    future = await _send(producer, options, line, f"line {number} of {source}")
+                except CliError as exc:
+                    summary.stopped = str(exc)
+                    break
                 summary.sent += 1
                 future.add_done_callback(summary.record)
         if summary.sent:
@@ -128,58 +151,107 @@ async def _produce(
     return summary
 
 
+async def _send(
+    producer: Producer, options: ProduceOptions, line: bytes, where: str
+) -> asyncio.Future[RecordMetadata]:
+    key, value = options.lines.split(line, where)
+    try:
+        return await producer.send(
+            options.topic, value, key, headers=options.headers, partition=options.partition
+        )
+    except ClientError as exc:
+        if exc.error != ErrorCode.MESSAGE_TOO_LARGE:
+            raise
+        raise CliError(f"{where}: {exc.message}, see docs/semantics.md, Limits") from None
+
+
 def produce(
-    topic: str,
-    file: Path | None = typer.Option(None, "--file", "-f", help="Read lines from FILE."),
-    key_separator: str | None = typer.Option(None, "--key-separator", help="KEY<SEP>VALUE."),
-    transactional_id: str | None = typer.Option(None, "--transactional-id"),
-    partition: int | None = typer.Option(None, "--partition", min=0),
+    topic: str = typer.Argument(..., metavar="TOPIC", help="The topic to write to."),
+    file: Path | None = typer.Option(
+        None, "--file", "-f", metavar="FILE", help="Read lines from FILE instead of stdin."
+    ),
+    key_separator: str | None = typer.Option(
+        None,
+        "--key-separator",
+        "-K",
+        metavar="SEP",
+        help="Each line is KEY<SEP>VALUE, split at the first SEP; a line without SEP is an "
+        "error. \\t, \\\\ and \\xHH in SEP mean their character. Default: no keys.",
+    ),
+    header: list[str] | None = typer.Option(
+        None,
+        "--header",
+        "-H",
+        metavar="NAME=VALUE",
+        help="A header on every record (repeatable).",
+    ),
+    null_marker: str | None = typer.Option(
+        None,
+        "--null-marker",
+        metavar="STR",
+        help="A key or value equal to STR is produced as null (a null value: a tombstone).",
+    ),
+    transactional_id: str | None = typer.Option(
+        None,
+        "--transactional-id",
+        metavar="ID",
+        help="Write as this transactional id: a newer producer with the same id fences this one.",
+    ),
+    partition: int | None = typer.Option(
+        None,
+        "--partition",
+        min=0,
+        metavar="N",
+        help="Write every record to partition N. Default: by key hash, round robin without keys.",
+    ),
     timeout_ms: int = typer.Option(
         120_000,
         "--timeout-ms",
         min=1,
+        metavar="MS",
         help="How long a record may wait for its acknowledgement (riding out failovers).",
     ),
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
 ) -> None:
     """Produce one record per line of stdin (or --file); idempotent."""
+    options = ProduceOptions(
+        topic,
+        LineFormat.of(key_separator, null_marker),
+        parse_headers(header or []),
+        partition,
+        "stdin" if file is None else str(file),
+    )
     addresses = resolve_bootstrap(bootstrap, data_dir)
     config = ProducerConfig(transactional_id=transactional_id or "", delivery_timeout_ms=timeout_ms)
-    separator = key_separator.encode() if key_separator else None
     if file is None:
-        summary = run(
-            _produce(
-                addresses, topic, sys.stdin.buffer, separator, config, partition, lambda _n: None
-            )
-        )
+        summary = run(_produce(addresses, options, sys.stdin.buffer, config, lambda _n: None))
     else:
         with file.open("rb") as stream, Progress(transient=True) as bar:
             task = bar.add_task(f"producing {file.name}", total=file.stat().st_size)
             summary = run(
-                _produce(
-                    addresses,
-                    topic,
-                    stream,
-                    separator,
-                    config,
-                    partition,
-                    lambda n: bar.advance(task, n),
-                )
+                _produce(addresses, options, stream, config, lambda n: bar.advance(task, n))
             )
     _report(topic, summary)
 
 
 def _report(topic: str, summary: ProduceSummary) -> None:
+    """The summary line; or, if a line stopped the run, one error line saying what came of
+    the records before it."""
     spans = ", ".join(f"{p}: {a}..{b}" for p, (a, b) in sorted(summary.offsets.items()))
+    if summary.stopped:
+        before = f"{plural(summary.acked, 'record')} before it acknowledged"
+        failed = f", {summary.failed} not" if summary.failed else ""
+        fail(f"{summary.stopped}; {before}{failed}")
     typer.echo(
-        f"{summary.acked} records acknowledged to {topic} "
-        f"({len(summary.offsets)} partitions{'; offsets ' + spans if spans else ''})",
+        f"{plural(summary.acked, 'record')} acknowledged to {topic} "
+        f"({plural(len(summary.offsets), 'partition')}{'; offsets ' + spans if spans else ''})",
         err=True,
     )
     if summary.failed:
         reasons = ", ".join(f"{k} x{v}" for k, v in summary.errors.items())
-        fail(f"{summary.failed} records were not acknowledged: {reasons}")
+        were = "was" if summary.failed == 1 else "were"
+        fail(f"{plural(summary.failed, 'record')} {were} not acknowledged: {reasons}")
 
 
 class Format(StrEnum):
@@ -187,54 +259,107 @@ class Format(StrEnum):
     json = "json"
 
 
-def _text(data: bytes | None) -> str:
-    return "" if data is None else data.decode("utf-8", errors="replace")
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where each partition read starts: `offset` (EARLIEST, LATEST or an offset), or, when
+    `back` is set, that many records before the partition's end (never before its start)."""
+
+    offset: int = Consumer.LATEST
+    back: int = 0
 
 
-def _json_bytes(name: str, data: bytes | None) -> dict[str, object]:
-    if data is None:
-        return {name: None}
+NAMED_STARTS = {"earliest": Consumer.EARLIEST, "latest": Consumer.LATEST}
+
+
+def parse_start(from_beginning: bool, offset: str | None, partition: int | None) -> Start:
+    """--from-beginning / --offset as a Start; a CliError for what cannot mean one."""
+    if offset is None:
+        return Start(Consumer.EARLIEST if from_beginning else Consumer.LATEST)
+    if from_beginning:
+        raise CliError("use --from-beginning or --offset, not both")
+    if offset.lower() in NAMED_STARTS:
+        return Start(NAMED_STARTS[offset.lower()])
     try:
-        return {name: data.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {f"{name}_base64": base64.b64encode(data).decode()}
-
-
-def as_json(r: ConsumedRecord) -> str:
-    obj: dict[str, object] = {
-        "topic": r.topic,
-        "partition": r.partition,
-        "offset": r.offset,
-        "timestamp": r.timestamp_ms,
-    }
-    obj |= _json_bytes("key", r.key) | _json_bytes("value", r.value)
-    obj["headers"] = {k: v.decode("utf-8", errors="replace") for k, v in r.headers}
-    obj["producer_id"], obj["sequence"] = r.producer_id, r.sequence
-    return json.dumps(obj)
+        number = int(offset)
+    except ValueError:
+        raise CliError(f"--offset {offset!r} is not N, -N, earliest or latest") from None
+    if number < 0:
+        return Start(back=-number)
+    if partition is None:
+        raise CliError(
+            f"--offset {number} needs --partition: offsets are per partition "
+            f"(--offset -{number or 10} starts that many records before each partition's end)"
+        )
+    return Start(number)
 
 
 @dataclass(frozen=True, slots=True)
 class ConsumeOptions:
     topic: str
     partitions: list[int] | None
-    start: int
+    start: Start
     max_messages: int | None
     timeout_ms: int
     follow: bool
+    until_end: bool
     render: Callable[[ConsumedRecord], str]
 
 
-async def _consume(bootstrap: list[str], options: ConsumeOptions) -> int:
+@dataclass(slots=True)
+class Tally:
+    """Records printed so far: what the closing line reports, even after Ctrl-C."""
+
+    printed: int = 0
+
+
+async def _assign(
+    client: Cluster, options: ConsumeOptions
+) -> tuple[Consumer, dict[int, int] | None]:
+    """A consumer at each partition's start; with --until-end, the end of each partition not
+    already read to it (those at their end are not assigned: a fetch would wait on them)."""
+    only = options.partitions[0] if options.partitions else None
+    infos = await topic_partitions(client, options.topic, only)
+    admin, consumer, topic = Admin(client), Consumer(client), options.topic
+    ends: dict[int, int] | None = {} if options.until_end else None
+    for partition in options.partitions or [i.partition for i in infos]:
+        start = await _start_offset(admin, topic, partition, options.start)
+        if ends is not None:
+            end = await admin.list_offsets(topic, partition, Consumer.LATEST)
+            if start >= end:
+                continue
+            ends[partition] = end
+        await consumer.seek(topic, partition, start)
+    return consumer, ends
+
+
+async def _start_offset(admin: Admin, topic: str, partition: int, start: Start) -> int:
+    if not start.back and start.offset >= 0:
+        return start.offset
+    if not start.back:
+        return await admin.list_offsets(topic, partition, start.offset)
+    end = await admin.list_offsets(topic, partition, Consumer.LATEST)
+    first = await admin.list_offsets(topic, partition, Consumer.EARLIEST)
+    return max(first, end - start.back)
+
+
+def _at_ends(consumer: Consumer, topic: str, ends: dict[int, int]) -> bool:
+    return all(consumer.positions[(topic, p)].offset >= end for p, end in ends.items())
+
+
+async def _consume(bootstrap: list[str], options: ConsumeOptions, tally: Tally) -> None:
     client = Cluster(bootstrap, retry=RetryPolicy(options.timeout_ms / 1000))
-    printed = 0
     try:
-        consumer = Consumer(client)
-        await consumer.assign(options.topic, options.partitions, options.start)
+        consumer, ends = await _assign(client, options)
         idle_since = time.monotonic()
-        while options.max_messages is None or printed < options.max_messages:
+        while options.max_messages is None or tally.printed < options.max_messages:
+            if ends is not None and _at_ends(consumer, options.topic, ends):
+                break
             idle_ms = round((time.monotonic() - idle_since) * 1000)
+            # Short polls where the loop must look up often: a partition read to its end
+            # would hold a long poll of its leader, and with it the others' records.
+            short = options.follow or ends is not None
             records = await consumer.poll(
-                500 if options.follow else max(0, options.timeout_ms - idle_ms)
+                SHORT_POLL_MS if short else max(0, options.timeout_ms - idle_ms)
             )
             if records:
                 idle_since = time.monotonic()
@@ -243,53 +368,101 @@ async def _consume(bootstrap: list[str], options: ConsumeOptions) -> int:
                 if stalled is not None:  # not read to its end: its leader never answered
                     raise stalled
                 break
-            for record in sorted(records, key=lambda r: (r.partition, r.offset)):
-                if options.max_messages is not None and printed >= options.max_messages:
-                    break
-                sys.stdout.write(options.render(record) + "\n")
-                printed += 1
-            sys.stdout.flush()
+            if ends is not None:  # what was there when it started, no more
+                records = [r for r in records if r.offset < ends[r.partition]]
+            _print(records, options, tally)
     finally:
         await client.close()
-    return printed
+
+
+def _print(records: list[ConsumedRecord], options: ConsumeOptions, tally: Tally) -> None:
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        if options.max_messages is not None and tally.printed >= options.max_messages:
+            break
+        sys.stdout.write(options.render(record) + "\n")
+        tally.printed += 1
+    sys.stdout.flush()
 
 
 def consume(
-    topic: str,
-    from_beginning: bool = typer.Option(False, "--from-beginning"),
-    offset: int | None = typer.Option(None, "--offset", min=0, help="Start at this offset."),
-    partition: int | None = typer.Option(None, "--partition", min=0),
-    max_messages: int | None = typer.Option(None, "--max-messages", min=1),
+    topic: str = typer.Argument(..., metavar="TOPIC", help="The topic to read."),
+    from_beginning: bool = typer.Option(
+        False, "--from-beginning", help="Start at each partition's first record."
+    ),
+    offset: str | None = typer.Option(
+        None,
+        "--offset",
+        "-o",
+        metavar="N|-N|earliest|latest",
+        help="Where to start: offset N (needs --partition), -N: N records before each "
+        "partition's end, or earliest / latest. Default: latest, as Kafka's console consumer.",
+    ),
+    partition: int | None = typer.Option(
+        None, "--partition", "-p", min=0, metavar="N", help="Read partition N only. Default: all."
+    ),
+    max_messages: int | None = typer.Option(
+        None, "--max-messages", min=1, metavar="N", help="Stop after N records."
+    ),
+    until_end: bool = typer.Option(
+        False,
+        "--until-end",
+        "-e",
+        help="Stop at the end of each partition as it was at the start (kcat's -e).",
+    ),
     timeout_ms: int = typer.Option(
-        2_000, "--timeout-ms", min=0, help="Stop after this long without a record."
+        2_000,
+        "--timeout-ms",
+        min=0,
+        metavar="MS",
+        help="Stop after this long without a record (with --until-end: fail if a partition "
+        "has no leader answering this long).",
     ),
     follow: bool = typer.Option(False, "--follow", help="Keep waiting for new records."),
-    output: Format = typer.Option(Format.text, "--format"),
-    print_key: bool = typer.Option(False, "--print-key"),
+    output: Format = typer.Option(
+        Format.text,
+        "--format",
+        help="text: the value, after the --print-* fields, tab-separated. json: one object per "
+        "record with topic, partition, offset, timestamp (ms), key, value, headers, producer_id, "
+        "sequence; a key or value that is not UTF-8 comes as key_base64 / value_base64.",
+    ),
+    print_key: bool = typer.Option(
+        False, "--print-key", help="text: the key (a null key prints as the null literal)."
+    ),
+    print_timestamp: bool = typer.Option(
+        False, "--print-timestamp", help="text: CreateTime:<ISO 8601 UTC>."
+    ),
+    print_partition: bool = typer.Option(False, "--print-partition", help="text: Partition:N."),
+    print_offset: bool = typer.Option(False, "--print-offset", help="text: Offset:N."),
+    print_headers: bool = typer.Option(
+        False, "--print-headers", help="text: NAME=VALUE,... (NO_HEADERS if none)."
+    ),
+    null_literal: str = typer.Option(
+        "null", "--null-literal", metavar="STR", help="text: how a null key or value prints."
+    ),
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
 ) -> None:
-    """Print records of a topic (from the end by default, as Kafka's console consumer)."""
-    if from_beginning and offset is not None:
-        raise CliError("use --from-beginning or --offset, not both")
-    start = (
-        offset if offset is not None else (Consumer.EARLIEST if from_beginning else Consumer.LATEST)
+    """Print records of a topic (from the end by default, as Kafka's console consumer), then
+    "Processed N records" on stderr."""
+    if follow and until_end:
+        raise CliError("use --follow or --until-end, not both")
+    fields = TextFields(
+        print_timestamp, print_partition, print_offset, print_headers, print_key, null_literal
     )
-
-    def text(r: ConsumedRecord) -> str:
-        return f"{_text(r.key)}\t{_text(r.value)}" if print_key else _text(r.value)
-
     options = ConsumeOptions(
         topic,
         None if partition is None else [partition],
-        start,
+        parse_start(from_beginning, offset, partition),
         max_messages,
         timeout_ms,
         follow,
-        as_json if output is Format.json else text,
+        until_end,
+        as_json if output is Format.json else fields.render,
     )
+    tally = Tally()
     with contextlib.suppress(KeyboardInterrupt):
-        run(_consume(resolve_bootstrap(bootstrap, data_dir), options))
+        run(_consume(resolve_bootstrap(bootstrap, data_dir), options, tally))
+    typer.echo(f"Processed {plural(tally.printed, 'record')}", err=True)
 
 
 produce = one_line_errors(produce)

@@ -18,8 +18,9 @@ from rich.table import Table
 
 from cli import chaos_cmd, cluster_cmd, io_cmd, pipeline_cmd, runtime, topic_cmd
 from cli import walkthrough as walkthrough_scenes
-from cli.common import fail
+from cli.common import console, fail
 from cli.demo import DemoReport, demo_in_temporary_directory
+from cli.help import PlainHelpGroup
 from cluster.config import ConfigError
 
 app = typer.Typer(
@@ -28,6 +29,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=PlainHelpGroup,
 )
 
 
@@ -61,7 +63,9 @@ def main(
 
 @app.command()
 def node(
-    config: Path = typer.Option(..., "--config", help="The node's TOML configuration file."),
+    config: Path = typer.Option(
+        ..., "--config", metavar="FILE", help="The node's TOML configuration file."
+    ),
 ) -> None:
     """Run one broker node (what a container runs)."""
     try:
@@ -74,11 +78,13 @@ def node(
 @app.command()
 def demo(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    records: int = typer.Option(4_000, "--records", min=100, help="Payments to produce."),
+    records: int = typer.Option(
+        4_000, "--records", min=100, metavar="N", help="Payments to produce."
+    ),
 ) -> None:
     """Run the main job: leader kills under an idempotent producer on a local 3-node cluster."""
-    console = Console(stderr=as_json)
-    console.print(
+    out = console(stderr=as_json)
+    out.print(
         "starting a 3-node cluster on 127.0.0.2-4; the partition leader will be "
         "SIGKILLed twice while a producer writes ..."
     )
@@ -86,12 +92,12 @@ def demo(
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
     else:
-        render_demo(report, console)
+        render_demo(report, out)
     if not report.passed:
         raise typer.Exit(1)
 
 
-def render_demo(report: DemoReport, console: Console) -> None:
+def render_demo(report: DemoReport, out: Console) -> None:
     verdict = Table(title="exactly-once under leader kills", show_header=False)
     for name, value in (
         ("records acknowledged", report.acknowledged),
@@ -101,7 +107,7 @@ def render_demo(report: DemoReport, console: Console) -> None:
         ("sends that failed", report.failed_sends),
     ):
         verdict.add_row(name, str(value))
-    console.print(verdict)
+    out.print(verdict)
     failovers = Table(title="failovers (SIGKILL of the partition leader)")
     for column in ("partition", "killed node", "new leader", "next acknowledged write after"):
         failovers.add_column(column)
@@ -112,18 +118,18 @@ def render_demo(report: DemoReport, console: Console) -> None:
             str(f.new_leader),
             f"{f.resumed_after_s * 1000:.0f} ms",
         )
-    console.print(failovers)
+    out.print(failovers)
     retry, fencing = report.retry_scene, report.fencing_scene
-    console.print(
+    out.print(
         f"lost-ACK retry: first send {retry['first']}, same batch again "
         f"{retry['retry']}: {'PASS' if retry['passed'] else 'FAIL'}"
     )
-    console.print(
+    out.print(
         f"zombie fencing: epochs {fencing['epochs']}, the zombie's next write was "
         f"{fencing['zombie_write']}: {'PASS' if fencing['passed'] else 'FAIL'}"
     )
     mark = "[green]PASS[/green]" if report.passed else "[red]FAIL[/red]"
-    console.print(
+    out.print(
         f"{mark}: nothing lost, nothing duplicated ({report.seconds} s)"
         if report.passed
         else f"{mark}: see above ({report.seconds} s)"
@@ -139,22 +145,23 @@ def walkthrough(
     if as_json:
         typer.echo(json.dumps([asdict(s) for s in scenes], indent=2))
     else:
-        render(scenes, Console())
+        render(scenes, console())
     if not all(s.passed for s in scenes):
         raise typer.Exit(1)
 
 
-def render(scenes: list[walkthrough_scenes.Scene], console: Console) -> None:
+def render(scenes: list[walkthrough_scenes.Scene], out: Console) -> None:
     for scene in scenes:
-        table = Table(show_header=True, header_style="bold", expand=True)
+        # Across a terminal; as wide as its content elsewhere (a file has no width to fill).
+        table = Table(show_header=True, header_style="bold", expand=out.is_terminal)
         table.add_column("step", ratio=2)
         table.add_column("what the replicated state machine answered", ratio=3)
         for step in scene.steps:
             table.add_row(step.action, step.outcome)
         mark = "[green]PASS[/green]" if scene.passed else "[red]FAIL[/red]"
-        console.print(Panel.fit(scene.story, title=f"[bold]{scene.title}[/bold]"))
-        console.print(table)
-        console.print(f"{mark}  {scene.verdict}\n")
+        out.print(Panel.fit(scene.story, title=f"[bold]{scene.title}[/bold]"))
+        out.print(table)
+        out.print(f"{mark}  {scene.verdict}\n")
     passed = sum(s.passed for s in scenes)
     verdict = f"{passed}/{len(scenes)} scenes behaved as docs/semantics.md promises"
-    console.print(f"[bold]{verdict}[/bold]")
+    out.print(f"[bold]{verdict}[/bold]")

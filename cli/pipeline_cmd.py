@@ -2,8 +2,11 @@
 
 `run audit TOPIC` reads a topic completely on a local Spark session and reports, per partition,
 duplicates, sequence gaps and producers; it exits 1 unless the topic is clean. `run
-settlement_totals` keeps per-merchant totals of settlement events, to a topic and to parquet.
-`generate` produces settlement events at a given rate. The Spark commands need the `spark`
+settlement_totals` keeps per-merchant totals of settlement events, to a topic and to parquet
+(by default, and with its checkpoint, under `settlement_totals/` of the data dir, never the
+current directory); it says where they go when it starts and what they hold when it stops.
+`generate` produces settlement events at a given rate. Topics they need must exist: a missing
+one is a one-line error before any Spark starts. The Spark commands need the `spark`
 extra (`pip install 'raftbroker[spark]'`) and Java 17+; without them they say so in one line.
 """
 
@@ -17,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from cli.common import (
@@ -25,13 +27,20 @@ from cli.common import (
     CliError,
     DataDirOption,
     JsonOption,
+    console,
+    default_data_dir,
     one_line_errors,
+    plural,
     resolve_bootstrap,
     run,
+    topic_partitions,
 )
 from cluster.client import Cluster
 
 app = typer.Typer(help="Spark jobs on the raftbroker data source.", no_args_is_help=True)
+TOTALS_DIR = "settlement_totals"  # under the data dir: where the job's outputs go by default
+PARQUET_NAME = "merchant-totals.parquet"
+CHECKPOINT_NAME = "checkpoint"
 run_app = typer.Typer(help="Run a job on a local Spark session.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
 
@@ -77,10 +86,11 @@ def _spark(app_name: str) -> Any:
 @run_app.command("audit")
 @one_line_errors
 def audit_command(
-    topic: str,
+    topic: str = typer.Argument(..., metavar="TOPIC", help="The topic to audit."),
     business_key: str | None = typer.Option(
         None,
         "--business-key",
+        metavar="EXPR",
         help="A Spark SQL expression that identifies a record, e.g. "
         "\"get_json_object(CAST(value AS STRING), '$.event_id')\".",
     ),
@@ -103,7 +113,7 @@ def audit_command(
 
 
 def _print_audit(report: Any) -> None:
-    table = Table(title=f"audit of {report.topic}: {report.records:,} records")
+    table = Table(title=f"audit of {report.topic}: {plural(report.records, 'record')}")
     for column in ("partition", "records", "dup (pid, seq)", "dup (key)", "gaps", "producers"):
         table.add_column(column, justify="right")
     for p in report.partitions:
@@ -116,27 +126,59 @@ def _print_audit(report: Any) -> None:
             str(p.sequence_gaps),
             str(p.producers),
         )
-    console = Console()
-    console.print(table)
-    console.print("clean: exactly once" if report.clean else "NOT clean: see the counts above")
+    out = console()
+    out.print(table)
+    out.print("clean: exactly once" if report.clean else "NOT clean: see the counts above")
 
 
 @run_app.command("settlement_totals")
 @one_line_errors
 def settlement_totals_command(
-    source: str = typer.Option("settlements", "--source", help="Topic of settlement events."),
-    totals_topic: str = typer.Option("merchant-totals", "--totals-topic"),
-    parquet: Path = typer.Option(Path("merchant-totals.parquet"), "--parquet"),
-    checkpoint: Path = typer.Option(Path("settlement-totals-checkpoint"), "--checkpoint"),
-    max_per_trigger: int | None = typer.Option(None, "--max-per-trigger", min=1),
+    source: str = typer.Option(
+        "settlements", "--source", metavar="TOPIC", help="Topic of settlement events."
+    ),
+    totals_topic: str = typer.Option(
+        "merchant-totals",
+        "--totals-topic",
+        metavar="TOPIC",
+        help="Topic the running totals are written to (a fenced streaming write).",
+    ),
+    parquet: Path | None = typer.Option(
+        None,
+        "--parquet",
+        metavar="DIR",
+        help="Parquet directory the totals table is written to. "
+        f"Default: {TOTALS_DIR}/{PARQUET_NAME} under the data dir (--data-dir).",
+    ),
+    checkpoint: Path | None = typer.Option(
+        None,
+        "--checkpoint",
+        metavar="DIR",
+        help="The streaming queries' checkpoint: a rerun resumes from it. "
+        f"Default: {TOTALS_DIR}/{CHECKPOINT_NAME} under the data dir.",
+    ),
+    max_per_trigger: int | None = typer.Option(
+        None, "--max-per-trigger", min=1, metavar="N", help="At most N events per micro-batch."
+    ),
     available_now: bool = typer.Option(
         False, "--available-now", help="Process what is committed, then stop."
     ),
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
 ) -> None:
-    """Per-merchant totals of settlement events, to a topic (fenced) and to parquet."""
+    """Per-merchant totals of settlement events, to a topic (fenced) and to parquet; says
+    where they go, and what was written when it stops."""
     addresses = resolve_bootstrap(bootstrap, data_dir)
+    run(_existing_topics(addresses, [source, totals_topic]))
+    outputs = (data_dir or default_data_dir()).resolve() / TOTALS_DIR
+    parquet_dir = (parquet or outputs / PARQUET_NAME).resolve()
+    checkpoint_dir = (checkpoint or outputs / CHECKPOINT_NAME).resolve()
+    typer.echo(
+        f"settlement_totals: {source} -> topic {totals_topic} and parquet {parquet_dir} "
+        f"(checkpoint {checkpoint_dir}); "
+        + ("processing what is committed, then stopping" if available_now else "Ctrl-C stops"),
+        err=True,
+    )
     with _spark_job("raftbroker-settlement-totals") as spark:
         from pipeline.jobs import settlement_totals as job  # noqa: PLC0415 - needs PySpark
 
@@ -144,22 +186,59 @@ def settlement_totals_command(
             ",".join(addresses),
             source,
             totals_topic,
-            parquet.resolve(),
-            checkpoint.resolve(),
+            parquet_dir,
+            checkpoint_dir,
             max_per_trigger,
             available_now,
         )
         job.run(spark, spec)
+        typer.echo(_totals_written(spark, spec))
+
+
+async def _existing_topics(addresses: list[str], topics: list[str]) -> None:
+    cluster = Cluster(addresses)
+    try:
+        for topic in topics:
+            await topic_partitions(cluster, topic)
+    finally:
+        await cluster.close()
+
+
+def _totals_written(spark: Any, spec: Any) -> str:
+    """What the totals now hold, read back from the parquet the job wrote."""
+    from pipeline.jobs.settlements import CURRENCY  # noqa: PLC0415 - keeps startup light
+
+    nothing = f"no settlement events in {spec.source_topic} yet: nothing written"
+    if not any(spec.parquet_dir.glob("*.parquet")):
+        return nothing
+    row = (
+        spark.read.parquet(str(spec.parquet_dir))
+        .selectExpr("count(*) AS merchants", "sum(events) AS events", "sum(total_cents) AS cents")
+        .first()
+    )
+    if not row["merchants"]:
+        return nothing
+    return (
+        f"totals of {plural(row['events'], 'event')} over {plural(row['merchants'], 'merchant')} "
+        f"({row['cents'] / 100:,.2f} {CURRENCY}) in parquet {spec.parquet_dir} and topic "
+        f"{spec.totals_topic} (the latest record per merchant is its total)"
+    )
 
 
 @app.command("generate")
 @one_line_errors
 def generate_command(
-    topic: str = typer.Option("settlements", "--topic"),
-    count: int = typer.Option(10_000, "--count", min=1),
-    rate: float = typer.Option(1_000.0, "--rate", min=0, help="Events per second (0: flat out)."),
-    merchants: int = typer.Option(50, "--merchants", min=1),
-    seed: int = typer.Option(1, "--seed", help="Same seed, same events and totals."),
+    topic: str = typer.Option(
+        "settlements", "--topic", metavar="TOPIC", help="The topic to write to (it must exist)."
+    ),
+    count: int = typer.Option(10_000, "--count", min=1, metavar="N", help="Events to send."),
+    rate: float = typer.Option(
+        1_000.0, "--rate", min=0, metavar="R", help="Events per second (0: flat out)."
+    ),
+    merchants: int = typer.Option(
+        50, "--merchants", min=1, metavar="N", help="Merchants the events are spread over."
+    ),
+    seed: int = typer.Option(1, "--seed", metavar="N", help="Same seed, same events and totals."),
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
 ) -> None:
@@ -171,6 +250,7 @@ def generate_command(
     async def main() -> int:
         cluster = Cluster(addresses)
         try:
+            await topic_partitions(cluster, topic)
             return await generate(
                 cluster, topic, count, rate_per_s=rate, merchants=merchants, seed=seed
             )
@@ -178,4 +258,4 @@ def generate_command(
             await cluster.close()
 
     sent = run(main())
-    typer.echo(f"{sent:,} settlement events acknowledged on {topic}")
+    typer.echo(f"{plural(sent, 'settlement event')} acknowledged on {topic}")

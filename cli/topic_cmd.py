@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from cli.common import (
@@ -16,9 +15,12 @@ from cli.common import (
     CliError,
     DataDirOption,
     JsonOption,
+    console,
     one_line_errors,
+    plural,
     resolve_bootstrap,
     run,
+    topic_partitions,
 )
 from cluster import protocol as p
 from cluster.client import Admin, Cluster, RetryPolicy
@@ -27,10 +29,13 @@ from statemachine.errors import ErrorCode
 topics = typer.Typer(help="Create, list, describe and delete topics.", no_args_is_help=True)
 producers = typer.Typer(help="The producer state of partitions.", no_args_is_help=True)
 T = TypeVar("T")
+TopicArgument = typer.Argument(..., metavar="TOPIC", help="The topic's name.")
+DEFAULT_REPLICATION = 3
 TimeoutOption = typer.Option(
     30_000,
     "--timeout-ms",
     min=0,
+    metavar="MS",
     help="How long to ride out dead nodes and leader changes before failing.",
 )
 
@@ -49,29 +54,65 @@ def with_admin(bootstrap: list[str], timeout_ms: int, action: Callable[[Admin], 
 @topics.command("create")
 @one_line_errors
 def create(
-    name: str,
-    partitions: int = typer.Option(1, "--partitions", "-p", min=1),
-    replication: int = typer.Option(3, "--replication", "-r", min=1),
-    retention_ms: int = typer.Option(-1, "--retention-ms", help="-1: keep forever."),
-    retention_bytes: int = typer.Option(-1, "--retention-bytes", help="-1: no size limit."),
+    name: str = TopicArgument,
+    partitions: int = typer.Option(
+        1, "--partitions", "-p", min=1, metavar="N", help="How many partitions."
+    ),
+    replication: int | None = typer.Option(
+        None,
+        "--replication",
+        "-r",
+        min=1,
+        metavar="N",
+        help=f"Replicas per partition. Default: {DEFAULT_REPLICATION}, or every node of a "
+        "smaller cluster.",
+    ),
+    retention_ms: int = typer.Option(
+        -1,
+        "--retention-ms",
+        metavar="MS",
+        help="Drop whole segments whose records are older than MS; -1: keep forever.",
+    ),
+    retention_bytes: int = typer.Option(
+        -1,
+        "--retention-bytes",
+        metavar="BYTES",
+        help="Drop the oldest whole segments past BYTES per partition; -1: no size limit.",
+    ),
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
     timeout_ms: int = TimeoutOption,
 ) -> None:
     """Create a topic and wait until every partition has a leader."""
-    topic_id = with_admin(
-        resolve_bootstrap(bootstrap, data_dir),
-        timeout_ms,
-        lambda admin: admin.create_topic(
+
+    async def go(admin: Admin) -> str:
+        factor, why = replication, ""
+        if factor is None:
+            factor, why = await default_replication(admin, name)
+        topic_id = await admin.create_topic(
             name,
             partitions,
-            replication,
+            factor,
             retention_ms=retention_ms,
             retention_bytes=retention_bytes,
-        ),
-    )
-    typer.echo(
-        f"created topic {name} (id {topic_id}): {partitions} partitions, replication {replication}"
+        )
+        return (
+            f"created topic {name} (id {topic_id}): {plural(partitions, 'partition')}, "
+            f"replication {factor}{why}"
+        )
+
+    typer.echo(with_admin(resolve_bootstrap(bootstrap, data_dir), timeout_ms, go))
+
+
+async def default_replication(admin: Admin, name: str) -> tuple[int, str]:
+    """DEFAULT_REPLICATION, or every node of a smaller cluster (Kafka's
+    default.replication.factor, which a 1-node cluster could not meet), and why if fewer."""
+    nodes = len((await admin.describe_topics([name])).brokers)
+    if nodes >= DEFAULT_REPLICATION:
+        return DEFAULT_REPLICATION, ""
+    held = max(nodes, 1)
+    return held, (
+        f" (the default is {DEFAULT_REPLICATION}; this cluster has {plural(nodes, 'node')})"
     )
 
 
@@ -109,13 +150,13 @@ def list_topics(
         typer.echo(json.dumps([_topic_json(t) for t in meta.topics], indent=2))
         return
     for t in meta.topics:
-        typer.echo(f"{t.name}\t{len(t.partitions)} partitions")
+        typer.echo(f"{t.name}\t{plural(len(t.partitions), 'partition')}")
 
 
 @topics.command("describe")
 @one_line_errors
 def describe(
-    name: str,
+    name: str = TopicArgument,
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
     as_json: bool = JsonOption,
@@ -124,8 +165,10 @@ def describe(
     """A topic's partitions: leader, replicas, term."""
     meta = _metadata(resolve_bootstrap(bootstrap, data_dir), [name], timeout_ms)
     topic = meta.topics[0]
+    if topic.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        raise CliError(f"topic {name!r} does not exist")
     if topic.error != ErrorCode.NONE:
-        raise CliError(f"topic {name}: {ErrorCode(topic.error).name}")
+        raise CliError(f"topic {name!r}: {ErrorCode(topic.error).name}")
     if as_json:
         typer.echo(json.dumps(_topic_json(topic), indent=2))
         return
@@ -136,13 +179,13 @@ def describe(
         table.add_row(
             str(pm.partition), str(pm.leader_id), ",".join(map(str, pm.replicas)), str(pm.term)
         )
-    Console().print(table)
+    console().print(table)
 
 
 @topics.command("delete")
 @one_line_errors
 def delete(
-    name: str,
+    name: str = TopicArgument,
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
     timeout_ms: int = TimeoutOption,
@@ -157,8 +200,10 @@ def delete(
 @producers.command("describe")
 @one_line_errors
 def describe_producers(
-    topic: str,
-    partition: int | None = typer.Option(None, "--partition", min=0),
+    topic: str = TopicArgument,
+    partition: int | None = typer.Option(
+        None, "--partition", min=0, metavar="N", help="Partition N only. Default: all."
+    ),
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
     as_json: bool = JsonOption,
@@ -166,11 +211,12 @@ def describe_producers(
 ) -> None:
     """Producer state per partition, as Kafka's DescribeProducers shows it."""
     wanted = None if partition is None else [partition]
-    results = with_admin(
-        resolve_bootstrap(bootstrap, data_dir),
-        timeout_ms,
-        lambda admin: admin.describe_producers(topic, wanted),
-    )
+
+    async def go(admin: Admin) -> list[p.PartitionProducers]:
+        await topic_partitions(admin.cluster, topic, partition)
+        return await admin.describe_producers(topic, wanted)
+
+    results = with_admin(resolve_bootstrap(bootstrap, data_dir), timeout_ms, go)
     rows = [_producer_json(r.partition, d) for r in results for d in r.producers]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -198,7 +244,7 @@ def describe_producers(
             str(row["last_timestamp_ms"]),
             window,
         )
-    Console().print(table)
+    console().print(table)
 
 
 def _producer_json(partition: int, d: p.ProducerDescription) -> dict[str, object]:

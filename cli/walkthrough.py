@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cli.common import plural
 from statemachine.commands import AppendBatch, InitTransactionalProducer, RegisterBroker
 from statemachine.errors import Rejected
 from statemachine.metadata import MetadataResult, MetadataStateMachine
@@ -95,7 +96,9 @@ def lost_ack_retry() -> Scene:
         and retry == Duplicate(first.base_offset, first.last_offset, first.append_time_ms)
         and log.log_end_offset == 2
     )
-    scene.verdict = f"log holds {log.log_end_offset} records: the payment was recorded once"
+    scene.verdict = (
+        f"log holds {plural(log.log_end_offset, 'record')}: the payment was recorded once"
+    )
     return scene
 
 
@@ -116,7 +119,7 @@ def out_of_order_send() -> Scene:
         scene.steps.append(Step(action, describe(result)))
     kinds = [type(r).__name__ for r in results]
     scene.passed = kinds == ["Appended", "Appended", "Rejected", "Appended", "Appended"]
-    scene.verdict = f"log holds {log.log_end_offset} records in sequence order 0,1,2,3"
+    scene.verdict = f"log holds {plural(log.log_end_offset, 'record')} in sequence order 0,1,2,3"
     return scene
 
 

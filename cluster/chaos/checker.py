@@ -86,6 +86,7 @@ class Report:
             "verdict: " + ("no anomalies" if self.ok else "ANOMALIES FOUND"),
             f"sends: {ops['attempted']} attempted, {ops['ok']} ok, {ops['fail']} failed, "
             f"{ops['info']} indeterminate; {f['retries']} retries, {f['dedup_hits']} dedup hits",
+            *_failed_lines(f["failed_by_error"]),
             f"records in the final logs: {sum(f['final_records'].values())} "
             f"over {f['partitions_checked']} partitions",
             "faults: " + (", ".join(f"{k} x{v}" for k, v in sorted(f["faults"].items())) or "none"),
@@ -100,6 +101,22 @@ class Report:
             examples = [a for a in self.anomalies if a.kind == kind][:3]
             lines += [f"      p{a.partition}: {a.detail}" for a in examples]
         return "\n".join(lines)
+
+
+# Why a send failed for certain, as the summary explains it: the workload's replaced
+# transactional producer (a zombie) tries one send to every partition, which must be fenced.
+FAILURE_REASONS = {
+    "INVALID_PRODUCER_EPOCH": "a replaced transactional producer (a zombie) fenced: expected",
+    "PRODUCER_FENCED": "a replaced transactional producer (a zombie) fenced: expected",
+}
+
+
+def _failed_lines(failed_by_error: dict[str, int]) -> list[str]:
+    """One line per error that made sends fail, with what it means."""
+    return [
+        f"  failed: {error} x{count} ({FAILURE_REASONS.get(error, 'refused by the broker')})"
+        for error, count in sorted(failed_by_error.items())
+    ]
 
 
 def _ms(value: float | None) -> str:
@@ -386,6 +403,9 @@ def _figures(h: _History) -> dict[str, Any]:
             "info": outcomes["info"],
             "unfinished": len(h.invoked.keys() - h.outcome.keys()),
         },
+        "failed_by_error": dict(
+            Counter(str(e.get("error")) for e in h.outcome.values() if e.type == "fail")
+        ),
         "retries": sum(e.get("retries", 0) for e in h.events if e.f == "stats"),
         # Producers' own counts (per batch), plus the resends answered with their original
         # offsets (a producer's records also say `duplicate`: counting those would count twice).

@@ -3,6 +3,8 @@
 Rules: every call rides out dead nodes and leader changes until its timeout (`timeout_s`, else
 the cluster's retry policy; cluster/client/retry.py), through the Cluster's `call_any` (topics:
 any broker forwards to the metadata leader) and `call_leader` (a partition's leader answers).
+A refusal of a topic command names its topic and why (`topic 'orders' already exists`), with
+the broker's code kept as the error's `.error`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from cluster.client.errors import ClientError
 from cluster.client.metadata import Cluster, partition_error
 from cluster.client.retry import Attempts, Failure, RetryPolicy, final
 from statemachine.errors import ErrorCode
+from statemachine.limits import DEFAULT_LIMITS
 
 LEADER_POLL_S = 0.1  # a new topic's partitions elect leaders in about a second
 
@@ -40,7 +43,10 @@ class Admin:
         """Create a topic and wait until every partition has a leader; returns its id."""
         request = p.CreateTopic(name, partitions, replication_factor, retention_ms, retention_bytes)
         leaders = self._leader_wait(name, self._timeout(timeout_s))  # one deadline for both
-        response = await self.cluster.call_any(request, timeout_s=leaders.left_s())
+        try:
+            response = await self.cluster.call_any(request, timeout_s=leaders.left_s())
+        except ClientError as exc:
+            raise await self._refused_creation(request, exc, leaders.left_s()) from None
         assert isinstance(response, p.CreateTopicResponse)
         await self._wait_for_leaders(name, leaders)
         return response.topic_id
@@ -71,8 +77,49 @@ class Admin:
                 attempts.failed(Failure(ErrorCode.LEADER_NOT_AVAILABLE, detail="no leader yet"))
             await attempts.pause()
 
+    async def _refused_creation(
+        self, request: p.CreateTopic, exc: ClientError, timeout_s: float
+    ) -> ClientError:
+        """The error of a refused CreateTopic, naming the topic and the bound it broke."""
+        name, factor = request.name, request.replication_factor
+        match exc.error:
+            case ErrorCode.TOPIC_ALREADY_EXISTS:
+                why = f"topic {name!r} already exists"
+            case ErrorCode.INVALID_PARTITIONS:
+                most = DEFAULT_LIMITS.partitions_per_topic_max
+                why = f"topic {name!r}: {request.partitions} partitions, at most {most}"
+            case ErrorCode.INVALID_REPLICATION_FACTOR:
+                why = f"topic {name!r}: {await self._replication_bound(name, factor, timeout_s)}"
+            case ErrorCode.INVALID_TOPIC_EXCEPTION:
+                why = f"{name!r} is not a valid topic name: {exc.message}"
+            case ErrorCode.POLICY_VIOLATION:
+                most = DEFAULT_LIMITS.topics_max
+                why = f"topic {name!r}: the cluster holds its maximum of {most} topics"
+            case _:
+                return exc
+        return ClientError(exc.error, why, exc.leader, address=exc.address, answered=exc.answered)
+
+    async def _replication_bound(self, name: str, factor: int, timeout_s: float) -> str:
+        """Why `factor` replicas cannot be placed: the cluster's node count, or the limit."""
+        most = DEFAULT_LIMITS.replication_factor_max
+        if factor > most:
+            return f"replication factor {factor}, at most {most} (replication_factor_max)"
+        try:  # metadata of this one topic: every answer lists the brokers
+            meta = await self.cluster.metadata([name], timeout_s=max(timeout_s, 1.0))
+            nodes = len(meta.brokers)
+        except ClientError:
+            return f"replication factor {factor} is more than the cluster's nodes"
+        held = "node" if nodes == 1 else "nodes"
+        return f"replication factor {factor}, but the cluster has {nodes} {held}"
+
     async def delete_topic(self, name: str, *, timeout_s: float | None = None) -> None:
-        await self.cluster.call_any(p.DeleteTopic(name), timeout_s=timeout_s)
+        try:
+            await self.cluster.call_any(p.DeleteTopic(name), timeout_s=timeout_s)
+        except ClientError as exc:
+            if exc.error != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise
+            gone = f"topic {name!r} does not exist"
+            raise ClientError(exc.error, gone, address=exc.address, answered=exc.answered) from None
 
     async def describe_topics(
         self, names: Iterable[str] = (), *, timeout_s: float | None = None

@@ -12,6 +12,9 @@ Rules the Producer keeps (docs/semantics.md, "The idempotent client"):
   accepted, so they are renumbered from its sequence; so does a retriable failure once the
   refreshed metadata says the partition does not exist (its topic was deleted):
   UNKNOWN_TOPIC_OR_PARTITION, at once rather than after `delivery_timeout_ms`;
+- a record that cannot fit in a batch of its own (`batch_bytes_max`, 1 MiB, a cluster-wide
+  limit) is refused by `send` with MESSAGE_TOO_LARGE naming its size and the limit, and a batch
+  is sealed before the next record would take it past that limit;
 - INVALID_PRODUCER_EPOCH / PRODUCER_FENCED are fatal for the producer and surface to the caller;
 - a dead leader, a refused connection or a leader change is retried (the cluster forgets the
   dead address, believes a hint or refreshes metadata: `Cluster.reroute`) until a batch has
@@ -38,16 +41,52 @@ from cluster.client.metadata import Cluster
 from cluster.client.retry import CallTimeoutError, Failure
 from cluster.clock import wall_ms
 from statemachine.errors import ErrorCode
+from statemachine.limits import DEFAULT_LIMITS
 from statemachine.records import (
+    HEADER_BYTES,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     SEQUENCE_MODULUS,
+    BatchFormatError,
     Record,
     RecordBatch,
 )
 
 FENCED = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
+# A record's bytes in a batch body beyond its key and value: its msgpack framing (at most 23
+# bytes: array, timestamp, two bin heads, the headers' array) with room to spare.
+RECORD_OVERHEAD_BYTES = 32
+HEADER_OVERHEAD_BYTES = 11  # one header's array, str and bin heads
+# What a batch body may hold by that estimate: the limit less the batch header and the body's
+# own array head (5 bytes).
+BATCH_BODY_BYTES_MAX = DEFAULT_LIMITS.batch_bytes_max - HEADER_BYTES - 5
+
+
+def record_bytes(record: Record) -> int:
+    """A record's size in a batch body, never less than its encoding (headers are rare)."""
+    size = len(record.value or b"") + len(record.key or b"") + RECORD_OVERHEAD_BYTES
+    for name, value in record.headers:
+        size += len(name.encode()) + len(value) + HEADER_OVERHEAD_BYTES
+    return size
+
+
+def too_large(record: Record) -> ClientError | None:
+    """MESSAGE_TOO_LARGE if `record` cannot fit in a batch of its own; encodes it only when
+    the estimate says it might not."""
+    if record_bytes(record) <= BATCH_BODY_BYTES_MAX:
+        return None
+    try:
+        RecordBatch(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, (record,)).encode()
+    except BatchFormatError:
+        limit = DEFAULT_LIMITS.batch_bytes_max
+        size = len(record.value or b"") + len(record.key or b"")
+        return ClientError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"a record of {size:,} bytes does not fit in a batch: batch_bytes_max is "
+            f"{limit:,} bytes ({limit // (1 << 20)} MiB), a cluster-wide limit",
+        )
+    return None
 
 
 class RecordMetadata(NamedTuple):
@@ -193,9 +232,14 @@ class Producer:
             self._space.clear()
             await self._space.wait()
         stamp = wall_ms() if timestamp_ms is None else timestamp_ms
+        record = Record(key, value, stamp, headers)
+        if headers or len(value or b"") + len(key or b"") > BATCH_BODY_BYTES_MAX // 2:
+            refused = too_large(record)  # rare: off the common path's cost
+            if refused is not None:
+                raise refused
         assert self._loop is not None, "use `async with Producer(...)`"
         future: asyncio.Future[RecordMetadata] = self._loop.create_future()
-        self._sender(topic, partition).add(_Pending(Record(key, value, stamp, headers), future))
+        self._sender(topic, partition).add(_Pending(record, future))
         self._buffered += 1
         return future
 
@@ -295,7 +339,12 @@ class _PartitionSender:
             take, size = 0, 0
             while take < len(self.accumulating) and (size < config.batch_size_bytes or take == 0):
                 record = self.accumulating[take].record
-                size += len(record.value or b"") + len(record.key or b"") + 32
+                added = len(record.value or b"") + len(record.key or b"") + RECORD_OVERHEAD_BYTES
+                if record.headers:
+                    added = record_bytes(record)
+                if take and size + added > BATCH_BODY_BYTES_MAX:
+                    break  # the next batch takes it: this one would pass batch_bytes_max
+                size += added
                 take += 1
             chosen = self.accumulating[:take]
             del self.accumulating[:take]  # in place: no copy of the rest of the buffer

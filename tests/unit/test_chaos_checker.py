@@ -115,6 +115,11 @@ def test_a_clean_history_has_no_anomaly_and_its_figures() -> None:
         "unfinished": 0,
     }
     assert (figures["retries"], figures["dedup_hits"]) == (3, 1)
+    assert figures["failed_by_error"] == {"INVALID_PRODUCER_EPOCH": 1}
+    assert (
+        "  failed: INVALID_PRODUCER_EPOCH x1 (a replaced transactional producer (a zombie) "
+        "fenced: expected)"
+    ) in report.summary().splitlines()
     assert figures["faults"] == {"kill-leader": 1}
     assert figures["recovery_ms"]["count"] == 1 and figures["recovery_ms"]["median"] == 2.0
     assert figures["final_records"] == {0: 11, 1: 10}

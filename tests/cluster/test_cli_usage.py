@@ -1,0 +1,222 @@
+"""Issue 20, the `raftbroker` command as a newcomer meets it, run for real in subprocesses
+against a real local cluster:
+
+- errors in one line: every error path prints one line on stderr (`raftbroker: ...`, naming its
+  object) and exits non-zero, never a traceback or an exception group; a plain `topic create`
+  on a 1-node cluster defaults its replication to what the cluster can hold;
+- produce as Kafka's console producer: keys, tombstones, headers;
+- consume as Kafka's console consumer and kcat: relative offsets, --until-end, the --print-*
+  fields, a null key told from an empty one, a closing "Processed N records".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from cluster.local import launcher
+from tests.cluster.test_cli import ok, raftbroker
+
+TOPIC = "orders"  # 3 partitions
+
+
+class ErrorCase(NamedTuple):
+    args: tuple[str, ...]
+    says: str  # a part of the one line
+    stdin: str | None = None
+
+
+CASES = {
+    "produce to a missing topic": ErrorCase(
+        ("produce", "nosuch"), "topic 'nosuch' does not exist", "hi\n"
+    ),
+    "produce to a missing partition": ErrorCase(
+        ("produce", TOPIC, "--partition", "7"), "topic orders has 3 partitions (0-2)", "hi\n"
+    ),
+    "produce a 5 MB line": ErrorCase(
+        ("produce", TOPIC),
+        "line 2 of stdin: a record of 5,000,000 bytes",
+        "small\n" + "x" * 5_000_000,
+    ),
+    "a line without the key separator": ErrorCase(
+        ("produce", TOPIC, "--key-separator", ","),
+        "line 2 of stdin has no key separator ',': 'no separator'; 1 record before it acknowledged",
+        "k,v\nno separator\nk,v\n",
+    ),
+    "an empty key separator": ErrorCase(
+        ("produce", TOPIC, "--key-separator", ""), "--key-separator must not be empty", "k,v\n"
+    ),
+    "an unknown escape in the key separator": ErrorCase(
+        ("produce", TOPIC, "--key-separator", "\\q"), "unknown escape '\\q'", "k,v\n"
+    ),
+    "a header without a value": ErrorCase(
+        ("produce", TOPIC, "--header", "trace"), "--header 'trace' is not NAME=VALUE", "v\n"
+    ),
+    "generate to a missing topic": ErrorCase(
+        ("pipeline", "generate", "--topic", "nosuch2", "--count", "10"),
+        "topic 'nosuch2' does not exist",
+    ),
+    "create an existing topic": ErrorCase(
+        ("topic", "create", TOPIC), "topic 'orders' already exists"
+    ),
+    "delete a missing topic": ErrorCase(
+        ("topic", "delete", "nosuch"), "topic 'nosuch' does not exist"
+    ),
+    "replicas beyond the nodes": ErrorCase(
+        ("topic", "create", "five", "--replication", "5"),
+        "replication factor 5, but the cluster has 3 nodes",
+    ),
+    "replicas beyond the limit": ErrorCase(
+        ("topic", "create", "nine", "--replication", "9"), "at most 7 (replication_factor_max)"
+    ),
+    "an invalid topic name": ErrorCase(
+        ("topic", "create", "no spaces"), "'no spaces' is not a valid topic name"
+    ),
+    "describe a missing topic": ErrorCase(
+        ("topic", "describe", "nosuch"), "topic 'nosuch' does not exist"
+    ),
+    "consume a missing partition": ErrorCase(
+        ("consume", TOPIC, "--partition", "9"), "topic orders has 3 partitions (0-2)"
+    ),
+    "consume a missing topic": ErrorCase(("consume", "nosuch"), "topic 'nosuch' does not exist"),
+    "an offset without a partition": ErrorCase(
+        ("consume", TOPIC, "--offset", "5"), "--offset 5 needs --partition"
+    ),
+    "an offset that is not one": ErrorCase(
+        ("consume", TOPIC, "--offset", "soon"), "--offset 'soon' is not N, -N, earliest or latest"
+    ),
+    "follow and until-end": ErrorCase(
+        ("consume", TOPIC, "--follow", "--until-end"), "use --follow or --until-end, not both"
+    ),
+    "producers of a missing partition": ErrorCase(
+        ("producers", "describe", TOPIC, "--partition", "3"), "topic orders has 3 partitions"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    data_dir = tmp_path_factory.mktemp("cli-usage")
+    ok(raftbroker("cluster", "up", "--detach", "--data-dir", str(data_dir)))
+    try:
+        ok(raftbroker("topic", "create", TOPIC, "--partitions", "3", "--data-dir", str(data_dir)))
+        yield data_dir
+    finally:
+        raftbroker("cluster", "down", "--data-dir", str(data_dir))
+        cluster = launcher.LocalCluster.load(data_dir)
+        if cluster is not None:
+            launcher.down(cluster)
+
+
+def one_line_error(args: tuple[str, ...], stdin: str | None = None) -> str:
+    """The command's stderr, asserted to be one `raftbroker: ...` line with a failing status."""
+    result = raftbroker(*args, stdin=stdin)
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("raftbroker: "), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    return result.stderr
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_error_is_one_line_naming_its_object(cluster_dir: Path, case: ErrorCase) -> None:
+    started = time.monotonic()
+    line = one_line_error((*case.args, "--data-dir", str(cluster_dir)), case.stdin)
+    assert case.says in line
+    assert time.monotonic() - started < 10  # at once: no waiting for a leader that cannot be
+
+
+def test_a_record_near_the_limit_after_a_small_one_is_sent_alone(cluster_dir: Path) -> None:
+    """A line that fits a batch of its own must not crash the producer by being batched
+    behind a shorter one (the batch would pass batch_bytes_max)."""
+    d = ("--data-dir", str(cluster_dir))
+    produced = raftbroker(
+        "produce", TOPIC, "--partition", "1", *d, stdin="a" * 1000 + "\n" + "y" * 1_048_000
+    )
+    assert "2 records acknowledged" in ok(produced) + produced.stderr
+
+
+def test_topic_create_on_one_node_defaults_replication_to_its_nodes(tmp_path: Path) -> None:
+    d = ("--data-dir", str(tmp_path))
+    ok(raftbroker("cluster", "up", "--detach", "--nodes", "1", *d))
+    try:
+        created = ok(raftbroker("topic", "create", "solo", *d))
+        assert "replication 1 (the default is 3; this cluster has 1 node)" in created
+        assert "1 partition," in created
+        line = one_line_error(("topic", "create", "duo", "--replication", "2", *d))
+        assert "replication factor 2, but the cluster has 1 node " in line
+    finally:
+        raftbroker("cluster", "down", *d)
+        cluster = launcher.LocalCluster.load(tmp_path)
+        if cluster is not None:
+            launcher.down(cluster)
+
+
+def test_produce_keys_headers_and_tombstones_as_kafka_console_producer(cluster_dir: Path) -> None:
+    d = ("--data-dir", str(cluster_dir))
+    ok(raftbroker("topic", "create", "kinds", *d))
+    lines = "k1\tv1\nk2\tNULL\nNULL\tv3\n\tv4\n"
+    produced = raftbroker(
+        "produce", "kinds", "-K", "\\t", "-H", "trace=t-1", "--header", "src=cli",
+        "--null-marker", "NULL", *d, stdin=lines,
+    )  # fmt: skip
+    ok(produced)
+    assert produced.stderr == "4 records acknowledged to kinds (1 partition; offsets 0: 0..3)\n"
+    out = ok(raftbroker("consume", "kinds", "--from-beginning", "--format", "json", *d))
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [(r["key"], r["value"]) for r in records] == [
+        ("k1", "v1"),
+        ("k2", None),
+        (None, "v3"),
+        ("", "v4"),
+    ]
+    assert all(r["headers"] == {"trace": "t-1", "src": "cli"} for r in records)
+
+
+def test_consume_the_last_n_of_each_partition_until_the_end(cluster_dir: Path) -> None:
+    d = ("--data-dir", str(cluster_dir))
+    ok(raftbroker("topic", "create", "recent", "--partitions", "3", *d))
+    for partition in (0, 1):
+        lines = "".join(f"p{partition}-{i}\n" for i in range(5))
+        ok(raftbroker("produce", "recent", "--partition", str(partition), *d, stdin=lines))
+    started = time.monotonic()
+    consumed = raftbroker("consume", "recent", "--offset", "-2", "--until-end", *d,
+                          "--timeout-ms", "20000")  # fmt: skip
+    assert time.monotonic() - started < 10  # the end of the log ends it, not the timeout
+    assert ok(consumed).splitlines() == ["p0-3", "p0-4", "p1-3", "p1-4"]  # partition 2: empty
+    assert consumed.stderr == "Processed 4 records\n"
+    one = raftbroker("consume", "recent", "-o", "4", "-p", "1", "-e", *d)
+    assert (ok(one), one.stderr) == ("p1-4\n", "Processed 1 record\n")
+    nothing = raftbroker("consume", "recent", "--until-end", *d)  # from the end: nothing
+    assert (ok(nothing), nothing.stderr) == ("", "Processed 0 records\n")
+
+
+def test_consume_prints_the_fields_asked_for_and_tells_null_from_empty(cluster_dir: Path) -> None:
+    d = ("--data-dir", str(cluster_dir))
+    ok(raftbroker("topic", "create", "fields", *d))
+    ok(raftbroker("produce", "fields", "-K", ",", "--null-marker", "NULL", "-H", "h=1", *d,
+                  stdin="k,v\n,empty key\nNULL,null key\nk,NULL\n"))  # fmt: skip
+    out = ok(
+        raftbroker(
+            "consume", "fields", "--from-beginning", "--until-end", "--print-timestamp",
+            "--print-partition", "--print-offset", "--print-headers", "--print-key", *d,
+        )
+    )  # fmt: skip
+    rows = [line.split("\t") for line in out.splitlines()]
+    stamp = re.compile(r"CreateTime:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+    assert all(stamp.fullmatch(row[0]) for row in rows), rows
+    assert [row[1:] for row in rows] == [
+        ["Partition:0", "Offset:0", "h=1", "k", "v"],
+        ["Partition:0", "Offset:1", "h=1", "", "empty key"],
+        ["Partition:0", "Offset:2", "h=1", "null", "null key"],
+        ["Partition:0", "Offset:3", "h=1", "k", "null"],
+    ]
+    keys = ok(raftbroker("consume", "fields", "-o", "earliest", "-e", "--print-key",
+                         "--null-literal", "<none>", *d))  # fmt: skip
+    assert keys.splitlines()[1:3] == ["\tempty key", "<none>\tnull key"]
