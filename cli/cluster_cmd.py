@@ -30,8 +30,10 @@ from cli.common import (
     CliError,
     DataDirOption,
     JsonOption,
+    console,
     default_data_dir,
     one_line_errors,
+    plural,
     resolve_bootstrap,
     run,
 )
@@ -109,7 +111,7 @@ def _say_ready(cluster: launcher.LocalCluster, started: tuple[int, ...]) -> None
     elif already:
         every = "the node was" if count == 1 else f"all {count} nodes were"
         typer.echo(f"{every} running already")
-    typer.echo(f"raftbroker cluster of {_count(count, 'node')} ready in {directory}")
+    typer.echo(f"raftbroker cluster of {plural(count, 'node')} ready in {directory}")
     typer.echo(f"bootstrap: {','.join(cluster.bootstrap)}")
     if cluster.nodes[0].client_port != launcher.CONVENTIONAL_PORTS[0]:
         typer.echo(
@@ -120,7 +122,7 @@ def _say_ready(cluster: launcher.LocalCluster, started: tuple[int, ...]) -> None
 
 
 def _follow_logs(cluster: launcher.LocalCluster) -> None:
-    console = Console(highlight=False)
+    out = Console(highlight=False)
     files: list[tuple[int, IO[str]]] = []
     for node in cluster.nodes:
         log = (cluster.data_dir / f"node{node.node_id}.log").open()
@@ -135,7 +137,7 @@ def _follow_logs(cluster: launcher.LocalCluster) -> None:
                     color = LOG_COLORS[(node_id - 1) % len(LOG_COLORS)]
                     # A log line is text, not markup, and stays one line whatever the width.
                     prefix = (f"node{node_id} | ", color)
-                    console.print(Text.assemble(prefix, line.rstrip()), soft_wrap=True)
+                    out.print(Text.assemble(prefix, line.rstrip()), soft_wrap=True)
             if quiet:
                 time.sleep(0.2)  # tailing files: there is nothing to wait on but time
     finally:
@@ -159,7 +161,7 @@ def down(data_dir: Path | None = DataDirOption) -> None:
 def stop_summary(report: launcher.StopReport, directory: Path) -> list[str]:
     """What `down` did, in words: which nodes were stopped and which were not running."""
     if report.stopped:
-        line = f"stopped {_count(len(report.stopped), 'node')} of {directory}"
+        line = f"stopped {plural(len(report.stopped), 'node')} of {directory}"
         if report.not_running:
             line += f"; {_nodes(report.not_running)} {_was(report.not_running)} not running"
     else:
@@ -172,10 +174,6 @@ def stop_summary(report: launcher.StopReport, directory: Path) -> list[str]:
         for node_id, pid in report.strangers
     ]
     return lines
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _nodes(ids: tuple[int, ...]) -> str:
@@ -198,7 +196,6 @@ PARTITION_COLUMNS = (
     *("state", "term", "commit index", "detail"),
 )
 # Wide enough that a table is never squeezed or wrapped when stdout is a file or a pipe.
-UNWRAPPED_COLUMNS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,10 +364,7 @@ def status(
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
     else:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=UNWRAPPED_COLUMNS)
-        _render_status(report, console)
+        _render_status(report, console())
     if not report.healthy:
         raise typer.Exit(1)
 
@@ -381,7 +375,7 @@ def _render_status(report: StatusReport, console: Console) -> None:
         nodes.add_column(column)
     for n in report.nodes:
         reachable = "yes" if n.reachable else "[red]no[/red]"
-        nodes.add_row(str(n.node_id), n.address, reachable, _count(n.leader_of, "partition"))
+        nodes.add_row(str(n.node_id), n.address, reachable, plural(n.leader_of, "partition"))
     console.print(nodes)
     parts = Table(title="partitions")
     for column in PARTITION_COLUMNS:
@@ -415,7 +409,7 @@ def _summary(report: StatusReport) -> str:
         f"{sum(1 for r in report.partitions if r.state == state)} {state}"
         for state in (OK, UNDER_REPLICATED, NO_LEADER, UNHEALTHY)
     ]
-    line = f"{_count(len(report.partitions), 'partition')}: {', '.join(counts)}"
+    line = f"{plural(len(report.partitions), 'partition')}: {', '.join(counts)}"
     if unreachable:
         line += f"; {_nodes(tuple(unreachable))} unreachable"
     return line
