@@ -354,10 +354,17 @@ def status(
         "--under-replicated-partitions",
         help="Show only partitions with fewer replicas in sync than assigned (or no leader).",
     ),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="Exit with status 1 when a node is unreachable or a partition is not ok.",
+    ),
 ) -> None:
     """Nodes and every partition: leader, replicas in sync, log start and high watermark,
-    Raft term and commit index. Exit status 1 when a node is unreachable or a partition is
-    not ok (under-replicated, without a leader, or unhealthy)."""
+    Raft term and commit index. With --check, exit status 1 when a node is unreachable or a
+    partition is not ok (under-replicated, without a leader, or unhealthy); without it, the
+    report is the answer (a container's healthcheck asks whether its node answers, and must
+    not fail because another node is down)."""
     report = run(_gather_status(resolve_bootstrap(bootstrap, data_dir)))
     if under_replicated:
         report = replace(report, partitions=[r for r in report.partitions if r.under_replicated])
@@ -365,7 +372,7 @@ def status(
         typer.echo(json.dumps(report.as_dict(), indent=2))
     else:
         _render_status(report, console())
-    if not report.healthy:
+    if check and not report.healthy:
         raise typer.Exit(1)
 
 

@@ -145,6 +145,8 @@ def one_line_errors(fn: Callable[P, T]) -> Callable[P, T]:
         try:
             return fn(*args, **kwargs)
         except (BaseExceptionGroup, *USER_FACING) as exc:
+            if _reader_went_away(exc):
+                _quiet_exit_on_closed_pipe()
             message = error_line(exc)
             if message is None:
                 raise
@@ -154,6 +156,23 @@ def one_line_errors(fn: Callable[P, T]) -> Callable[P, T]:
 
 
 USER_FACING = (CliError, ConfigError, ClientError, TimeoutError, OSError)
+SIGPIPE_EXIT_STATUS = 128 + 13  # what a shell reports for a writer killed by SIGPIPE
+
+
+def _reader_went_away(exc: BaseException) -> bool:
+    """Whether stdout's reader closed the pipe (`raftbroker consume t | head`)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(lambda e: isinstance(e, BrokenPipeError)) is not None
+    return isinstance(exc, BrokenPipeError)
+
+
+def _quiet_exit_on_closed_pipe() -> NoReturn:
+    """Stop as `yes | head` does: no message, status 141. Stdout goes to /dev/null first, so
+    the interpreter's last flush of it does not fail again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    raise SystemExit(SIGPIPE_EXIT_STATUS)
 
 
 def error_line(exc: BaseException) -> str | None:

@@ -185,7 +185,16 @@ class Producer:
             self._abandon(ClientError(ErrorCode.UNKNOWN_SERVER_ERROR, "producer closed"))
         for sender in self._senders.values():
             sender.stop()
-        await self._tasks.__aexit__(exc_type, exc, tb)  # type: ignore[arg-type]
+        if exc is None:
+            await self._tasks.__aexit__(None, None, None)
+            return
+        # The block's own error propagates as it was raised, not wrapped in the senders'
+        # ExceptionGroup (a caller's `except ValueError` must see its ValueError); what the
+        # senders failed with, if anything, rides along as a note.
+        try:
+            await self._tasks.__aexit__(None, None, None)
+        except BaseExceptionGroup as group:
+            exc.add_note(f"the producer's senders failed too: {group!r}")
 
     def _abandon(self, error: ClientError) -> None:
         for sender in self._senders.values():

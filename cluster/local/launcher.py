@@ -111,7 +111,10 @@ def log_path(data_dir: Path, node_id: int) -> Path:
 
 
 def _port_free(host: str, port: int) -> bool:
+    """Whether a node could listen on `host:port`. With SO_REUSEADDR, as a node's listeners
+    bind: connections of an earlier listener still in TIME_WAIT do not make a port taken."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -448,8 +451,12 @@ async def wait_ready(cluster: LocalCluster, timeout_s: float = 60.0) -> None:
 
 def _raise_if_exited(cluster: LocalCluster) -> None:
     for node in cluster.nodes:
-        if node_pid(cluster, node) is None:
+        if node.start_ticks:  # started by this launcher: it knows the node's identity
+            gone = node_pid(cluster, node) is None
             alive(node.pid)  # reaps it, if it is a child of ours
+        else:  # nodes started otherwise (their own data layout): their pid is all there is
+            gone = not alive(node.pid)
+        if gone:
             reason = exit_reason(log_path(cluster.data_dir, node.node_id))
             raise NodeExitedError(f"node {node.node_id} is not running: {reason}")
 

@@ -54,7 +54,7 @@ from tests.adversarial.test_probes_that_held import (
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
-SHORT_SOAK_S = 20.0
+SHORT_SOAK_S = 12.0
 LONG_SOAK_S = 300.0
 SHORT_SEED = 19
 HONEST_TOPIC = "soak-honest"

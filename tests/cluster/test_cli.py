@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -37,9 +38,10 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout
 
 
-@pytest.fixture(scope="module")
-def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    data_dir = tmp_path_factory.mktemp("cli")
+@contextlib.contextmanager
+def cluster_up(data_dir: Path) -> Iterator[Path]:
+    """`cluster up --detach` in `data_dir`; on the way out `cluster down`, and whatever that
+    left running (a test that broke the command) stopped directly."""
     ok(raftbroker("cluster", "up", "--detach", "--data-dir", str(data_dir)))
     try:
         yield data_dir
@@ -48,6 +50,12 @@ def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         cluster = launcher.LocalCluster.load(data_dir)
         if cluster is not None:
             launcher.down(cluster)
+
+
+@pytest.fixture(scope="module")
+def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with cluster_up(tmp_path_factory.mktemp("cli")) as data_dir:
+        yield data_dir
 
 
 def test_status_json_lists_every_node(cli_cluster: Path) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,8 @@ from typing import NamedTuple
 import pytest
 
 from cluster.local import launcher
-from tests.cluster.test_cli import ok, raftbroker
+from tests.cluster.procs import REPO
+from tests.cluster.test_cli import cluster_up, ok, raftbroker
 
 TOPIC = "orders"  # 3 partitions
 
@@ -102,16 +105,9 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    data_dir = tmp_path_factory.mktemp("cli-usage")
-    ok(raftbroker("cluster", "up", "--detach", "--data-dir", str(data_dir)))
-    try:
+    with cluster_up(tmp_path_factory.mktemp("cli-usage")) as data_dir:
         ok(raftbroker("topic", "create", TOPIC, "--partitions", "3", "--data-dir", str(data_dir)))
         yield data_dir
-    finally:
-        raftbroker("cluster", "down", "--data-dir", str(data_dir))
-        cluster = launcher.LocalCluster.load(data_dir)
-        if cluster is not None:
-            launcher.down(cluster)
 
 
 def one_line_error(args: tuple[str, ...], stdin: str | None = None) -> str:
@@ -220,3 +216,24 @@ def test_consume_prints_the_fields_asked_for_and_tells_null_from_empty(cluster_d
     keys = ok(raftbroker("consume", "fields", "-o", "earliest", "-e", "--print-key",
                          "--null-literal", "<none>", *d))  # fmt: skip
     assert keys.splitlines()[1:3] == ["\tempty key", "<none>\tnull key"]
+
+
+def test_consume_into_a_pipe_that_closes_stops_quietly(cluster_dir: Path) -> None:
+    """`consume | head -1`: the reader goes away; consume stops as `yes | head` does, with no
+    message (never a traceback or a "Broken pipe" line) and the shell's SIGPIPE status."""
+    d = f"--data-dir {cluster_dir}"
+    ok(raftbroker("topic", "create", "piped", "--data-dir", str(cluster_dir)))
+    lines = "".join(f"{i}\n" for i in range(50_000))
+    ok(raftbroker("produce", "piped", "--data-dir", str(cluster_dir), stdin=lines))
+    command = f"{sys.executable} -m cli consume piped --from-beginning -e {d} | head -1"
+    result = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.stdout == "0\n"
+    assert result.returncode == 141, result.stderr
+    assert result.stderr == "", result.stderr

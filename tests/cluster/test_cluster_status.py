@@ -37,7 +37,7 @@ RECORDS = 30
 
 def status(cluster: launcher.LocalCluster, *flags: str) -> tuple[int, dict[str, Any]]:
     result = subprocess.run(
-        [sys.executable, "-m", "cli", "cluster", "status", "--json", *flags],
+        [sys.executable, "-m", "cli", "cluster", "status", "--json", "--check", *flags],
         cwd=REPO,
         capture_output=True,
         text=True,

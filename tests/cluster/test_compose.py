@@ -112,6 +112,7 @@ def ports_free(hosts: dict[str, str]) -> bool:
     for address in hosts.values():
         for port in (9092, 8092, 19092, 19093):
             with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the nodes bind
                 try:
                     s.bind((address, port))
                 except OSError:

@@ -151,3 +151,17 @@ def test_the_runnable_blocks_run_as_written(scratch: Path) -> None:
         assert cluster is not None and cluster.bootstrap[0] == "127.0.0.2:9092", (
             f"the quick start's cluster is not where the examples look: {output}"
         )
+        if "pipeline run settlement_totals" in block.text:
+            check_settlement_outputs(scratch, result)
+
+
+def check_settlement_outputs(scratch: Path, result: subprocess.CompletedProcess[str]) -> None:
+    """settlement_totals writes under the data directory, never the working one, and says
+    where and what."""
+    totals = scratch / "data" / "settlement_totals"
+    parquet = totals / "merchant-totals.parquet"
+    assert f"parquet {parquet} (checkpoint {totals / 'checkpoint'})" in result.stderr
+    assert re.search(r"^totals of [\d,]+ events over \d+ merchants \(", result.stdout, re.M)
+    assert f"in parquet {parquet} and topic merchant-totals" in result.stdout
+    assert any(parquet.glob("*.parquet"))
+    assert not any(scratch.glob("*.parquet")), "output in the working directory"

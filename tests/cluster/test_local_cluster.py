@@ -22,20 +22,14 @@ import pytest
 from cluster.broker import layout
 from cluster.local import launcher
 from tests.cluster.procs import REPO
+from tests.cluster.test_cli import raftbroker as cli
 from tests.polling import poll_until
 
 CLI_TIMEOUT_S = 90.0
 
 
 def raftbroker(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        check=False,
-    )
+    return cli(*args, timeout_s=CLI_TIMEOUT_S)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
