@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import pickle
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 
 from cluster.config import Timing
 from cluster.local import launcher
-from cluster.raft import RaftDriver, adapter
+from cluster.raft import RaftDriver, RaftGroup, adapter
 from cluster.raft.adapter import PatchedSyncObj
 from cluster.raft.mesh import Mesh
 from tests.cluster.procs import running, spawn, wait_until
@@ -108,9 +109,10 @@ class ScriptedFollower:
     every append while `answering` (the entries after `prevLogIdx` are then all it holds), and
     keeps every append it got, in order."""
 
-    def __init__(self, mesh: Mesh, leader: str) -> None:
+    def __init__(self, mesh: Mesh, leader: str, address: str) -> None:
         self.mesh = mesh
         self.leader = leader
+        self.address = address
         self.answering = True
         self.appends: list[dict[str, Any]] = []
 
@@ -140,23 +142,36 @@ class ScriptedFollower:
 ROUTE = "rewind"
 
 
+@contextlib.asynccontextmanager
+async def leader_and_scripted_follower(
+    directory: Path,
+) -> AsyncIterator[tuple[RaftGroup, ScriptedFollower]]:
+    """A real group of two replicas, on 127.0.0.2 and .3, whose second replica is played by
+    hand (`ScriptedFollower`) over a real mesh link; the real one leads."""
+    port = launcher.choose_ports(2, os.getpid())[2]
+    leader_at, follower_at = f"{HOSTS[0]}:{port}", f"{HOSTS[1]}:{port}"
+    follower_driver = RaftDriver(Timing(), loopback_mesh(follower_at, frozenset({leader_at})))
+    follower_driver.start()
+    follower = ScriptedFollower(follower_driver.mesh, leader_at, follower_at)
+    follower_driver.mesh.register(ROUTE, follower)
+    driver, group = await started_group(
+        directory, HashChain(), port, host=HOSTS[0], peers=(follower_at,), name=ROUTE
+    )
+    try:
+        yield group, follower
+    finally:
+        driver.stop()
+        follower_driver.stop()
+
+
 async def check_an_old_reply_keeps_the_next_index(directory: Path) -> None:
     """The fix for the next-index rewind, in process: a leader pipelines five entries to its
     follower, then hears the reply to the first of them. Its next append to that follower
     must go on after the fifth, not resend what the follower holds: a follower sent entries
     from an earlier index truncates its log there (pysyncobj logs it, and once applied, the
     replicas' states may diverge)."""
-    port = launcher.choose_ports(2, os.getpid())[2]
-    leader_at, follower_at = f"{HOSTS[0]}:{port}", f"{HOSTS[1]}:{port}"
-    settings = loopback_mesh(follower_at, frozenset({leader_at}))
-    follower_driver = RaftDriver(Timing(), settings)
-    follower_driver.start()
-    follower = ScriptedFollower(follower_driver.mesh, leader_at)
-    follower_driver.mesh.register(ROUTE, follower)
-    driver, group = await started_group(
-        directory, HashChain(), port, host=HOSTS[0], peers=(follower_at,), name=ROUTE
-    )
-    try:
+    async with leader_and_scripted_follower(directory) as (group, follower):
+        follower_at = follower.address
         sync = group._sync
         await apoll_until(
             lambda: (
@@ -188,9 +203,6 @@ async def check_an_old_reply_keeps_the_next_index(directory: Path) -> None:
             f"{after['prevLogIdx'] + 1} to a follower holding them up to {last + 5}, which "
             f"would truncate them"
         )
-    finally:
-        driver.stop()
-        follower_driver.stop()
 
 
 @pytest.mark.asyncio
@@ -249,31 +261,19 @@ def hostile_messages(term: int, last: int) -> list[dict[str, Any]]:
 async def send_hostile_messages(directory: Path) -> tuple[int, str]:
     """A leader hears `hostile_messages` from its peer over a real mesh link; the number of its
     log entries that were added by them, and its health detail afterwards."""
-    port = launcher.choose_ports(2, os.getpid())[2]
-    leader_at, peer_at = f"{HOSTS[0]}:{port}", f"{HOSTS[1]}:{port}"
-    peer_driver = RaftDriver(Timing(), loopback_mesh(peer_at, frozenset({leader_at})))
-    peer_driver.start()
-    peer = ScriptedFollower(peer_driver.mesh, leader_at)
-    peer_driver.mesh.register(ROUTE, peer)
-    driver, group = await started_group(
-        directory, HashChain(), port, host=HOSTS[0], peers=(peer_at,), name=ROUTE
-    )
-    try:
+    async with leader_and_scripted_follower(directory) as (group, peer):
         sync = group._sync
         await apoll_until(lambda: group.serving, 10, "a leader")
         last, term = sync.log_index, group.status().term
         refused = sync.raftbroker_refused_messages
         for message in hostile_messages(term, last):
-            assert peer_driver.mesh.send(leader_at, ROUTE, message)
+            assert peer.mesh.send(peer.leader, ROUTE, message)
         await apoll_until(
             lambda: UNPICKLED or sync.raftbroker_refused_messages >= refused + 4 or None,
             10,
             "the leader to take the four messages in",
         )
         return sync.log_index - last, group.status().detail
-    finally:
-        driver.stop()
-        peer_driver.stop()
 
 
 @pytest.mark.asyncio
