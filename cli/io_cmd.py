@@ -16,8 +16,8 @@ consumer refreshes metadata until a leader answers); if one still has no leader 
 when the time is up, consume fails with one line naming it, rather than end as if it had been
 read to its end. How a record prints (text fields, JSON) is cli/record_lines.py's.
 
-The protocol's ListOffsets answers the earliest and the latest offset only (no timestamp
-query), so there is no start by time.
+`--from-time` starts each partition at its first record appended at that time or later (the
+leader's log append time: ListOffsets by time), as kcat's `-o s@TIME`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import IO
@@ -261,18 +262,43 @@ class Format(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """Where each partition read starts: `offset` (EARLIEST, LATEST or an offset), or, when
-    `back` is set, that many records before the partition's end (never before its start)."""
+    """Where each partition read starts: `offset` (EARLIEST, LATEST or an offset); when
+    `back` is set, that many records before the partition's end (never before its start);
+    when `time_ms` is set, the first record appended at that time or later."""
 
     offset: int = Consumer.LATEST
     back: int = 0
+    time_ms: int | None = None
+
+
+def parse_time(text: str) -> int:
+    """--from-time: ms since the epoch, or an ISO 8601 time (UTC when it names no zone)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(
+            f"--from-time {text!r} is neither ms since the epoch nor an ISO 8601 time "
+            "(e.g. 2026-11-25T14:00:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return max(0, round(moment.timestamp() * 1000))
 
 
 NAMED_STARTS = {"earliest": Consumer.EARLIEST, "latest": Consumer.LATEST}
 
 
-def parse_start(from_beginning: bool, offset: str | None, partition: int | None) -> Start:
-    """--from-beginning / --offset as a Start; a CliError for what cannot mean one."""
+def parse_start(
+    from_beginning: bool, offset: str | None, partition: int | None, from_time: str | None = None
+) -> Start:
+    """--from-beginning / --offset / --from-time as a Start; a CliError for what cannot mean
+    one."""
+    if from_time is not None:
+        if from_beginning or offset is not None:
+            raise CliError("use one of --from-beginning, --offset and --from-time")
+        return Start(time_ms=parse_time(from_time))
     if offset is None:
         return Start(Consumer.EARLIEST if from_beginning else Consumer.LATEST)
     if from_beginning:
@@ -333,6 +359,8 @@ async def _assign(
 
 
 async def _start_offset(admin: Admin, topic: str, partition: int, start: Start) -> int:
+    if start.time_ms is not None:
+        return await admin.list_offsets(topic, partition, start.time_ms)
     if not start.back and start.offset >= 0:
         return start.offset
     if not start.back:
@@ -397,6 +425,13 @@ def consume(
         help="Where to start: offset N (needs --partition), -N: N records before each "
         "partition's end, or earliest / latest. Default: latest, as Kafka's console consumer.",
     ),
+    from_time: str | None = typer.Option(
+        None,
+        "--from-time",
+        metavar="TIME",
+        help="Start at each partition's first record appended at TIME or later: ms since the "
+        "epoch, or ISO 8601 (2026-11-25T14:00:00Z; UTC when no zone is given).",
+    ),
     partition: int | None = typer.Option(
         None, "--partition", "-p", min=0, metavar="N", help="Read partition N only. Default: all."
     ),
@@ -452,7 +487,7 @@ def consume(
     options = ConsumeOptions(
         topic,
         None if partition is None else [partition],
-        parse_start(from_beginning, offset, partition),
+        parse_start(from_beginning, offset, partition, from_time),
         max_messages,
         timeout_ms,
         follow,

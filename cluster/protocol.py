@@ -471,11 +471,14 @@ class Fetch(Request):
 
 @dataclass(frozen=True, slots=True)
 class OffsetQuery(Struct):
-    """`spec` is EARLIEST (-2, the log start offset) or LATEST (-1, the high watermark)."""
+    """`spec` is EARLIEST (-2, the log start offset), LATEST (-1, the high watermark), or a
+    time in ms since the epoch: the first offset the leader appended at that time or later
+    (the log append time, as a Kafka topic with `message.timestamp.type=LogAppendTime`), the
+    high watermark when nothing was appended since."""
 
     topic: str = _name()
     partition: int = _partition()
-    spec: int = _int(EARLIEST, LATEST)
+    spec: int = _int(EARLIEST, INT64_MAX)
 
 
 @dataclass(frozen=True, slots=True)

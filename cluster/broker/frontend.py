@@ -341,11 +341,17 @@ class RequestFrontend:
                 hint = self._leader_hint(handle, q.topic, q.partition)
                 results.append(p.OffsetResult(q.topic, q.partition, handle, -1, hint))
                 continue
-            offset = (
-                handle.replica.log_start_offset
-                if q.spec == EARLIEST
-                else handle.replica.high_watermark
-            )
+            replica = handle.replica
+            if q.spec == EARLIEST:
+                offset = replica.log_start_offset
+            elif q.spec == LATEST:
+                offset = replica.high_watermark
+            elif replica.restoring:  # batches below the local log may match: not known yet
+                error = ErrorCode.LEADER_NOT_AVAILABLE
+                results.append(p.OffsetResult(q.topic, q.partition, error, -1, ""))
+                continue
+            else:
+                offset = replica.offset_for_time(q.spec)
             results.append(p.OffsetResult(q.topic, q.partition, ErrorCode.NONE, offset, ""))
         return p.ListOffsetsResponse(tuple(results))
 

@@ -130,6 +130,14 @@ class PartitionReplica(_Notifying[PartitionResult]):
         """The first offset of the partition (every replica agrees on it)."""
         return self.machine.log_start_offset
 
+    def offset_for_time(self, time_ms: int) -> int:
+        """The first offset appended at `time_ms` or later (the leader's log append time), for
+        a consumer to start at; the high watermark when nothing was appended since."""
+        found = self.store.offset_for_time(time_ms)
+        if found is None or found >= self.high_watermark:
+            return self.high_watermark
+        return max(found, self.log_start_offset)
+
     @property
     def restoring(self) -> bool:
         """Records from log_start_offset up to the local log's start are still being restored."""

@@ -263,6 +263,7 @@ class _Segment:
     __slots__ = (
         "base_offset",
         "fd",
+        "index_append_times_ms",
         "index_offsets",
         "index_positions",
         "max_append_time_ms",
@@ -282,6 +283,10 @@ class _Segment:
         self.max_append_time_ms = -1
         self.index_offsets = array("q")
         self.index_positions = array("q")
+        # Per index entry, the latest append time of the segment up to the end of the frames
+        # that entry covers: never decreasing, so a bisect finds where a time is first reached
+        # (Kafka's time index, over the log append time).
+        self.index_append_times_ms = array("q")
 
     def add_frame(
         self,
@@ -291,12 +296,16 @@ class _Segment:
         append_time_ms: int,
         index_interval_bytes: int,
     ) -> None:
+        latest_ms = max(self.max_append_time_ms, append_time_ms)
         if not self.index_positions or self.size - self.index_positions[-1] >= index_interval_bytes:
             self.index_offsets.append(base_offset)
             self.index_positions.append(self.size)
+            self.index_append_times_ms.append(latest_ms)
+        else:
+            self.index_append_times_ms[-1] = latest_ms
         self.size += frame_size
         self.next_offset = base_offset + record_count
-        self.max_append_time_ms = max(self.max_append_time_ms, append_time_ms)
+        self.max_append_time_ms = latest_ms
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """Position and base offset of the last indexed frame starting at or before `offset`."""
@@ -309,6 +318,7 @@ class _Segment:
         keep = bisect.bisect_left(self.index_positions, frame.position)
         del self.index_offsets[keep:]
         del self.index_positions[keep:]
+        del self.index_append_times_ms[keep:]
         self.size = frame.position
         self.next_offset = frame.base_offset
 
@@ -604,6 +614,30 @@ class PartitionStore:
                 problem = f"{span.segment.path} at {scanner.position}: {scanner.problem}"
                 raise StorageCorruptionError(problem)
         return batches
+
+    def offset_for_time(self, time_ms: int) -> int | None:
+        """The base offset of the first stored batch appended at `time_ms` or later (the log
+        append time the leader stamped), or None when none was. The time index narrows the
+        scan to one index interval (a few KiB) per segment it reaches."""
+        self._check_open()
+        for segment in self._segments:
+            if segment.max_append_time_ms < time_ms:
+                continue  # all of it earlier (after a truncation this may be an upper bound)
+            i = bisect.bisect_left(segment.index_append_times_ms, time_ms)
+            if i == len(segment.index_append_times_ms):
+                continue
+            scanner = _Scanner(
+                segment.fd,
+                segment.index_positions[i],
+                segment.size,
+                segment.index_offsets[i],
+                chunk_bytes=READ_CHUNK_BYTES_MIN,
+                verify_crc=False,
+            )
+            for frame in scanner:
+                if frame.append_time_ms >= time_ms:
+                    return max(frame.base_offset, self._log_start_offset)
+        return None
 
     def _segment_for(self, offset: int) -> _Segment:
         i = bisect.bisect_right(self._segments, offset, key=_base_offset_of) - 1

@@ -17,14 +17,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 
+from cluster.clock import wall_ms
 from cluster.local import launcher
 from tests.cluster.procs import REPO
 from tests.cluster.test_cli import cluster_up, ok, raftbroker
+from tests.polling import poll_until
 
 TOPIC = "orders"  # 3 partitions
 
@@ -237,3 +240,19 @@ def test_consume_into_a_pipe_that_closes_stops_quietly(cluster_dir: Path) -> Non
     assert result.stdout == "0\n"
     assert result.returncode == 141, result.stderr
     assert result.stderr == "", result.stderr
+
+
+def test_consume_from_a_time_starts_at_what_was_appended_since(cluster_dir: Path) -> None:
+    d = ("--data-dir", str(cluster_dir))
+    ok(raftbroker("topic", "create", "timed", "--partitions", "2", *d))
+    ok(raftbroker("produce", "timed", *d, stdin="before-1\nbefore-2\n"))
+    since_ms = wall_ms() + 1
+    poll_until(lambda: wall_ms() > since_ms, 5, "the clock to pass the mark")  # no sleep
+    ok(raftbroker("produce", "timed", *d, stdin="after-1\nafter-2\nafter-3\n"))
+    for mark in (str(since_ms), datetime.fromtimestamp(since_ms / 1000, UTC).isoformat()):
+        consumed = raftbroker("consume", "timed", "--from-time", mark, "-e", *d)
+        assert sorted(ok(consumed).splitlines()) == ["after-1", "after-2", "after-3"], mark
+    later = raftbroker("consume", "timed", "--from-time", str(wall_ms() + 60_000), "-e", *d)
+    assert (ok(later), later.stderr) == ("", "Processed 0 records\n")
+    line = one_line_error(("consume", "timed", "--from-time", "yesterday", *d))
+    assert "is neither ms since the epoch nor an ISO 8601 time" in line

@@ -506,3 +506,38 @@ def test_reads_between_every_kind_of_change_see_exactly_the_log(tmp_path: Path) 
             reads()
     assert store.next_offset == 3 * total
     store.close()
+
+
+# -- offsets by time ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index_interval", [1, INDEX_INTERVAL, 1 << 20])
+def test_offset_for_time_finds_the_first_batch_appended_since(
+    tmp_path: Path, index_interval: int
+) -> None:
+    store = open_store(tmp_path, index_interval_bytes=index_interval, segment_bytes_max=2_000)
+    stored = fill(store, 40)  # appended at 10,000 + i; several segments
+    assert len(segment_files(tmp_path)) > 3
+    for i, batch in enumerate(stored):
+        assert store.offset_for_time(10_000 + i) == batch.base_offset, i
+    assert store.offset_for_time(0) == stored[0].base_offset
+    assert store.offset_for_time(10_000 + len(stored)) is None
+    store.close()
+    reopened = open_store(tmp_path, index_interval_bytes=index_interval, segment_bytes_max=2_000)
+    assert reopened.offset_for_time(10_020) == stored[20].base_offset  # rebuilt on recovery
+    reopened.truncate_to(stored[30].base_offset)
+    assert reopened.offset_for_time(10_030) is None  # gone with the truncated batches
+    reopened.delete_before(stored[12].base_offset)
+    assert reopened.offset_for_time(10_000) == reopened.log_start_offset
+    reopened.close()
+
+
+def test_offset_for_time_with_append_times_out_of_order(tmp_path: Path) -> None:
+    """A new leader's clock may be behind the old one's: the first batch appended at the time
+    or later is found, not merely the first whose predecessors all were earlier."""
+    store = open_store(tmp_path, index_interval_bytes=1 << 20)
+    times = [100, 300, 200, 400, 250]
+    for index, time_ms in enumerate(times):
+        store.append(store.next_offset, 3, time_ms, encoded(index))
+    assert [store.offset_for_time(t) for t in (50, 250, 301, 400, 401)] == [0, 3, 9, 9, None]
+    store.close()

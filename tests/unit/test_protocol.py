@@ -239,7 +239,7 @@ def test_unknown_versions_and_ops_are_unsupported(data: bytes, message: str) -> 
         (packed(1, 7, PRODUCE, [1, "entries"]), "Produce.entries: expected an array"),
         (packed(1, 7, METADATA, [[b"orders"]]), "Metadata.topics[0]: expected a string"),
         (packed(1, 7, METADATA, [["x" * (p.NAME_CHARS_MAX + 1)]]), "Metadata.topics[0]"),
-        (packed(1, 7, LIST_OFFSETS, [[["t", 0, 0]]]), "ListOffsets.partitions[0].spec"),
+        (packed(1, 7, LIST_OFFSETS, [[["t", 0, -3]]]), "ListOffsets.partitions[0].spec"),
         (packed(1, 7, FETCH, [0, 0, [["t", 0, -5, 0]], False]), "Fetch.partitions[0].offset"),
         (packed(1, 7, CREATE_TOPIC, ["t", 0, 1, -1, -1]), "CreateTopic.partitions"),
         (packed(1, 7, CREATE_TOPIC, ["t", 1, 1, -2, -1]), "CreateTopic.retention_ms"),
