@@ -31,12 +31,16 @@ def register(spark: SparkSession) -> None:
 
 
 def local_session(app_name: str = "raftbroker", master: str = "local[2]") -> SparkSession:
-    """A small local session (no UI, few shuffle partitions, quiet logs) with the source."""
+    """A small local session (no UI or progress bars, few shuffle partitions, quiet logs)
+    with the source."""
     prepare_worker_environment()
     spark = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        # No "[Stage 3:> (0 + 2) / 2]" bars on stderr: a command's stderr is its one-line
+        # errors and summaries.
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")

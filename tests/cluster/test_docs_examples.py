@@ -156,8 +156,8 @@ def test_the_runnable_blocks_run_as_written(scratch: Path) -> None:
 
 
 def check_settlement_outputs(scratch: Path, result: subprocess.CompletedProcess[str]) -> None:
-    """settlement_totals writes under the data directory, never the working one, and says
-    where and what."""
+    """settlement_totals writes under the data directory, never the working one, says where
+    and what, and its stderr holds no Spark progress bars."""
     totals = scratch / "data" / "settlement_totals"
     parquet = totals / "merchant-totals.parquet"
     assert f"parquet {parquet} (checkpoint {totals / 'checkpoint'})" in result.stderr
@@ -165,3 +165,4 @@ def check_settlement_outputs(scratch: Path, result: subprocess.CompletedProcess[
     assert f"in parquet {parquet} and topic merchant-totals" in result.stdout
     assert any(parquet.glob("*.parquet"))
     assert not any(scratch.glob("*.parquet")), "output in the working directory"
+    assert "[Stage" not in result.stderr, "Spark's progress bars on stderr"
