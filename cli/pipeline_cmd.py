@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +39,7 @@ from cli.common import (
 )
 from cluster.client import Cluster
 
+INTERRUPTED_EXIT_STATUS = 128 + 2  # what a shell reports for a process stopped by SIGINT
 app = typer.Typer(help="Spark jobs on the raftbroker data source.", no_args_is_help=True)
 TOTALS_DIR = "settlement_totals"  # under the data dir: where the job's outputs go by default
 PARQUET_NAME = "merchant-totals.parquet"
@@ -65,7 +68,7 @@ def _spark_job(app_name: str) -> Iterator[Any]:
     spark = _spark(app_name)
     try:
         yield spark
-    except (CliError, KeyboardInterrupt):
+    except (CliError, KeyboardInterrupt, typer.Exit):
         raise
     except Exception as exc:  # Spark wraps everything: say what matters, in one line
         raise CliError(spark_error_line(exc)) from exc
@@ -191,8 +194,18 @@ def settlement_totals_command(
             max_per_trigger,
             available_now,
         )
-        job.run(spark, spec)
-        typer.echo(_totals_written(spark, spec))
+        # Ctrl-C asks the run to stop between two waits (PySpark's own handler would raise in
+        # the middle of a call into the JVM); then say what it wrote, with SIGINT's status.
+        interrupted = threading.Event()
+        previous = signal.signal(signal.SIGINT, lambda _signum, _frame: interrupted.set())
+        try:
+            job.run(spark, spec, stop=interrupted.is_set)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if interrupted.is_set():
+            typer.echo(f"stopped (Ctrl-C): {_totals_written(spec)}")
+            raise typer.Exit(INTERRUPTED_EXIT_STATUS)
+        typer.echo(_totals_written(spec))
 
 
 async def _existing_topics(addresses: list[str], topics: list[str]) -> None:
@@ -204,23 +217,27 @@ async def _existing_topics(addresses: list[str], topics: list[str]) -> None:
         await cluster.close()
 
 
-def _totals_written(spark: Any, spec: Any) -> str:
-    """What the totals now hold, read back from the parquet the job wrote."""
+def _totals_written(spec: Any) -> str:
+    """What the totals now hold, read back from the parquet the job wrote (with pyarrow, not
+    Spark: after a Ctrl-C the session may be going down)."""
+    import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra, as the job itself
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
     from pipeline.jobs.settlements import CURRENCY  # noqa: PLC0415 - keeps startup light
 
     nothing = f"no settlement events in {spec.source_topic} yet: nothing written"
     if not any(spec.parquet_dir.glob("*.parquet")):
         return nothing
-    row = (
-        spark.read.parquet(str(spec.parquet_dir))
-        .selectExpr("count(*) AS merchants", "sum(events) AS events", "sum(total_cents) AS cents")
-        .first()
-    )
-    if not row["merchants"]:
+    try:
+        table = pq.read_table(spec.parquet_dir)
+        events, cents = (pc.sum(table[name]).as_py() for name in ("events", "total_cents"))
+    except (OSError, KeyError) as exc:  # stopped while a micro-batch rewrote it
+        return f"the parquet was being rewritten ({exc}); a rerun resumes from the checkpoint"
+    if not table.num_rows:
         return nothing
     return (
-        f"totals of {plural(row['events'], 'event')} over {plural(row['merchants'], 'merchant')} "
-        f"({row['cents'] / 100:,.2f} {CURRENCY}) in parquet {spec.parquet_dir} and topic "
+        f"totals of {plural(events, 'event')} over {plural(table.num_rows, 'merchant')} "
+        f"({cents / 100:,.2f} {CURRENCY}) in parquet {spec.parquet_dir} and topic "
         f"{spec.totals_topic} (the latest record per merchant is its total)"
     )
 

@@ -17,6 +17,9 @@ otherwise it runs until stopped.
 
 from __future__ import annotations
 
+import shutil
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +42,9 @@ EVENT = StructType(
     ]
 )
 DEDUP_WATERMARK = "1 hour"
+
+
+WAIT_STEP_S = 1  # how often (s) a run checks whether it was asked to stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,17 @@ def totals(spark: SparkSession, job: TotalsJob) -> DataFrame:
     )
 
 
+def replace_directory(new: Path, target: Path) -> None:
+    """Put `new` where `target` is. A directory that is not empty cannot be replaced by one
+    rename, so the old one steps aside first: the target is missing only between two renames."""
+    old = target.with_name(target.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    new.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def start(spark: SparkSession, job: TotalsJob) -> list[StreamingQuery]:
     table = totals(spark, job)
     to_topic = (
@@ -86,10 +103,14 @@ def start(spark: SparkSession, job: TotalsJob) -> list[StreamingQuery]:
         .foreachBatch(fenced_foreach_batch(job.bootstrap, job.totals_topic))
         .option("checkpointLocation", str(job.checkpoint_dir / "topic"))
     )
-    parquet_dir = str(job.parquet_dir)
+    parquet_dir = job.parquet_dir
 
     def rewrite_parquet(batch: DataFrame, _batch_id: int) -> None:
-        batch.coalesce(1).write.mode("overwrite").parquet(parquet_dir)
+        # Written beside the table, then swapped in: a reader, or a run stopped mid-write,
+        # finds the previous table or the new one, never a directory half rewritten.
+        staging = parquet_dir.with_name(parquet_dir.name + ".next")
+        batch.coalesce(1).write.mode("overwrite").parquet(str(staging))
+        replace_directory(staging, parquet_dir)
 
     to_parquet = (
         table.writeStream.outputMode("complete")
@@ -102,15 +123,26 @@ def start(spark: SparkSession, job: TotalsJob) -> list[StreamingQuery]:
     return [w.trigger(processingTime=interval).start() for w in (to_topic, to_parquet)]
 
 
-def run(spark: SparkSession, job: TotalsJob, timeout_s: int | None = None) -> None:
-    """Start both queries and wait: until they finish (available_now) or fail, or stop."""
+def run(
+    spark: SparkSession,
+    job: TotalsJob,
+    timeout_s: float | None = None,
+    stop: Callable[[], bool] = lambda: False,
+) -> None:
+    """Start both queries and wait until they finish (available_now), one fails, `timeout_s`
+    passes or `stop()` says so (Ctrl-C, which the caller turns into a flag: interrupting a call
+    into Spark's JVM half way leaves py4j logging a traceback), then stop them."""
     queries = start(spark, job)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        for query in queries:
-            query.awaitTermination(timeout_s)
-            error = query.exception()
-            if error is not None:
-                raise RuntimeError(f"query {query.name or query.id} failed: {error}")
+        while any(q.isActive for q in queries) and not stop():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            for query in queries:
+                query.awaitTermination(WAIT_STEP_S)
+                error = query.exception()
+                if error is not None:
+                    raise RuntimeError(f"query {query.name or query.id} failed: {error}")
     finally:
         for query in queries:
             if query.isActive:

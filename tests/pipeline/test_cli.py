@@ -1,22 +1,29 @@
-"""`raftbroker pipeline run`, run as a user runs it, on what README's example does not show.
+"""`raftbroker pipeline run`, run as a user runs it, on what README's example does not show:
+a missing topic, and a streaming run stopped by Ctrl-C.
 
-README's Spark jobs block (`pipeline generate`, `run settlement_totals`, `run audit`) runs as
-written in tests/cluster/test_docs_examples.py, which also checks where settlement_totals puts
-its output and what it says.
+README's Spark jobs block (`pipeline generate`, `run settlement_totals --available-now`, `run
+audit`) runs as written in tests/cluster/test_docs_examples.py, which also checks where
+settlement_totals puts its output and what it says.
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("pyspark")
 
+from cluster.client.sync import SyncClient
+from tests.cluster.procs import REPO
 from tests.cluster.test_cli import raftbroker as cli_run
+from tests.pipeline.conftest import new_topic
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.spark
-EVENT_ID = "get_json_object(CAST(value AS STRING), '$.event_id')"
 
 
 def raftbroker(*args: str) -> subprocess.CompletedProcess[str]:
@@ -30,3 +37,44 @@ def test_audit_of_a_missing_topic_is_one_line_and_exit_1(bootstrap: str) -> None
     lines = audited.stderr.strip().splitlines()
     assert lines[-1].startswith("raftbroker:") and "no-such-topic" in lines[-1], audited.stderr
     assert "Traceback" not in audited.stderr
+
+
+def test_a_streaming_settlement_run_stopped_by_ctrl_c_says_what_it_wrote(
+    client: SyncClient, bootstrap: str, tmp_path: Path
+) -> None:
+    source, totals = new_topic(client, 2, "cli-settle"), new_topic(client, 1, "cli-totals")
+    first = bootstrap.split(",", maxsplit=1)[0]
+    generated = raftbroker("pipeline", "generate", "--topic", source, "--count", "120",
+                           "--merchants", "6", "--rate", "0", "--bootstrap", first)  # fmt: skip
+    assert generated.returncode == 0, generated.stderr
+    parquet = tmp_path / "settlement_totals" / "merchant-totals.parquet"
+    streaming = subprocess.Popen(
+        [sys.executable, "-m", "cli", "pipeline", "run", "settlement_totals", "--source", source,
+         "--totals-topic", totals, "--bootstrap", first, "--data-dir", str(tmp_path)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        poll_until(lambda: events_in(parquet) == 120, 120, "the totals of all 120 events")
+        streaming.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        out, err = streaming.communicate(timeout=60)
+    finally:
+        if streaming.poll() is None:
+            streaming.kill()
+            streaming.wait()
+    assert streaming.returncode == 130, err
+    assert out.startswith("stopped (Ctrl-C): totals of 120 events over 6 merchants ("), out
+    assert "Traceback" not in err, err
+
+
+def events_in(parquet: Path) -> int | None:
+    """The events the totals table counts, or None while there is none to read."""
+    import pyarrow.compute as pc  # noqa: PLC0415 - with PySpark, as this module
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    if not any(parquet.glob("*.parquet")):
+        return None
+    try:
+        events: int = pc.sum(pq.read_table(parquet)["events"]).as_py()
+    except (OSError, KeyError):
+        return None  # being rewritten: files or columns not all there yet
+    return events
