@@ -104,6 +104,9 @@ class Timing:
     # answers within request_timeout_ms, so only a bug could hold a connection's answers).
     answer_timeout_ms: int = 30_000
     client_idle_timeout_ms: int = 300_000
+    # A client that stops reading its answers (the socket's buffer full) has this long to read
+    # again before its connection is dropped; meanwhile none of its requests is read.
+    client_write_timeout_ms: int = 30_000
     # Once a client frame's first byte arrives, its last must arrive within this (a client that
     # drips a frame is closed here, whatever the idle timeout says).
     frame_read_timeout_ms: int = 30_000

@@ -15,8 +15,9 @@ they arrived, as Kafka does. Limits:
   arrive within that much time spent reading (bytes that keep dripping do not extend it). The
   clock stops while the server itself does not read (a bound above reached, or the client not
   reading its answers): the rest of the frame then waits in the kernel by our doing;
-- a deadline for every answer, an idle timeout that closes dead or silent clients, and a write
-  timeout that closes a client that stops reading its answers.
+- a deadline for every answer (`answer_timeout_ms`), an idle timeout that closes dead or silent
+  clients (`client_idle_timeout_ms`), and a write timeout that closes a client that stops
+  reading its answers (`client_write_timeout_ms`).
 
 A refused or timed-out connection is counted by reason (`Server.stats`, on /metrics) and logged
 at WARNING through a `RefusalLog`: one line per reason per `refusal_log_interval_ms`, with a
@@ -74,7 +75,6 @@ from cluster.refusals import RefusalLog
 from statemachine.errors import ErrorCode
 
 log = logging.getLogger(__name__)
-WRITE_TIMEOUT_S = 30.0
 # A timer may fire this early: uvloop's clock counts whole milliseconds.
 TIMER_SLACK_S = 0.001
 ERROR_MESSAGE_CHARS_MAX = 512
@@ -147,6 +147,7 @@ class Server:
         self.limits = limits
         self.idle_timeout_s = timing.client_idle_timeout_ms / 1000
         self.answer_timeout_s = timing.answer_timeout_ms / 1000
+        self.write_timeout_s = timing.client_write_timeout_ms / 1000
         self.frame_read_timeout_s = timing.frame_read_timeout_ms / 1000
         self._host = host
         self._port = port
@@ -294,11 +295,11 @@ class _Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         # The client is not reading its answers: read no more requests from it, and give it
-        # WRITE_TIMEOUT_S to catch up before the connection is dropped.
+        # Timing.client_write_timeout_ms to catch up before the connection is dropped.
         self._writable = False
         self._pause_reading()
         self._time_frame(new_frame=False)
-        self._write_timer = self._loop.call_later(WRITE_TIMEOUT_S, self._abort)
+        self._write_timer = self._loop.call_later(self._server.write_timeout_s, self._abort)
 
     def resume_writing(self) -> None:
         self._writable = True
