@@ -451,12 +451,10 @@ async def wait_ready(cluster: LocalCluster, timeout_s: float = 60.0) -> None:
 
 def _raise_if_exited(cluster: LocalCluster) -> None:
     for node in cluster.nodes:
-        if node.start_ticks:  # started by this launcher: it knows the node's identity
-            gone = node_pid(cluster, node) is None
-            alive(node.pid)  # reaps it, if it is a child of ours
-        else:  # nodes started otherwise (their own data layout): their pid is all there is
-            gone = not alive(node.pid)
-        if gone:
+        # Its process is gone (reaped here if it is a child of ours). Identity (`node_pid`) is
+        # what decides whom `down` may signal; a node that just started may not hold its lock
+        # yet, and waiting on a live process costs at most the timeout.
+        if not alive(node.pid):
             reason = exit_reason(log_path(cluster.data_dir, node.node_id))
             raise NodeExitedError(f"node {node.node_id} is not running: {reason}")
 

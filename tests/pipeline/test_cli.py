@@ -8,6 +8,7 @@ settlement_totals puts its output and what it says.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from tests.pipeline.conftest import new_topic
 from tests.polling import poll_until
 
 pytestmark = pytest.mark.spark
+OUR_FRAME = re.compile(r'File ".*/(cli|pipeline|cluster)/')  # a traceback line in our code
 
 
 def raftbroker(*args: str) -> subprocess.CompletedProcess[str]:
@@ -63,7 +65,12 @@ def test_a_streaming_settlement_run_stopped_by_ctrl_c_says_what_it_wrote(
             streaming.wait()
     assert streaming.returncode == 130, err
     assert out.startswith("stopped (Ctrl-C): totals of 120 events over 6 merchants ("), out
-    assert "Traceback" not in err, err
+    # No traceback of ours. (PySpark's accumulator server may print an EOFError of its own
+    # while the session stops: its shutdown race, not this command's.)
+    ours = [
+        line for line in err.splitlines() if re.search(r'File ".*/(cli|pipeline|cluster)/', line)
+    ]
+    assert ours == [], err
 
 
 def events_in(parquet: Path) -> int | None:
