@@ -110,7 +110,7 @@ def log_path(data_dir: Path, node_id: int) -> Path:
     return data_dir / f"node{node_id}.log"
 
 
-def _port_free(host: str, port: int) -> bool:
+def port_free(host: str, port: int) -> bool:
     """Whether a node could listen on `host:port`. With SO_REUSEADDR, as a node's listeners
     bind: connections of an earlier listener still in TIME_WAIT do not make a port taken."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -130,7 +130,7 @@ CONVENTIONAL_PORTS = (9092, 8092, 19092)
 
 def ports_free(count: int, ports: tuple[int, int, int]) -> bool:
     """Whether `ports` are free on the addresses of all `count` nodes."""
-    return all(_port_free(host_of(i), port) for i in range(count) for port in ports)
+    return all(port_free(host_of(i), port) for i in range(count) for port in ports)
 
 
 def choose_ports(count: int, seed: int) -> tuple[int, int, int]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -109,15 +108,8 @@ def test_the_cluster_secret_is_in_no_committed_file() -> None:
 
 
 def ports_free(hosts: dict[str, str]) -> bool:
-    for address in hosts.values():
-        for port in (9092, 8092, 19092, 19093):
-            with socket.socket() as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the nodes bind
-                try:
-                    s.bind((address, port))
-                except OSError:
-                    return False
-    return True
+    ports = (9092, 8092, 19092, 19093)
+    return all(launcher.port_free(address, port) for address in hosts.values() for port in ports)
 
 
 @pytest.mark.asyncio(loop_scope="function")
