@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from cluster.local import launcher
 from tests.polling import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,6 +23,14 @@ def spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env
         )
+
+
+def stop_recorded_cluster(data_dir: Path) -> None:
+    """Stop whatever cluster `data_dir`'s cluster.json records: a test's last word, whatever
+    the command under test (`cluster down`, say) left running."""
+    cluster = launcher.LocalCluster.load(data_dir)
+    if cluster is not None:
+        launcher.down(cluster)
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cluster.local import launcher
-from tests.cluster.procs import REPO
+from tests.cluster.procs import REPO, stop_recorded_cluster
 
 
 def raftbroker(
@@ -39,17 +39,15 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 
 
 @contextlib.contextmanager
-def cluster_up(data_dir: Path) -> Iterator[Path]:
-    """`cluster up --detach` in `data_dir`; on the way out `cluster down`, and whatever that
-    left running (a test that broke the command) stopped directly."""
-    ok(raftbroker("cluster", "up", "--detach", "--data-dir", str(data_dir)))
+def cluster_up(data_dir: Path, *up_args: str) -> Iterator[Path]:
+    """`cluster up --detach [up_args]` in `data_dir`; on the way out `cluster down`, and
+    whatever that left running (a test that broke the command) stopped directly."""
+    ok(raftbroker("cluster", "up", "--detach", "--data-dir", str(data_dir), *up_args))
     try:
         yield data_dir
     finally:
         raftbroker("cluster", "down", "--data-dir", str(data_dir))
-        cluster = launcher.LocalCluster.load(data_dir)
-        if cluster is not None:
-            launcher.down(cluster)
+        stop_recorded_cluster(data_dir)
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +196,4 @@ def test_foreground_cluster_streams_logs_and_ctrl_c_stops_every_node(tmp_path: P
             proc.kill()
         if proc.stdout is not None:
             proc.stdout.close()
-        cluster = launcher.LocalCluster.load(tmp_path)
-        if cluster is not None:
-            launcher.down(cluster)
+        stop_recorded_cluster(tmp_path)

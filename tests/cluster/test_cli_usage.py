@@ -24,7 +24,6 @@ from typing import NamedTuple
 import pytest
 
 from cluster.clock import wall_ms
-from cluster.local import launcher
 from tests.cluster.procs import REPO
 from tests.cluster.test_cli import cluster_up, ok, raftbroker
 from tests.polling import poll_until
@@ -143,18 +142,12 @@ def test_a_record_near_the_limit_after_a_small_one_is_sent_alone(cluster_dir: Pa
 
 def test_topic_create_on_one_node_defaults_replication_to_its_nodes(tmp_path: Path) -> None:
     d = ("--data-dir", str(tmp_path))
-    ok(raftbroker("cluster", "up", "--detach", "--nodes", "1", *d))
-    try:
+    with cluster_up(tmp_path, "--nodes", "1"):
         created = ok(raftbroker("topic", "create", "solo", *d))
         assert "replication 1 (the default is 3; this cluster has 1 node)" in created
         assert "1 partition," in created
         line = one_line_error(("topic", "create", "duo", "--replication", "2", *d))
         assert "replication factor 2, but the cluster has 1 node " in line
-    finally:
-        raftbroker("cluster", "down", *d)
-        cluster = launcher.LocalCluster.load(tmp_path)
-        if cluster is not None:
-            launcher.down(cluster)
 
 
 def test_produce_keys_headers_and_tombstones_as_kafka_console_producer(cluster_dir: Path) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from cluster.local import launcher
+from tests.cluster.procs import stop_recorded_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "compose/README.md")
@@ -107,9 +108,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     try:
         yield directory
     finally:
-        cluster = launcher.LocalCluster.load(data_dir)
-        if cluster is not None:
-            launcher.down(cluster)
+        stop_recorded_cluster(data_dir)
 
 
 def run_block(block: Block, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ import pytest
 
 from cluster.broker import layout
 from cluster.local import launcher
-from tests.cluster.procs import REPO
+from tests.cluster.procs import REPO, stop_recorded_cluster
 from tests.cluster.test_cli import raftbroker as cli
 from tests.polling import poll_until
 
@@ -131,9 +131,7 @@ def test_down_says_what_it_stopped_and_finds_a_node_started_by_hand(tmp_path: Pa
         state = json.loads((tmp_path / launcher.STATE_FILE).read_text())
         assert [n["node_id"] for n in state["nodes"]] == [1, 2, 3]  # kept for the next `up`
     finally:
-        cluster = launcher.LocalCluster.load(tmp_path)
-        if cluster is not None:
-            launcher.down(cluster)
+        stop_recorded_cluster(tmp_path)
 
 
 def test_up_starts_the_missing_node_of_a_partly_running_cluster(tmp_path: Path) -> None:
@@ -163,9 +161,7 @@ def test_up_starts_the_missing_node_of_a_partly_running_cluster(tmp_path: Path) 
         ]
         assert not any(launcher.alive(n.pid) for n in after.nodes)
     finally:
-        cluster = launcher.LocalCluster.load(tmp_path)
-        if cluster is not None:
-            launcher.down(cluster)
+        stop_recorded_cluster(tmp_path)
 
 
 def test_up_reports_a_node_that_dies_at_start_in_one_line_and_never_says_ready(
@@ -191,6 +187,4 @@ def test_up_reports_a_node_that_dies_at_start_in_one_line_and_never_says_ready(
         assert all(launcher.node_pid(now, n) is None for n in now.nodes)  # none left behind
     finally:
         blocker.close()
-        cluster = launcher.LocalCluster.load(tmp_path)
-        if cluster is not None:
-            launcher.down(cluster)
+        stop_recorded_cluster(tmp_path)
