@@ -6,7 +6,8 @@ syntax tree of every .py file of the shipped packages (those pyproject.toml list
 - cluster/client/ never imports cluster.broker or cluster.raft: the library users import stays
   apart from the node process;
 - pysyncobj is imported only by cluster/raft/adapter.py, uvloop only in cli/, msgpack only by
-  cluster/protocol.py (the wire) and statemachine/codec.py (the replicated state).
+  cluster/protocol.py (the wire) and statemachine/codec.py (the replicated state), kio only by
+  cluster/kafka/codec.py (the Kafka wire).
 
 An import is any `import`, `from ... import` (relative ones resolved; `from cluster import broker`
 counts as importing cluster.broker), whether at module level, in a function or under
@@ -127,6 +128,11 @@ RULES = (
         lambda path: path.startswith("cli/"),
     ),
     Rule(
+        "kio is imported only by cluster/kafka/codec.py",
+        lambda m: within(m, "kio"),
+        lambda path: path == "cluster/kafka/codec.py",
+    ),
+    Rule(
         "msgpack is imported only by cluster/protocol.py and statemachine/codec.py",
         lambda m: within(m, "msgpack"),
         lambda path: path in {"cluster/protocol.py", "statemachine/codec.py"},
@@ -180,6 +186,8 @@ BREAKS = [
     ("cluster/client/__init__.py", "import msgpack\n"),
     ("statemachine/partition.py", "from msgpack import packb\n"),
     ("cluster/raft/adapter.py", "__import__('msgpack')\n"),
+    ("cluster/kafka/frontend.py", "from kio.schema.errors import ErrorCode\n"),
+    ("cluster/broker/server.py", "import kio.serial\n"),
 ]
 
 
@@ -196,6 +204,7 @@ ALLOWED = [
     ("cli/runtime.py", "def run():\n    import uvloop\n"),
     ("cluster/protocol.py", "import msgpack\n"),
     ("statemachine/codec.py", "import msgpack\n"),
+    ("cluster/kafka/codec.py", "import kio.serial\nfrom kio.index import load_request_schema\n"),
 ]
 
 

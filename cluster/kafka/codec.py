@@ -1,0 +1,574 @@
+"""Kafka's wire protocol: the one adapter to kio (Kafka's own JSON schemas, generated as one
+dataclass per message and version, decoded in Rust).
+
+Role: bytes of a request frame in, a `KafkaRequest` in our types out (cluster/kafka/messages.py);
+a response in our types out as the bytes of its frame. The listener's wire (wire.py) and the
+tests' own client speak only through these functions; nothing else imports kio
+(tests/unit/test_import_directions.py).
+
+Rules:
+- A request is a header and a body. The header is v1 (api key, version, correlation id,
+  client id), or v2 (the same, then tagged fields) when the request's version is flexible:
+  ApiVersions v3+ included. A response header is v0 (the correlation id), or v1 (then tagged
+  fields) for a flexible version, except ApiVersions', which is always v0 so that a client can
+  read it whatever version it asked for.
+- Decoding is strict and total: anything malformed raises `KafkaProtocolError`, nothing else.
+  An API or version outside the table we are given is malformed, with one exception (KIP-511):
+  ApiVersions newer than we know is answered in v0 format with UNSUPPORTED_VERSION and our
+  versions, so the client retries with one we know (`KafkaProtocolError.answer`).
+- kio's native reader allocates what a length or count claims before it reads the items (a
+  count of 2^35 aborts the process; random bytes can do it), so every body is walked first
+  against its schema (`_Walk`): every length and count must fit in the bytes left, every array
+  holds at most `Limits.partitions_per_request_max` items and a request at most
+  `ITEMS_PER_PARTITION_BOUND` times that many in all, and only then does kio decode it. An
+  unknown tagged field is malformed (kio cannot skip one).
+- Fields map by name between kio's class of the version on the wire and ours (messages.py):
+  a field a version lacks is dropped on encode and takes our default on decode. Durations and
+  times are ms on our side, error codes integers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import re
+import struct
+import types
+import typing
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+import kio.schema.errors
+import kio.serial
+import kio.serial.errors
+from kio.index import KioIndexError, load_request_schema, load_response_schema
+
+from cluster.config import Limits
+from cluster.kafka import messages as m
+from cluster.protocol import ProtocolError
+from statemachine.errors import ErrorCode
+
+LENGTH_PREFIX = struct.Struct(">i")  # signed: a negative length is malformed
+_HEADER_FIXED = struct.Struct(">hhih")  # api key, version, correlation id, client id length
+_CORRELATION_ID = struct.Struct(">i")
+ITEMS_PER_PARTITION_BOUND = 8
+# Kafka's ApiVersionsRequest.isValid: client software name and version.
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+_UVARINT_BYTES_MAX = 5
+_UVARINT_MAX = 2**31  # a compact length or count is N+1 for N <= 2^31-1
+
+Versions = Mapping[int, m.VersionRange]
+_R = m.VersionRange
+# What this listener serves, each API from the oldest to the newest version we answer. Produce
+# and Fetch join once the log holds Kafka's record batches. Every version here exists in kio
+# both ways (tests/unit/test_kafka_codec.py); docs: README, "Using Kafka clients".
+SUPPORTED: Versions = MappingProxyType(
+    {
+        m.Api.LIST_OFFSETS: _R(1, 6),
+        m.Api.METADATA: _R(0, 13),
+        m.Api.FIND_COORDINATOR: _R(0, 6),
+        m.Api.API_VERSIONS: _R(0, 3),
+        m.Api.CREATE_TOPICS: _R(2, 7),
+        m.Api.DELETE_TOPICS: _R(1, 6),
+        m.Api.INIT_PRODUCER_ID: _R(0, 5),
+        m.Api.DESCRIBE_CLUSTER: _R(0, 2),
+        m.Api.DESCRIBE_PRODUCERS: _R(0, 0),
+    }
+)
+
+
+class KafkaProtocolError(ProtocolError):
+    """Bytes that are not a request we serve. `answer`, when not None, is the whole frame to
+    send back (ApiVersions newer than ours); otherwise the connection is closed, as Kafka does
+    with a request it cannot parse."""
+
+    def __init__(
+        self, message: str, correlation_id: int | None = None, answer: bytes | None = None
+    ) -> None:
+        super().__init__(ErrorCode.INVALID_REQUEST, message, correlation_id)
+        self.answer = answer
+
+
+# -- decoding requests ---------------------------------------------------------------------------
+
+
+def decode_request(body: bytes, limits: Limits, versions: Versions = SUPPORTED) -> m.KafkaRequest:
+    """The request in a frame body (length prefix removed); KafkaProtocolError otherwise."""
+    header, offset = _read_header(body, versions)
+    api = m.Api(header.api_key)
+    kio_cls = _request_schema(header.api_key, header.api_version)
+    walk = _Walk(body, limits)
+    try:
+        end = walk.entity(kio_cls, offset, len(body))
+    except _MalformedError as exc:
+        raise _refused(header, str(exc)) from None
+    if end != len(body):
+        raise _refused(header, f"{len(body) - end} bytes after the request")
+    try:
+        entity, size = kio.serial.entity_reader(kio_cls)(body, offset)
+    except (kio.serial.errors.SerialError, ValueError, KeyError, TypeError) as exc:
+        raise _refused(header, f"{type(exc).__name__}: {exc}") from None
+    assert offset + size == len(body), "kio read other than the walk"
+    request_cls = m.MESSAGES[api][0]
+    request = m.KafkaRequest(header, _from_kio(request_cls, entity))
+    if isinstance(request.body, m.ApiVersionsRequest) and header.api_version >= 3:
+        _check_software(request.body, header)
+    return request
+
+
+def _read_header(body: bytes, versions: Versions) -> tuple[m.RequestHeader, int]:
+    if len(body) < _HEADER_FIXED.size:
+        raise KafkaProtocolError(f"a request of {len(body)} bytes has no header")
+    api_key, version, correlation_id, client_id_length = _HEADER_FIXED.unpack_from(body)
+    supported = versions.get(api_key)
+    if supported is None:
+        raise KafkaProtocolError(f"unsupported API key {api_key}", correlation_id)
+    if not supported.min_version <= version <= supported.max_version:
+        if api_key == m.Api.API_VERSIONS and version > supported.max_version:
+            answer = _unsupported_api_versions(correlation_id, versions)
+            raise KafkaProtocolError("ApiVersions newer than ours", correlation_id, answer)
+        message = f"unsupported version {version} of API {m.Api(api_key).name}"
+        raise KafkaProtocolError(message, correlation_id)
+    offset = _HEADER_FIXED.size
+    client_id: str | None = None
+    if client_id_length >= 0:
+        end = offset + client_id_length
+        if end > len(body):
+            raise KafkaProtocolError("a client id past the end of the request", correlation_id)
+        try:
+            client_id = body[offset:end].decode()
+        except UnicodeDecodeError:
+            raise KafkaProtocolError("a client id that is not UTF-8", correlation_id) from None
+        offset = end
+    elif client_id_length != -1:
+        raise KafkaProtocolError("a negative client id length", correlation_id)
+    header = m.RequestHeader(api_key, version, correlation_id, client_id)
+    if _request_schema(api_key, version).__flexible__:
+        try:  # header tagged fields: Kafka ignores those it does not know, and so do we
+            offset = _Walk(body, None).skip_tagged_fields(offset, len(body))
+        except _MalformedError as exc:
+            raise _refused(header, str(exc)) from None
+    return header, offset
+
+
+def _refused(header: m.RequestHeader, reason: str) -> KafkaProtocolError:
+    name = m.Api(header.api_key).name
+    message = f"malformed {name} v{header.api_version}: {reason}"
+    return KafkaProtocolError(message[:500], header.correlation_id)
+
+
+def _check_software(request: m.ApiVersionsRequest, header: m.RequestHeader) -> None:
+    for value in (request.client_software_name, request.client_software_version):
+        if not _SOFTWARE.fullmatch(value):
+            raise _refused(header, f"client software {value[:64]!r} is not a valid name")
+
+
+def _unsupported_api_versions(correlation_id: int, versions: Versions) -> bytes:
+    """KIP-511: a v0 ApiVersions response, UNSUPPORTED_VERSION, with every range we serve."""
+    response = api_versions_response(ErrorCode.UNSUPPORTED_VERSION, versions)
+    return _frame(correlation_id, _response_schema(m.Api.API_VERSIONS, 0), response)
+
+
+def api_versions_response(error: ErrorCode, versions: Versions) -> m.ApiVersionsResponse:
+    keys = tuple(m.ApiVersion(key, *r) for key, r in sorted(versions.items()))
+    return m.ApiVersionsResponse(int(error), keys)
+
+
+# -- encoding responses --------------------------------------------------------------------------
+
+
+def encode_response(header: m.RequestHeader, response: m.ResponseBody) -> bytes:
+    """The whole frame (length prefix included) answering the request of `header`."""
+    kio_cls = _response_schema(header.api_key, header.api_version)
+    return _frame(header.correlation_id, kio_cls, response)
+
+
+def _frame(correlation_id: int, kio_cls: type[Any], response: object) -> bytes:
+    out = io.BytesIO()
+    out.write(LENGTH_PREFIX.pack(0))
+    out.write(_CORRELATION_ID.pack(correlation_id))
+    if kio_cls.__header_schema__.__flexible__:
+        out.write(b"\x00")  # no tagged fields in the response header
+    kio.serial.entity_writer(kio_cls)(out, _to_kio(kio_cls, response))
+    frame = out.getbuffer()
+    LENGTH_PREFIX.pack_into(frame, 0, len(frame) - LENGTH_PREFIX.size)
+    return bytes(frame)
+
+
+# -- the client side (tests speak to the listener through these) -------------------------------
+
+
+def encode_request(header: m.RequestHeader, body: m.RequestBody) -> bytes:
+    """The whole frame of a request, as a client sends it."""
+    kio_cls = _request_schema(header.api_key, header.api_version)
+    client_id = b"" if header.client_id is None else header.client_id.encode()
+    out = io.BytesIO()
+    out.write(LENGTH_PREFIX.pack(0))
+    out.write(
+        _HEADER_FIXED.pack(
+            header.api_key,
+            header.api_version,
+            header.correlation_id,
+            -1 if header.client_id is None else len(client_id),
+        )
+    )
+    out.write(client_id)
+    if kio_cls.__flexible__:
+        out.write(b"\x00")
+    kio.serial.entity_writer(kio_cls)(out, _to_kio(kio_cls, body))
+    frame = out.getbuffer()
+    LENGTH_PREFIX.pack_into(frame, 0, len(frame) - LENGTH_PREFIX.size)
+    return bytes(frame)
+
+
+def decode_response(header: m.RequestHeader, body: bytes) -> tuple[int, m.ResponseBody]:
+    """The correlation id and response of a response frame body, for the request of `header`
+    (a client trusts its broker: no walk before kio reads it)."""
+    api = m.Api(header.api_key)
+    kio_cls = _response_schema(header.api_key, header.api_version)
+    (correlation_id,) = _CORRELATION_ID.unpack_from(body)
+    offset = _CORRELATION_ID.size
+    if kio_cls.__header_schema__.__flexible__:
+        offset = _Walk(body, None).skip_tagged_fields(offset, len(body))
+    entity, _size = kio.serial.entity_reader(kio_cls)(body, offset)
+    return correlation_id, _from_kio(m.MESSAGES[api][1], entity)
+
+
+def decode_api_versions_fallback(body: bytes) -> tuple[int, m.ApiVersionsResponse]:
+    """A v0 ApiVersions response (what a too-new ApiVersions request is answered with)."""
+    header = m.RequestHeader(m.Api.API_VERSIONS, 0, 0, None)
+    correlation_id, response = decode_response(header, body)
+    assert isinstance(response, m.ApiVersionsResponse)
+    return correlation_id, response
+
+
+# -- kio's classes -------------------------------------------------------------------------------
+
+
+def _request_schema(api_key: int, version: int) -> type[Any]:
+    try:
+        return load_request_schema(api_key, version)
+    except KioIndexError:
+        raise AssertionError(f"no kio schema for API {api_key} v{version}") from None
+
+
+def _response_schema(api_key: int, version: int) -> type[Any]:
+    try:
+        return load_response_schema(api_key, version)
+    except KioIndexError:
+        raise AssertionError(f"no kio schema for API {api_key} v{version}") from None
+
+
+def schema_exists(api_key: int, version: int) -> bool:
+    """Whether kio knows this API version, both ways (the version table is checked with it)."""
+    try:
+        load_request_schema(api_key, version)
+        load_response_schema(api_key, version)
+    except KioIndexError:
+        return False
+    return True
+
+
+class _Kind(NamedTuple):
+    """How one field of a class is laid out: an array or not, a nested class or not."""
+
+    array: bool
+    nested: type[Any] | None  # a nested class (kio's or ours), else a primitive
+    nullable: bool
+
+
+def _kind(annotation: object) -> _Kind:
+    nullable = False
+    if typing.get_origin(annotation) in (types.UnionType, typing.Union):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        nullable = len(args) < len(typing.get_args(annotation))
+        annotation = args[0]
+    if typing.get_origin(annotation) is tuple:
+        item = typing.get_args(annotation)[0]
+        is_class = isinstance(item, type) and dataclasses.is_dataclass(item)
+        return _Kind(True, item if is_class else None, nullable)
+    nested = (
+        annotation
+        if isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
+        else None
+    )
+    return _Kind(False, nested, nullable)
+
+
+class _Field(NamedTuple):
+    name: str
+    kafka_type: str
+    kind: _Kind
+    tag: int | None
+    required: bool  # no default: our value must be given
+
+
+# Each class's fields, read once (caches: kio's classes and ours never change).
+_KIO_FIELDS: dict[type, tuple[_Field, ...]] = {}
+_OUR_KINDS: dict[type, dict[str, _Kind]] = {}
+
+
+def _kio_fields(kio_cls: type) -> tuple[_Field, ...]:
+    found = _KIO_FIELDS.get(kio_cls)
+    if found is None:
+        found = _KIO_FIELDS[kio_cls] = _read_kio_fields(kio_cls)
+    return found
+
+
+def _read_kio_fields(kio_cls: type) -> tuple[_Field, ...]:
+    assert dataclasses.is_dataclass(kio_cls)
+    return tuple(
+        _Field(
+            f.name,
+            f.metadata.get("kafka_type", ""),
+            _kind(f.type),
+            f.metadata.get("tag"),
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(kio_cls)
+    )
+
+
+def _our_kinds(cls: type) -> dict[str, _Kind]:
+    found = _OUR_KINDS.get(cls)
+    if found is None:
+        assert dataclasses.is_dataclass(cls)
+        hints = typing.get_type_hints(cls)
+        found = _OUR_KINDS[cls] = {f.name: _kind(hints[f.name]) for f in dataclasses.fields(cls)}
+    return found
+
+
+# Conversions between our values and kio's, by the kio field's kafka_type.
+def _ms_to_timedelta(value: Any) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=value)
+
+
+def _timedelta_to_ms(value: datetime.timedelta) -> int:
+    return round(value.total_seconds() * 1000)
+
+
+def _ms_to_time(value: Any) -> datetime.datetime | None:
+    return None if value < 0 else datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC)
+
+
+def _time_to_ms(value: Any) -> int:
+    return -1 if value is None else round(value.timestamp() * 1000)
+
+
+_TO_KIO: dict[str, Callable[[Any], Any]] = {
+    "error_code": kio.schema.errors.ErrorCode,
+    "timedelta_i32": _ms_to_timedelta,
+    "timedelta_i64": _ms_to_timedelta,
+    "datetime_i64": _ms_to_time,
+}
+_FROM_KIO: dict[str, Callable[[Any], Any]] = {
+    "error_code": int,
+    "timedelta_i32": _timedelta_to_ms,
+    "timedelta_i64": _timedelta_to_ms,
+    "datetime_i64": _time_to_ms,
+}
+
+
+def _to_kio(kio_cls: type[Any], ours: object) -> Any:
+    values: dict[str, Any] = {}
+    for field in _kio_fields(kio_cls):
+        if not hasattr(ours, field.name):
+            assert not field.required, f"{type(ours).__name__} lacks {field.name}"
+            continue
+        value = getattr(ours, field.name)
+        nested = field.kind.nested
+        if value is None:
+            pass
+        elif nested is not None and field.kind.array:
+            value = tuple(_to_kio(nested, item) for item in value)
+        elif nested is not None:
+            value = _to_kio(nested, value)
+        elif field.kafka_type in _TO_KIO:
+            convert = _TO_KIO[field.kafka_type]
+            value = tuple(map(convert, value)) if field.kind.array else convert(value)
+        values[field.name] = value
+    return kio_cls(**values)
+
+
+def _from_kio(cls: type[Any], entity: object) -> Any:
+    kinds = _our_kinds(cls)
+    kio_fields = {f.name: f for f in _kio_fields(type(entity))}
+    values: dict[str, Any] = {}
+    for name, kind in kinds.items():
+        field = kio_fields.get(name)
+        if field is None:
+            continue  # not in this version: our default
+        value = getattr(entity, name)
+        if value is None:
+            pass
+        elif kind.nested is not None and kind.array:
+            value = tuple(_from_kio(kind.nested, item) for item in value)
+        elif kind.nested is not None:
+            value = _from_kio(kind.nested, value)
+        elif field.kafka_type in _FROM_KIO:
+            convert = _FROM_KIO[field.kafka_type]
+            value = tuple(map(convert, value)) if field.kind.array else convert(value)
+        values[name] = value
+    return cls(**values)
+
+
+# -- the walk: every length checked before kio allocates anything --------------------------------
+
+
+class _MalformedError(Exception):
+    """What the walk found wrong (turned into a KafkaProtocolError by the caller)."""
+
+
+_FIXED_BYTES = {
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
+_INT8 = struct.Struct(">b")
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_NULL_MARKER, _PRESENT_MARKER = -1, 1  # a nullable struct's leading int8 (KIP-893)
+
+
+class _Walk:
+    """One pass over a request body that reads only lengths, counts and tags."""
+
+    __slots__ = ("_body", "_count_max", "_items_left")
+
+    def __init__(self, body: bytes, limits: Limits | None) -> None:
+        self._body = body
+        per_request = limits.partitions_per_request_max if limits else 2**31
+        self._count_max = per_request
+        self._items_left = per_request * ITEMS_PER_PARTITION_BOUND
+
+    def entity(self, cls: type[Any], pos: int, end: int) -> int:
+        """The position after an entity of kio class `cls` that starts at `pos`."""
+        flexible = cls.__flexible__
+        tags: dict[int, _Field] = {}
+        for field in _kio_fields(cls):
+            if field.tag is not None:
+                tags[field.tag] = field
+            else:
+                pos = self._field(field, flexible, pos, end)
+        if flexible:
+            pos = self._tagged_fields(tags, flexible, pos, end)
+        return pos
+
+    def skip_tagged_fields(self, pos: int, end: int) -> int:
+        """Past a header's tagged fields, whatever their tags."""
+        count, pos = self._uvarint(pos, end)
+        self._take_items(count, end - pos)
+        for _ in range(count):
+            _tag, pos = self._uvarint(pos, end)
+            size, pos = self._uvarint(pos, end)
+            pos = self._need(pos, size, end)
+        return pos
+
+    def _tagged_fields(self, tags: dict[int, _Field], flexible: bool, pos: int, end: int) -> int:
+        count, pos = self._uvarint(pos, end)
+        self._take_items(count, end - pos)
+        for _ in range(count):
+            tag, pos = self._uvarint(pos, end)
+            size, pos = self._uvarint(pos, end)
+            field_end = self._need(pos, size, end)
+            field = tags.get(tag)
+            if field is None:
+                raise _MalformedError(f"unknown tagged field {tag}")
+            if self._field(field, flexible, pos, field_end) != field_end:
+                raise _MalformedError(f"tagged field {tag} is not {size} bytes")
+            pos = field_end
+        return pos
+
+    def _field(self, field: _Field, flexible: bool, pos: int, end: int) -> int:
+        kind = field.kind
+        if not kind.array:
+            return self._item(field, flexible, pos, end)
+        count, pos = self._length(flexible, pos, end, legacy=_INT32)
+        if count < 0:
+            return pos  # null: kio says whether this field may be
+        if count > self._count_max:
+            raise _MalformedError(f"{field.name}: {count} items, at most {self._count_max}")
+        self._take_items(count, end - pos)
+        for _ in range(count):
+            pos = self._item(field, flexible, pos, end)
+        return pos
+
+    def _item(self, field: _Field, flexible: bool, pos: int, end: int) -> int:
+        nested = field.kind.nested
+        if nested is not None:
+            if field.kind.nullable and not field.kind.array:
+                after = self._need(pos, 1, end)
+                (marker,) = _INT8.unpack_from(self._body, pos)
+                pos = after
+                if marker == _NULL_MARKER:
+                    return pos
+                if marker != _PRESENT_MARKER:
+                    raise _MalformedError(f"{field.name}: bad nullable-struct marker {marker}")
+            return self.entity(nested, pos, end)
+        kafka_type = field.kafka_type
+        size = _FIXED_BYTES.get(kafka_type)
+        if size is not None:
+            return self._need(pos, size, end)
+        if kafka_type == "string":
+            legacy = _INT16
+        elif kafka_type in ("bytes", "records"):
+            legacy = _INT32
+        else:
+            raise AssertionError(f"the walk does not know kafka_type {kafka_type!r}")
+        length, pos = self._length(flexible, pos, end, legacy=legacy)
+        return pos if length < 0 else self._need(pos, length, end)
+
+    def _length(
+        self, flexible: bool, pos: int, end: int, *, legacy: struct.Struct
+    ) -> tuple[int, int]:
+        """A length or count, -1 for null: compact (unsigned varint N+1) in flexible
+        versions, else a signed int16 (strings) or int32 (bytes, arrays)."""
+        if flexible:
+            value, pos = self._uvarint(pos, end)
+            return value - 1, pos
+        after = self._need(pos, legacy.size, end)
+        (value,) = legacy.unpack_from(self._body, pos)
+        if value < -1:
+            raise _MalformedError(f"negative length {value}")
+        return value, after
+
+    def _uvarint(self, pos: int, end: int) -> tuple[int, int]:
+        value = shift = 0
+        for i in range(_UVARINT_BYTES_MAX):
+            if pos + i >= end:
+                raise _MalformedError("a varint past the end")
+            byte = self._body[pos + i]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                if value > _UVARINT_MAX:
+                    raise _MalformedError(f"a length or count of {value}")
+                return value, pos + i + 1
+            shift += 7
+        raise _MalformedError("a varint longer than 5 bytes")
+
+    def _need(self, pos: int, size: int, end: int) -> int:
+        if size > end - pos:
+            raise _MalformedError(f"{size} bytes wanted, {end - pos} left")
+        return pos + size
+
+    def _take_items(self, count: int, bytes_left: int) -> None:
+        # Every item takes at least a byte on the wire, so a count beyond the bytes left lies.
+        if count > bytes_left:
+            raise _MalformedError(f"{count} items in {bytes_left} bytes")
+        self._items_left -= count
+        if self._items_left < 0:
+            raise _MalformedError("too many items in one request")

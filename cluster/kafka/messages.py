@@ -1,0 +1,582 @@
+"""The Kafka messages the listener reads and writes, in our own types: one class per message,
+its fields the union of every version we support.
+
+Role: the vocabulary shared by the codec (cluster/kafka/codec.py, the only module that knows
+kio, which has one generated class per message *and version*) and the frontend, which reads
+requests and builds responses without knowing which version is on the wire.
+
+Rules:
+- A field's name is the one Kafka's schema gives it (as kio spells it: snake case), so the
+  codec maps our fields to a version's by name alone: a field that version lacks is left out
+  on the way out, and takes our default on the way in.
+- Units are Kafka's: a duration field (`timeout`, `max_wait`, `throttle_time`) is in ms, a time
+  (`log_append_time`) in ms since the epoch, -1 for none; error codes are plain integers
+  (`statemachine.errors.ErrorCode` values).
+- Requests carry only what the frontend reads; a response carries every field it may set.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import NamedTuple
+
+NO_TOPIC_ID: uuid.UUID | None = None
+
+
+class Api(IntEnum):
+    """The API keys this listener knows (Kafka's numbers)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    FIND_COORDINATOR = 10
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+
+
+class VersionRange(NamedTuple):
+    min_version: int
+    max_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+# -- ApiVersions (18) ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ApiVersionsRequest:
+    client_software_name: str = ""
+    client_software_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiVersion:
+    api_key: int
+    min_version: int
+    max_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApiVersionsResponse:
+    error_code: int
+    api_keys: tuple[ApiVersion, ...]
+    throttle_time: int = 0
+
+
+# -- Metadata (3) --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataRequestTopic:
+    name: str | None = None
+    topic_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataRequest:
+    # None: every topic (v1+); in v0 an empty list means every topic.
+    topics: tuple[MetadataRequestTopic, ...] | None = None
+    allow_auto_topic_creation: bool = True
+    include_cluster_authorized_operations: bool = False
+    include_topic_authorized_operations: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResponseBroker:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResponsePartition:
+    error_code: int
+    partition_index: int
+    leader_id: int
+    leader_epoch: int = -1
+    replica_nodes: tuple[int, ...] = ()
+    isr_nodes: tuple[int, ...] = ()
+    offline_replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResponseTopic:
+    error_code: int
+    name: str | None
+    topic_id: uuid.UUID | None = NO_TOPIC_ID
+    is_internal: bool = False
+    partitions: tuple[MetadataResponsePartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResponse:
+    brokers: tuple[MetadataResponseBroker, ...]
+    topics: tuple[MetadataResponseTopic, ...]
+    cluster_id: str | None = None
+    controller_id: int = -1
+    error_code: int = 0
+    throttle_time: int = 0
+
+
+# -- DescribeCluster (60) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeClusterRequest:
+    include_cluster_authorized_operations: bool = False
+    endpoint_type: int = 1
+    include_fenced_brokers: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeClusterBroker:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    is_fenced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeClusterResponse:
+    error_code: int
+    cluster_id: str
+    brokers: tuple[DescribeClusterBroker, ...] = ()
+    controller_id: int = -1
+    error_message: str | None = None
+    endpoint_type: int = 1
+    cluster_authorized_operations: int = -(2**31)
+    throttle_time: int = 0
+
+
+# -- CreateTopics (19) and DeleteTopics (20) -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableReplicaAssignment:
+    partition_index: int
+    broker_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableTopicConfig:
+    name: str
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableTopic:
+    name: str
+    num_partitions: int
+    replication_factor: int
+    assignments: tuple[CreatableReplicaAssignment, ...] = ()
+    configs: tuple[CreatableTopicConfig, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicsRequest:
+    topics: tuple[CreatableTopic, ...]
+    timeout: int = 60_000
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableTopicConfigs:
+    name: str
+    value: str | None
+    read_only: bool = False
+    config_source: int = -1
+    is_sensitive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableTopicResult:
+    name: str
+    error_code: int
+    error_message: str | None = None
+    topic_id: uuid.UUID | None = NO_TOPIC_ID
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: tuple[CreatableTopicConfigs, ...] | None = None
+    topic_config_error_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicsResponse:
+    topics: tuple[CreatableTopicResult, ...]
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicState:
+    name: str | None = None
+    topic_id: uuid.UUID | None = NO_TOPIC_ID
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicsRequest:
+    topic_names: tuple[str, ...] = ()  # v1-v5
+    topics: tuple[DeleteTopicState, ...] = ()  # v6: by name or by topic id
+    timeout: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeletableTopicResult:
+    name: str | None
+    error_code: int
+    topic_id: uuid.UUID | None = NO_TOPIC_ID
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicsResponse:
+    responses: tuple[DeletableTopicResult, ...]
+    throttle_time: int = 0
+
+
+# -- ListOffsets (2) -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsPartition:
+    partition_index: int
+    timestamp: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsTopic:
+    name: str
+    partitions: tuple[ListOffsetsPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsRequest:
+    topics: tuple[ListOffsetsTopic, ...]
+    replica_id: int = -1
+    isolation_level: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsPartitionResponse:
+    partition_index: int
+    error_code: int
+    timestamp: int = -1
+    offset: int = -1
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsTopicResponse:
+    name: str
+    partitions: tuple[ListOffsetsPartitionResponse, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResponse:
+    topics: tuple[ListOffsetsTopicResponse, ...]
+    throttle_time: int = 0
+
+
+# -- InitProducerId (22) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdRequest:
+    transactional_id: str | None = None
+    transaction_timeout: int = 0
+    producer_id: int = -1  # v3+: the producer's current id and epoch (KIP-360), or -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdResponse:
+    error_code: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    throttle_time: int = 0
+
+
+# -- DescribeProducers (61) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRequest:
+    name: str
+    partition_indexes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeProducersRequest:
+    topics: tuple[TopicRequest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int = -1
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResponse:
+    partition_index: int
+    error_code: int
+    error_message: str | None = None
+    active_producers: tuple[ProducerState, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicResponse:
+    name: str
+    partitions: tuple[PartitionResponse, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeProducersResponse:
+    topics: tuple[TopicResponse, ...]
+    throttle_time: int = 0
+
+
+# -- FindCoordinator (10) ------------------------------------------------------------------------
+
+COORDINATOR_GROUP = 0
+COORDINATOR_TRANSACTION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinatorRequest:
+    key: str = ""  # v0-v3: one key
+    key_type: int = COORDINATOR_GROUP  # v1+
+    coordinator_keys: tuple[str, ...] = ()  # v4+: several keys at once
+
+
+@dataclass(frozen=True, slots=True)
+class Coordinator:
+    key: str
+    node_id: int
+    host: str
+    port: int
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinatorResponse:
+    # v0-v3 answer one key in these fields; v4+ answer every key in `coordinators`.
+    error_code: int = 0
+    error_message: str | None = None
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+    coordinators: tuple[Coordinator, ...] = ()
+    throttle_time: int = 0
+
+
+# -- Produce (0) ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProduceData:
+    index: int
+    records: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicProduceData:
+    name: str
+    partition_data: tuple[PartitionProduceData, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    acks: int
+    timeout: int
+    topic_data: tuple[TopicProduceData, ...]
+    transactional_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderIdAndEpoch:
+    leader_id: int = -1
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchIndexAndErrorMessage:
+    batch_index: int
+    batch_index_error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProduceResponse:
+    index: int
+    error_code: int
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    record_errors: tuple[BatchIndexAndErrorMessage, ...] = ()
+    error_message: str | None = None
+    current_leader: LeaderIdAndEpoch = LeaderIdAndEpoch()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicProduceResponse:
+    name: str
+    partition_responses: tuple[PartitionProduceResponse, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEndpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResponse:
+    responses: tuple[TopicProduceResponse, ...]
+    throttle_time: int = 0
+    node_endpoints: tuple[NodeEndpoint, ...] = ()
+
+
+# -- Fetch (1) -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = -1
+    log_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchTopic:
+    topic: str
+    partitions: tuple[FetchPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    max_wait: int
+    min_bytes: int
+    topics: tuple[FetchTopic, ...]
+    max_bytes: int = 2**31 - 1
+    isolation_level: int = 0
+    session_id: int = 0
+    session_epoch: int = -1
+    replica_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionData:
+    partition_index: int
+    error_code: int
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    current_leader: LeaderIdAndEpoch = LeaderIdAndEpoch()
+    aborted_transactions: tuple[AbortedTransaction, ...] | None = None
+    preferred_read_replica: int = -1
+    records: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTransaction:
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchableTopicResponse:
+    topic: str
+    partitions: tuple[PartitionData, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    responses: tuple[FetchableTopicResponse, ...]
+    error_code: int = 0
+    session_id: int = 0
+    throttle_time: int = 0
+    node_endpoints: tuple[NodeEndpoint, ...] = ()
+
+
+RequestBody = (
+    ApiVersionsRequest
+    | MetadataRequest
+    | DescribeClusterRequest
+    | CreateTopicsRequest
+    | DeleteTopicsRequest
+    | ListOffsetsRequest
+    | InitProducerIdRequest
+    | DescribeProducersRequest
+    | FindCoordinatorRequest
+    | ProduceRequest
+    | FetchRequest
+)
+ResponseBody = (
+    ApiVersionsResponse
+    | MetadataResponse
+    | DescribeClusterResponse
+    | CreateTopicsResponse
+    | DeleteTopicsResponse
+    | ListOffsetsResponse
+    | InitProducerIdResponse
+    | DescribeProducersResponse
+    | FindCoordinatorResponse
+    | ProduceResponse
+    | FetchResponse
+)
+
+# Each API's request and response classes.
+MESSAGES: dict[Api, tuple[type[RequestBody], type[ResponseBody]]] = {
+    Api.PRODUCE: (ProduceRequest, ProduceResponse),
+    Api.FETCH: (FetchRequest, FetchResponse),
+    Api.LIST_OFFSETS: (ListOffsetsRequest, ListOffsetsResponse),
+    Api.METADATA: (MetadataRequest, MetadataResponse),
+    Api.FIND_COORDINATOR: (FindCoordinatorRequest, FindCoordinatorResponse),
+    Api.API_VERSIONS: (ApiVersionsRequest, ApiVersionsResponse),
+    Api.CREATE_TOPICS: (CreateTopicsRequest, CreateTopicsResponse),
+    Api.DELETE_TOPICS: (DeleteTopicsRequest, DeleteTopicsResponse),
+    Api.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse),
+    Api.DESCRIBE_CLUSTER: (DescribeClusterRequest, DescribeClusterResponse),
+    Api.DESCRIBE_PRODUCERS: (DescribeProducersRequest, DescribeProducersResponse),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRequest:
+    """One decoded request: its header, and its body in our types."""
+
+    header: RequestHeader
+    body: RequestBody
+
+    @property
+    def api_key(self) -> int:
+        return self.header.api_key
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
