@@ -84,7 +84,8 @@ class Metrics:
     def watch_groups(self, statuses: Callable[[], list[GroupStatus]]) -> None:
         self.registry.register(_RaftCollector(statuses))
 
-    def watch_connections(self, stats: Callable[[], ConnectionStats]) -> None:
+    def watch_connections(self, *stats: Callable[[], ConnectionStats]) -> None:
+        """Every listener's connections, labelled by listener, in one collector."""
         self.registry.register(_ConnectionCollector(stats))
 
     def watch_raft_port(self, stats: Callable[[], RaftPortStats]) -> None:
@@ -118,25 +119,28 @@ class _RaftCollector(Collector):
 
 
 class _ConnectionCollector(Collector):
-    def __init__(self, stats: Callable[[], ConnectionStats]) -> None:
+    def __init__(self, stats: tuple[Callable[[], ConnectionStats], ...]) -> None:
         self._stats = stats
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        stats = self._stats()
         open_now = GaugeMetricFamily(
             "raftbroker_client_connections",
-            "Client-port connections open, by slot (peer: a peer node's, in slots of their own)",
-            labels=["slot"],
+            "Connections open on a listener (client: the native protocol, kafka), by slot "
+            "(peer: a peer node's host, in slots of their own)",
+            labels=["listener", "slot"],
         )
-        open_now.add_metric(["client"], stats.clients)
-        open_now.add_metric(["peer"], stats.peers)
         refused = CounterMetricFamily(
             "raftbroker_refused_connections",
-            "Client-port connections refused at a limit, or closed for a frame not read in time",
-            labels=["reason"],
+            "Connections refused at a limit, or closed for a frame not read in time or a "
+            "request that does not decode, by listener",
+            labels=["listener", "reason"],
         )
-        for reason, count in stats.refused.items():
-            refused.add_metric([reason.value], count)
+        for stats_of in self._stats:
+            stats = stats_of()
+            open_now.add_metric([stats.listener, "client"], stats.clients)
+            open_now.add_metric([stats.listener, "peer"], stats.peers)
+            for reason, count in stats.refused.items():
+                refused.add_metric([stats.listener, reason.value], count)
         yield from (open_now, refused)
 
 

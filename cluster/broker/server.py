@@ -1,4 +1,9 @@
-"""The client-facing TCP server: connections, framing, ordering and limits.
+"""The client-facing TCP servers: connections, framing, ordering and limits.
+
+One `Server` class serves both listeners of a node, the native protocol and Kafka's, each with
+its own `Wire` (how bytes become requests and answers become bytes: `NativeWire` below,
+cluster/kafka/wire.py's `KafkaWire`) and its own handler; every limit below holds on each,
+counted per listener.
 
 Each connection may pipeline requests; they are handled concurrently and answered in the order
 they arrived, as Kafka does. Limits:
@@ -41,9 +46,12 @@ answer at once through a callback (`RequestHandler.answer_now`: a produce is ans
 Raft apply callback itself, with no task between the commit and the socket); every other
 request runs as a task that the connection owns and cancels when it closes.
 
-Bad input never crashes a node: a frame that does not decode is answered with an error when its
-correlation id can be read, and the connection is closed when it cannot; a handler that fails
-unexpectedly answers UNKNOWN_SERVER_ERROR and logs, and nothing of either reaches a Raft log.
+Bad input never crashes a node: a frame that does not decode is answered with an error when the
+wire can answer it (the native protocol, when the correlation id can be read), and the
+connection is closed otherwise (counted and logged as a refusal); a handler that fails
+unexpectedly answers UNKNOWN_SERVER_ERROR and logs, and nothing of either reaches a Raft log. A
+wire may answer nothing at all (Kafka's acks=0 produce): the request keeps its place in the
+order and leaves no bytes.
 """
 
 from __future__ import annotations
@@ -56,7 +64,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol, cast
+from typing import Generic, Protocol, TypeVar, cast
 
 from cluster.config import Limits, Timing
 from cluster.errors import RaftbrokerError
@@ -79,25 +87,100 @@ log = logging.getLogger(__name__)
 TIMER_SLACK_S = 0.001
 ERROR_MESSAGE_CHARS_MAX = 512
 
-# What a handler answers a request with: a response, or an exception. A `RaftbrokerError`
-# (a `RequestRefusedError` above all) is a whole-request refusal, answered with its code; any
-# other exception is a bug, logged and answered UNKNOWN_SERVER_ERROR.
+Q = TypeVar("Q")  # a decoded request, as a wire gives it to its handler
+A = TypeVar("A")  # a handler's answer, as it gives it back to its wire
+Q_contra = TypeVar("Q_contra", contravariant=True)
+A_co = TypeVar("A_co", covariant=True)
+A_contra = TypeVar("A_contra", contravariant=True)
+
+# What a native handler answers a request with: a response, or an exception. A
+# `RaftbrokerError` (a `RequestRefusedError` above all) is a whole-request refusal, answered with
+# its code; any other exception is a bug, logged and answered UNKNOWN_SERVER_ERROR.
 Outcome = Response | Exception
 Respond = Callable[[Outcome], None]
 
 
-class RequestHandler(Protocol):
-    def answer_now(self, request: Request, respond: Respond) -> bool:
+class Undecodable(Exception):  # noqa: N818 - a refusal, as the wire reports it
+    """Bytes a wire cannot turn into a request: `answer` is the frame to send first (None:
+    nothing can be answered); then the connection is closed unless `keep_open`."""
+
+    def __init__(self, message: str, answer: bytes | None = None, *, keep_open: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.answer = answer
+        self.keep_open = keep_open
+
+
+class Wire(Protocol[Q, A_contra]):
+    """A listener's protocol: frames, requests and answers."""
+
+    @property
+    def name(self) -> str:
+        """The listener's name, in logs and the `listener` label of its metrics."""
+        ...
+
+    def take_frame(self, buf: bytearray, offset: int) -> tuple[bytes, int] | None:
+        """The body of the frame at `offset` and the offset after it, or None until all of it
+        has arrived; Undecodable (never kept open) for a length it refuses."""
+        ...
+
+    def decode(self, body: bytes) -> tuple[int, Q]:
+        """The correlation id and request of a frame body; Undecodable otherwise."""
+        ...
+
+    def encode(
+        self, correlation_id: int, request: Q, outcome: A_contra | RaftbrokerError
+    ) -> bytes | None:
+        """The frame answering `request` (a refusal included); None: no answer at all."""
+        ...
+
+
+class RequestHandler(Protocol[Q_contra, A_co]):
+    def answer_now(self, request: Q_contra, respond: Callable[[A_co | Exception], None]) -> bool:
         """Take `request` on the fast path and call `respond` once, later or at once; False
         when it has none (then `handle` serves it, in a task)."""
         ...
 
-    def answer_bytes_reserved(self, request: Request) -> int:
+    def answer_bytes_reserved(self, request: Q_contra) -> int:
         """The bytes to hold in reserve for `request`'s answer while it is under way (its
         bound where it may be large; 0 where it is small)."""
         ...
 
-    async def handle(self, request: Request) -> Response: ...
+    async def handle(self, request: Q_contra) -> A_co: ...
+
+
+class NativeWire:
+    """The native protocol (cluster/protocol.py): an oversize frame is answered
+    MESSAGE_TOO_LARGE (its body never read) and the connection closed; a body that does not
+    decode is answered when its correlation id can be read, else the connection is closed."""
+
+    name = "client"
+
+    def __init__(self, limits: Limits) -> None:
+        self._limits = limits
+
+    def take_frame(self, buf: bytearray, offset: int) -> tuple[bytes, int] | None:
+        try:
+            return take_frame(buf, offset, self._limits.frame_bytes_max)
+        except ProtocolError as exc:
+            raise Undecodable(exc.message, _error_frame(0, exc.error, exc.message)) from None
+
+    def decode(self, body: bytes) -> tuple[int, Request]:
+        try:
+            return decode_request(body, self._limits)
+        except ProtocolError as exc:
+            if exc.correlation_id is None:
+                raise Undecodable(exc.message) from None
+            answer = _error_frame(exc.correlation_id, exc.error, exc.message)
+            raise Undecodable(exc.message, answer, keep_open=True) from None
+
+    def encode(
+        self, correlation_id: int, request: Request, outcome: Response | RaftbrokerError
+    ) -> bytes:
+        del request  # a native answer needs only the correlation id
+        if isinstance(outcome, RaftbrokerError):
+            return _error_frame(correlation_id, outcome.error, outcome.message, outcome.leader)
+        return encode_response(correlation_id, outcome)
 
 
 class PeerSources(Protocol):
@@ -113,6 +196,7 @@ class Refusal(enum.StrEnum):
     CONNECTIONS_MAX = "connections_max"
     PER_ADDRESS = "connections_per_address_max"
     FRAME_READ_TIMEOUT = "frame_read_timeout"
+    UNDECODABLE = "undecodable_request"
 
 
 class Seat(enum.Enum):
@@ -124,25 +208,28 @@ class Seat(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ConnectionStats:
-    """Connections open now, and refused since start by reason (for /metrics)."""
+    """One listener's connections open now, and refused since start by reason (/metrics)."""
 
+    listener: str
     clients: int
     peers: int
     refused: Mapping[Refusal, int]
 
 
-class Server:
+class Server(Generic[Q, A]):
     def __init__(
         self,
-        handler: RequestHandler,
+        handler: RequestHandler[Q, A],
         host: str,
         port: int,
         limits: Limits,
         timing: Timing,
         *,
+        wire: Wire[Q, A],
         peer_sources: PeerSources | None = None,
     ) -> None:
         self.handler = handler
+        self.wire = wire
         self.peer_sources = peer_sources
         self.limits = limits
         self.idle_timeout_s = timing.client_idle_timeout_ms / 1000
@@ -158,13 +245,15 @@ class Server:
         self._refusals = RefusalLog(log, self._refusal_interval_s, time.monotonic)
         self._refused = dict.fromkeys(Refusal, 0)
         # One log kind per reason, fixed for the server's life (RefusalLog's table stays small).
+        name = wire.name
         self._refusal_kinds = {
-            Refusal.CONNECTIONS_MAX: "client connection refused: connections_max "
+            Refusal.CONNECTIONS_MAX: f"{name} connection refused: connections_max "
             f"({limits.connections_max}) reached",
-            Refusal.PER_ADDRESS: "client connection refused: connections_per_address_max "
+            Refusal.PER_ADDRESS: f"{name} connection refused: connections_per_address_max "
             f"({limits.connections_per_address_max}) reached",
-            Refusal.FRAME_READ_TIMEOUT: "client connection closed: frame not read within "
+            Refusal.FRAME_READ_TIMEOUT: f"{name} connection closed: frame not read within "
             f"frame_read_timeout_ms ({timing.frame_read_timeout_ms})",
+            Refusal.UNDECODABLE: f"{name} connection closed: a request that does not decode",
         }
         self.listening = asyncio.Event()
 
@@ -185,7 +274,9 @@ class Server:
             self._refusals.flush_due()
 
     def stats(self) -> ConnectionStats:
-        return ConnectionStats(self.connections, self.peer_connections, dict(self._refused))
+        return ConnectionStats(
+            self.wire.name, self.connections, self.peer_connections, dict(self._refused)
+        )
 
     def admit(self, ip: str) -> Seat | None:
         """Seat a new connection from `ip` (normalised): in a peer slot if it may be a peer's
@@ -227,32 +318,35 @@ class Server:
         self._refusals.warn(self._refusal_kinds[reason], detail)
 
 
-class _Slot:
-    """One request's place in the answer order: its encoded answer once known (`frame`), the
-    bytes held in reserve for it until then, when it is due, and the task serving it, if any."""
+class _Slot(Generic[Q]):
+    """One request's place in the answer order: the request (None when it did not decode), its
+    encoded answer once known (`frame`; b"" for no answer), the bytes held in reserve for it
+    until then, when it is due, and the task serving it, if any."""
 
-    __slots__ = ("correlation_id", "deadline", "frame", "reserved", "task")
+    __slots__ = ("correlation_id", "deadline", "frame", "request", "reserved", "task")
 
-    def __init__(self, correlation_id: int, reserved: int, deadline: float) -> None:
+    def __init__(self, correlation_id: int, request: Q | None, reserved: int, deadline: float):
         self.correlation_id = correlation_id
+        self.request = request
         self.reserved = reserved
         self.deadline = deadline
         self.frame: bytes | None = None
         self.task: asyncio.Task[None] | None = None
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(asyncio.Protocol, Generic[Q, A]):
     """One client connection: frames in, answers out in request order."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server[Q, A]) -> None:
         self._server = server
+        self._wire = server.wire
         self._limits = server.limits
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._ip = ""
         self._seat: Seat | None = None  # None: refused, or not yet made
         self._inbuf = bytearray()
-        self._slots: deque[_Slot] = deque()
+        self._slots: deque[_Slot[Q]] = deque()
         self._held_bytes = 0  # answer bytes of the slots: known frames and reservations
         self._tasks: set[asyncio.Task[None]] = set()
         self._reading = True
@@ -338,10 +432,9 @@ class _Connection(asyncio.Protocol):
         buf, offset = self._inbuf, 0
         while self._open_for_requests():
             try:
-                frame = take_frame(buf, offset, self._limits.frame_bytes_max)
-            except ProtocolError as exc:  # oversize: answer (its body is never read), close
-                self._complete(self._new_slot(0), _error_frame(0, exc.error, exc.message))
-                self._finish()
+                frame = self._wire.take_frame(buf, offset)
+            except Undecodable as exc:  # a length refused: its body is never read; close
+                self._undecodable(exc)
                 break
             if frame is None:
                 break
@@ -367,16 +460,12 @@ class _Connection(asyncio.Protocol):
 
     def _on_frame(self, body: bytes) -> None:
         try:
-            correlation_id, request = decode_request(body, self._limits)
-        except ProtocolError as exc:
-            if exc.correlation_id is None:
-                self._finish()  # cannot even answer it: close after the earlier answers
-                return
-            frame = _error_frame(exc.correlation_id, exc.error, exc.message)
-            self._complete(self._new_slot(exc.correlation_id), frame)
+            correlation_id, request = self._wire.decode(body)
+        except Undecodable as exc:
+            self._undecodable(exc)
             return
         handler = self._server.handler
-        slot = self._new_slot(correlation_id, handler.answer_bytes_reserved(request))
+        slot = self._new_slot(correlation_id, request, handler.answer_bytes_reserved(request))
         respond = partial(self._respond, slot)
         try:
             if handler.answer_now(request, respond):
@@ -388,36 +477,58 @@ class _Connection(asyncio.Protocol):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _handle(self, request: Request, respond: Respond) -> None:
+    def _undecodable(self, exc: Undecodable) -> None:
+        """Answer what the wire could answer; unless it keeps the connection open, close it
+        once the earlier answers are out, counted and logged (rate-limited) as a refusal."""
+        if exc.answer is not None:
+            self._complete(self._new_slot(0, None), exc.answer)
+        if not exc.keep_open:
+            self._server.refuse(Refusal.UNDECODABLE, f"from {self._ip}: {exc.message[:200]}")
+            self._finish()
+
+    async def _handle(self, request: Q, respond: Callable[[A | Exception], None]) -> None:
         try:
-            outcome: Outcome = await self._server.handler.handle(request)
+            outcome: A | Exception = await self._server.handler.handle(request)
         except Exception as exc:  # noqa: BLE001 - answered; a refusal or a bug, logged in respond
             outcome = exc
         respond(outcome)
 
     # -- answers out ---------------------------------------------------------------------------
 
-    def _new_slot(self, correlation_id: int, reserved: int = 0) -> _Slot:
+    def _new_slot(self, correlation_id: int, request: Q | None, reserved: int = 0) -> _Slot[Q]:
         deadline = self._loop.time() + self._server.answer_timeout_s
-        slot = _Slot(correlation_id, reserved, deadline)
+        slot = _Slot(correlation_id, request, reserved, deadline)
         self._slots.append(slot)
         self._held_bytes += reserved
         if self._deadline_timer is None:
             self._deadline_timer = self._loop.call_at(deadline, self._answer_overdue)
         return slot
 
-    def _respond(self, slot: _Slot, outcome: Outcome) -> None:
-        correlation_id = slot.correlation_id
-        if isinstance(outcome, RaftbrokerError):
-            frame = _error_frame(correlation_id, outcome.error, outcome.message, outcome.leader)
-        elif isinstance(outcome, Exception):
+    def _respond(self, slot: _Slot[Q], outcome: A | Exception) -> None:
+        if isinstance(outcome, Exception) and not isinstance(outcome, RaftbrokerError):
             log.error("request failed", exc_info=outcome)
-            frame = _error_frame(correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error")
-        else:
-            frame = encode_response(correlation_id, outcome)
-        self._complete(slot, frame)
+            outcome = RaftbrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, "internal error")
+        self._complete(slot, self._encode(slot, outcome))
 
-    def _complete(self, slot: _Slot, frame: bytes) -> None:
+    def _encode(self, slot: _Slot[Q], outcome: A | RaftbrokerError) -> bytes:
+        """The answer's frame (b"" for none); an answer that cannot be encoded is a bug: it is
+        logged and answered UNKNOWN_SERVER_ERROR, or the connection dropped if even that fails."""
+        request = slot.request
+        assert request is not None, "only decoded requests are answered through the wire"
+        wire, correlation_id = self._wire, slot.correlation_id
+        try:
+            return wire.encode(correlation_id, request, outcome) or b""
+        except Exception:  # a bug in an answer: logged, never fatal to the node
+            log.exception("could not encode the answer to request %d", correlation_id)
+        try:
+            internal = RaftbrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, "internal error")
+            return wire.encode(correlation_id, request, internal) or b""
+        except Exception:
+            log.exception("could not encode an error answer either; closing the connection")
+            self._abort()
+            return b""
+
+    def _complete(self, slot: _Slot[Q], frame: bytes) -> None:
         if slot.frame is not None:
             return  # answered at its deadline already: the late outcome has no request left
         slot.frame = frame
@@ -427,8 +538,9 @@ class _Connection(asyncio.Protocol):
             return
         while slots and (head := slots[0].frame) is not None:
             slots.popleft()
-            self._held_bytes -= len(head)
-            transport.write(head)
+            if head:
+                self._held_bytes -= len(head)
+                transport.write(head)
         if self._finishing:
             if not slots:
                 transport.close()
@@ -468,10 +580,10 @@ class _Connection(asyncio.Protocol):
             )
             if slot.task is not None:
                 slot.task.cancel()
-            message = "the node did not answer in time"
-            self._complete(
-                slot, _error_frame(slot.correlation_id, ErrorCode.REQUEST_TIMED_OUT, message)
+            timed_out = RaftbrokerError(
+                ErrorCode.REQUEST_TIMED_OUT, "the node did not answer in time"
             )
+            self._complete(slot, self._encode(slot, timed_out))
         # (Taking requests again may have armed it; a head with its frame means closing.)
         if self._deadline_timer is None and slots and slots[0].frame is None:
             self._deadline_timer = self._loop.call_at(slots[0].deadline, self._answer_overdue)

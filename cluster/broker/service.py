@@ -15,7 +15,7 @@ from cluster.broker.metrics import HttpEndpoint, Metrics, RaftPortStats
 from cluster.broker.node import Node
 from cluster.broker.peers import PeerWatcher
 from cluster.broker.replica import Fatal
-from cluster.broker.server import Server
+from cluster.broker.server import NativeWire, Server
 from cluster.config import NodeConfig
 from cluster.peer_hosts import PeerHosts
 
@@ -38,6 +38,7 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
         config.client_port,
         config.limits,
         config.timing,
+        wire=NativeWire(config.limits),
         peer_sources=hosts,
     )
     http = HttpEndpoint(metrics, lambda: health_problems(node), config)

@@ -110,7 +110,10 @@ def warnings_of(known: Known, node_id: int, kind: str) -> list[str]:
 
 async def refused_metric(node: launcher.NodeProcess, reason: str) -> float:
     response = await http_exchange(node, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-    pattern = rb'raftbroker_refused_connections_total\{reason="%s"\} (\S+)' % reason.encode()
+    pattern = (
+        rb'raftbroker_refused_connections_total\{listener="client",reason="%s"\} (\S+)'
+        % reason.encode()
+    )
     found = re.search(pattern, response)
     assert found is not None, response[:300]
     return float(found[1])

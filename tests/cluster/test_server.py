@@ -24,7 +24,7 @@ import pytest
 import pytest_asyncio
 
 from cluster import protocol as p
-from cluster.broker.server import RequestHandler, Respond, Server
+from cluster.broker.server import NativeWire, RequestHandler, Respond, Server
 from cluster.config import Limits, Timing
 from statemachine.errors import ErrorCode
 
@@ -79,9 +79,11 @@ class LargeFetchAnswers:
 
 
 @contextlib.asynccontextmanager
-async def serving(handler: RequestHandler, timing: Timing) -> AsyncIterator[tuple[str, int]]:
+async def serving(
+    handler: RequestHandler[p.Request, p.Response], timing: Timing
+) -> AsyncIterator[tuple[str, int]]:
     port = _free_port()
-    server = Server(handler, HOST, port, Limits(), timing)
+    server = Server(handler, HOST, port, Limits(), timing, wire=NativeWire(Limits()))
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(WAIT_S):
