@@ -186,7 +186,7 @@ def server_config(
 async def fresh_cluster() -> AsyncIterator[JetStreamCluster]:
     """Three nats-servers with JetStream, the stream created; stopped by PID and removed after."""
     root = Path(tempfile.mkdtemp(prefix="raftbroker-bench-nats-"))
-    client_port, _, cluster_port = launcher.choose_ports(NODES, int(time.time()))
+    client_port, _, cluster_port, _ = launcher.choose_ports(NODES, int(time.time()))
     hosts = [launcher.host_of(i) for i in range(NODES)]
     servers = []
     for i, host in enumerate(hosts):

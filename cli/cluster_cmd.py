@@ -113,12 +113,20 @@ def _say_ready(cluster: launcher.LocalCluster, started: tuple[int, ...]) -> None
         typer.echo(f"{every} running already")
     typer.echo(f"raftbroker cluster of {plural(count, 'node')} ready in {directory}")
     typer.echo(f"bootstrap: {','.join(cluster.bootstrap)}")
-    if cluster.nodes[0].client_port != launcher.CONVENTIONAL_PORTS[0]:
+    conventional = launcher.CONVENTIONAL_PORTS
+    if cluster.nodes[0].client_port != conventional.client:
         typer.echo(
-            f"(port {launcher.CONVENTIONAL_PORTS[0]} was taken: pass --bootstrap "
+            f"(port {conventional.client} was taken: pass --bootstrap "
             f"{cluster.bootstrap[0]}, or set RAFTBROKER_BOOTSTRAP, where examples say "
-            f"127.0.0.2:{launcher.CONVENTIONAL_PORTS[0]})"
+            f"127.0.0.2:{conventional.client})"
         )
+    if cluster.kafka_bootstrap:
+        typer.echo(f"kafka bootstrap: {','.join(cluster.kafka_bootstrap)}")
+        if cluster.nodes[0].kafka_port != conventional.kafka:
+            typer.echo(
+                f"(port {conventional.kafka} was taken: Kafka clients bootstrap from "
+                f"{cluster.kafka_bootstrap[0]} where examples say 127.0.0.2:{conventional.kafka})"
+            )
 
 
 def _follow_logs(cluster: launcher.LocalCluster) -> None:

@@ -145,16 +145,22 @@ class Timing:
 
 @dataclass(frozen=True, slots=True)
 class Peer:
-    """A node of the cluster as the others reach it."""
+    """A node of the cluster as the others reach it (`kafka_port`: its Kafka listener, which
+    Kafka clients learn from Metadata; None when it has none)."""
 
     node_id: int
     host: str
     client_port: int
     raft_port: int
+    kafka_port: int | None = None
 
     @property
     def client_address(self) -> str:
         return join_address(self.host, self.client_port)
+
+    @property
+    def kafka_address(self) -> str | None:
+        return None if self.kafka_port is None else join_address(self.host, self.kafka_port)
 
     @property
     def raft_address(self) -> str:
@@ -172,6 +178,9 @@ class NodeConfig:
     http_port: int
     data_dir: Path
     peers: tuple[Peer, ...]
+    # Kafka's wire protocol on its own port (cluster/kafka/); None: no Kafka listener. When
+    # set, every peer names its own, so Metadata can send Kafka clients to any node.
+    kafka_port: int | None = None
     cluster_id: str = "raftbroker"
     cluster_secret: str | None = None
     fsync: bool = False
@@ -182,10 +191,17 @@ class NodeConfig:
     timing: Timing = field(default_factory=Timing)
 
     def __post_init__(self) -> None:
-        for name in ("client_port", "raft_port", "http_port"):
+        ports = ("client_port", "raft_port", "http_port", "kafka_port")
+        for name in ports:
             port = getattr(self, name)
+            if name == "kafka_port" and port is None:
+                continue
             if type(port) is not int or not 1 <= port <= PORT_MAX:
                 raise ConfigError(f"{name} must be a port number (1-{PORT_MAX}), not {port!r}")
+        used = [getattr(self, name) for name in ports if getattr(self, name) is not None]
+        if len(set(used)) != len(used):
+            raise ConfigError(f"{', '.join(ports)} must differ from one another")
+        self._check_kafka_peers()
         ids = [p.node_id for p in self.peers]
         if len(set(ids)) != len(ids):
             raise ConfigError("peers: node ids must be unique")
@@ -203,9 +219,28 @@ class NodeConfig:
         if self.cluster_secret is not None:
             check_cluster_secret(self.cluster_secret)
 
+    def _check_kafka_peers(self) -> None:
+        for peer in self.peers:
+            port = peer.kafka_port
+            if port is not None and (type(port) is not int or not 1 <= port <= PORT_MAX):
+                raise ConfigError(f"peers: node {peer.node_id}'s kafka_port must be a port number")
+            if self.kafka_port is None:
+                continue
+            if port is None:
+                raise ConfigError(
+                    f"peers: node {peer.node_id} has no kafka_port (with kafka_port set, every "
+                    "peer names its own: Kafka clients are sent to any node)"
+                )
+            if peer.node_id == self.node_id and port != self.kafka_port:
+                raise ConfigError(f"peers: this node's kafka_port is {self.kafka_port}, not {port}")
+
     @property
     def self_peer(self) -> Peer:
         return next(p for p in self.peers if p.node_id == self.node_id)
+
+    @property
+    def kafka_address(self) -> str | None:
+        return None if self.kafka_port is None else join_address(self.host, self.kafka_port)
 
     @property
     def client_address(self) -> str:

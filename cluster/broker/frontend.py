@@ -447,6 +447,11 @@ class RequestFrontend:
             )
         return p.TopicMetadata(name, ErrorCode.NONE, topic.topic_id, tuple(partitions))
 
+    def leader_and_term(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
+        """A partition's leader (node id, -1 when unknown) and its Raft term, as Metadata
+        reports them (the Kafka listener's Metadata too)."""
+        return self._leader_and_term(topic, partition)
+
     def _leader_and_term(self, topic: TopicInfo, partition: int) -> tuple[int, int]:
         handle = self.node.partitions.get((topic.name, partition))
         if handle is not None and handle.topic == topic:

@@ -80,6 +80,18 @@ class PeerWatcher:
         found = self._leading(f"{topic}-{partition}")
         return -1 if found is None else found[1]
 
+    def in_sync_of(self, topic: str, partition: int) -> tuple[int, ...]:
+        """The replicas in sync of a partition as its leader last reported them (Kafka's
+        ISR), by node id; empty when no peer reported leading it lately."""
+        found = self._leading(f"{topic}-{partition}")
+        if found is None:
+            return ()
+        node_id, term = found
+        for g in self._fresh()[node_id].groups:
+            if g.group == f"{topic}-{partition}" and g.is_leader and g.term == term:
+                return g.in_sync
+        return ()
+
     def node_of_raft_address(self, address: str | None) -> int | None:
         """The node with this Raft address: one port per node carries all of its groups (the
         mesh), so a group's leader address is its node's `raft_address`, as configured."""

@@ -1,4 +1,5 @@
-"""A whole broker process, composed: node, its periodic duties, peers, server, HTTP endpoint.
+"""A whole broker process, composed: node, its periodic duties, peers, the client listeners
+(the native protocol's, and Kafka's when `kafka_port` is set), HTTP endpoint.
 
 `run_node` runs until cancelled, in one TaskGroup (structured concurrency: no task outlives
 the node), and stops the Raft driver and closes every store on the way out.
@@ -17,6 +18,9 @@ from cluster.broker.peers import PeerWatcher
 from cluster.broker.replica import Fatal
 from cluster.broker.server import NativeWire, Server
 from cluster.config import NodeConfig
+from cluster.kafka.frontend import KafkaFrontend
+from cluster.kafka.messages import KafkaRequest, ResponseBody
+from cluster.kafka.wire import KafkaWire
 from cluster.peer_hosts import PeerHosts
 
 log = logging.getLogger(__name__)
@@ -32,8 +36,9 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
     metrics = Metrics()
     peers = PeerWatcher(config)
     duties = NodeDuties(node)
+    frontend = RequestFrontend(node, peers, metrics)
     server = Server(
-        RequestFrontend(node, peers, metrics),
+        frontend,
         config.host,
         config.client_port,
         config.limits,
@@ -41,10 +46,21 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
         wire=NativeWire(config.limits),
         peer_sources=hosts,
     )
+    kafka: Server[KafkaRequest, ResponseBody] | None = None
+    if config.kafka_port is not None:
+        kafka = Server(
+            KafkaFrontend(node, frontend, peers, metrics),
+            config.host,
+            config.kafka_port,
+            config.limits,
+            config.timing,
+            wire=KafkaWire(config.limits),
+            peer_sources=hosts,
+        )
     http = HttpEndpoint(metrics, lambda: health_problems(node), config)
     await node.start()
     metrics.watch_groups(node.group_statuses)
-    metrics.watch_connections(server.stats)
+    metrics.watch_connections(server.stats, *([kafka.stats] if kafka else []))
     mesh = node.driver.mesh
     metrics.watch_raft_port(
         lambda: RaftPortStats(mesh.unopened_links, mesh.refused_connections, mesh.failed_handshakes)
@@ -60,6 +76,12 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
             tasks.create_task(_watch_leaders(node, metrics))
             await server.listening.wait()
             log.info("node %d serving clients on %s", config.node_id, config.client_address)
+            if kafka is not None:
+                tasks.create_task(kafka.serve())
+                await kafka.listening.wait()
+                log.info(
+                    "node %d serving Kafka clients on %s", config.node_id, config.kafka_address
+                )
             if ready is not None:
                 ready.set()
     finally:

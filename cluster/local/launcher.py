@@ -1,7 +1,8 @@
 """A local cluster: N node processes on distinct loopback addresses, started and stopped by PID.
 
 Node i listens on 127.0.0.(i+2); every node uses the same port numbers on its own address, so a
-chaos test can cut the links between two addresses. The layout under the data directory:
+chaos test can cut the links between two addresses. Each node has four: the native client
+protocol, HTTP, Raft, and Kafka's protocol (`Ports`). The layout under the data directory:
 
     cluster.json          pids, addresses, ports: what `down` and `status` read
     node<i>.toml          each node's configuration (the same format a container uses)
@@ -40,6 +41,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from cluster.broker import layout
 from cluster.client import Admin, ClientError, Cluster
@@ -62,10 +64,15 @@ class NodeProcess:
     # When the process started (/proc/<pid>/stat, clock ticks since boot): with its command
     # line, what tells it from another process given the same pid later. 0: not recorded.
     start_ticks: int = 0
+    kafka_port: int = 0  # 0: none (a cluster.json written before the Kafka listener)
 
     @property
     def client_address(self) -> str:
         return f"{self.host}:{self.client_port}"
+
+    @property
+    def kafka_address(self) -> str:
+        return f"{self.host}:{self.kafka_port}"
 
 
 class NodeExitedError(RuntimeError):
@@ -80,6 +87,11 @@ class LocalCluster:
     @property
     def bootstrap(self) -> list[str]:
         return [n.client_address for n in self.nodes]
+
+    @property
+    def kafka_bootstrap(self) -> list[str]:
+        """Kafka clients' `bootstrap.servers`: every node's Kafka listener."""
+        return [n.kafka_address for n in self.nodes if n.kafka_port]
 
     def save(self) -> None:
         state = {"data_dir": str(self.data_dir), "nodes": [asdict(n) for n in self.nodes]}
@@ -122,23 +134,33 @@ def port_free(host: str, port: int) -> bool:
         return True
 
 
-# Client, HTTP and Raft ports of a local cluster started by `raftbroker cluster up`, when free:
-# Kafka's client port, on each node's own loopback address, so that examples can say
-# `127.0.0.2:9092` and work as written.
-CONVENTIONAL_PORTS = (9092, 8092, 19092)
+class Ports(NamedTuple):
+    """A node's ports (every node of a local cluster has the same, each on its own address)."""
+
+    client: int  # the native protocol
+    http: int
+    raft: int
+    kafka: int  # Kafka's protocol
 
 
-def ports_free(count: int, ports: tuple[int, int, int]) -> bool:
+# The ports of a local cluster started by `raftbroker cluster up`, when free, on each node's own
+# loopback address: Kafka's own 9092 for the Kafka listener (Kafka clients and kcat reach
+# `127.0.0.2:9092` as they would a Kafka broker), the native protocol on 9192, so that the
+# examples can say these addresses and work as written.
+CONVENTIONAL_PORTS = Ports(9192, 8092, 19092, 9092)
+
+
+def ports_free(count: int, ports: tuple[int, ...]) -> bool:
     """Whether `ports` are free on the addresses of all `count` nodes."""
     return all(port_free(host_of(i), port) for i in range(count) for port in ports)
 
 
-def choose_ports(count: int, seed: int) -> tuple[int, int, int]:
-    """(client, http, raft) ports free on every node's address."""
+def choose_ports(count: int, seed: int) -> Ports:
+    """Ports free on every node's address."""
     span = PORT_RANGE[1] - PORT_RANGE[0] - 10
     for attempt in range(50):
         base = PORT_RANGE[0] + (seed * 7_919 + attempt * 2_099) % span
-        ports = (base, base + 1, base + 10)
+        ports = Ports(base, base + 1, base + 10, base + 2)
         if ports_free(count, ports):
             return ports
     raise RuntimeError("no free ports found on the loopback addresses")
@@ -147,14 +169,14 @@ def choose_ports(count: int, seed: int) -> tuple[int, int, int]:
 def write_configs(
     data_dir: Path,
     count: int,
-    ports: tuple[int, int, int],
+    ports: Ports,
     secret: str | None,
     extra_toml: str = "",
 ) -> list[Path]:
-    client_port, http_port, raft_port = ports
+    client_port, http_port, raft_port, kafka_port = ports
     peers = "".join(
         f'\n[[peers]]\nnode_id = {i + 1}\nhost = "{host_of(i)}"\n'
-        f"client_port = {client_port}\nraft_port = {raft_port}\n"
+        f"client_port = {client_port}\nraft_port = {raft_port}\nkafka_port = {kafka_port}\n"
         for i in range(count)
     )
     secret_toml = "" if secret is None else f'cluster_secret = "{secret}"\n'
@@ -162,7 +184,7 @@ def write_configs(
     for i in range(count):
         text = (
             f'node_id = {i + 1}\nhost = "{host_of(i)}"\nclient_port = {client_port}\n'
-            f"raft_port = {raft_port}\nhttp_port = {http_port}\n"
+            f"raft_port = {raft_port}\nhttp_port = {http_port}\nkafka_port = {kafka_port}\n"
             f'data_dir = "{node_dir(data_dir, i + 1)}"\n{secret_toml}'
             f"{extra_toml}{peers}"
         )
@@ -211,17 +233,16 @@ def up(
     extra_toml: str = "",
     *,
     encrypted: bool = True,
-    preferred_ports: tuple[int, int, int] | None = None,
+    preferred_ports: Ports | None = None,
 ) -> LocalCluster:
     """Start `count` nodes (reusing the data, ports and secret of an earlier cluster in
-    data_dir); on `preferred_ports` (client, HTTP, Raft) when they are free, else on free ones;
-    without `encrypted`, with no secret: Raft links in clear, on loopback."""
+    data_dir); on `preferred_ports` when they are free, else on free ones; without
+    `encrypted`, with no secret: Raft links in clear, on loopback."""
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     previous = LocalCluster.load(data_dir)
     if previous is not None and previous.nodes:
-        first = previous.nodes[0]
-        ports = (first.client_port, first.http_port, first.raft_port)
+        ports = _recorded_ports(previous.nodes[0], count)
     elif preferred_ports is not None and ports_free(count, preferred_ports):
         ports = preferred_ports
     else:
@@ -230,10 +251,23 @@ def up(
     write_configs(data_dir, count, ports, secret, extra_toml)
     nodes: list[NodeProcess] = []
     for i in range(count):
-        recorded = NodeProcess(i + 1, host_of(i), ports[0], ports[2], ports[1], 0)
+        recorded = NodeProcess(
+            i + 1, host_of(i), ports.client, ports.raft, ports.http, 0, kafka_port=ports.kafka
+        )
         nodes.append(_spawn(data_dir, recorded))
         LocalCluster(data_dir, tuple(nodes)).save()  # recorded at once: `down` finds them all
     return LocalCluster(data_dir, tuple(nodes))
+
+
+def _recorded_ports(first: NodeProcess, count: int) -> Ports:
+    """An earlier cluster's ports; one recorded before the Kafka listener gets a Kafka port
+    now (Kafka's own when free)."""
+    kafka = first.kafka_port
+    if not kafka:
+        taken = {first.client_port, first.http_port, first.raft_port}
+        candidates = [CONVENTIONAL_PORTS.kafka, *choose_ports(count, os.getpid())]
+        kafka = next(p for p in candidates if p not in taken and ports_free(count, (p,)))
+    return Ports(first.client_port, first.http_port, first.raft_port, kafka)
 
 
 def _spawn(data_dir: Path, node: NodeProcess) -> NodeProcess:

@@ -55,6 +55,13 @@ async def whole_cluster(three_nodes: launcher.LocalCluster) -> launcher.LocalClu
     return current
 
 
+@pytest.fixture(scope="module")
+def kafka_bootstrap(three_nodes: launcher.LocalCluster) -> list[str]:
+    """The module's cluster as Kafka clients reach it: each node's Kafka listener."""
+    assert three_nodes.kafka_bootstrap, "the local cluster has no Kafka listeners"
+    return three_nodes.kafka_bootstrap
+
+
 @pytest_asyncio.fixture
 async def client(three_nodes: launcher.LocalCluster) -> AsyncIterator[Cluster]:
     c = Cluster(three_nodes.bootstrap, request_timeout_s=5.0)

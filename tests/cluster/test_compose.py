@@ -5,7 +5,8 @@ ENTRYPOINT, and starts every service's command with its mounted node TOML, the s
 mapped to loopback addresses (127.0.0.2-4), the data directory moved to a temporary one and
 each Docker secret a file made as compose/README.md's first step makes it; every other setting
 (ports, the secret file's path, peers) is used as written. Then it creates a topic, produces
-and consumes through the cluster, and runs each service's healthcheck command.
+and consumes through the cluster, lists it with kcat on the Kafka port compose publishes, and
+runs each service's healthcheck command.
 
 The cluster secret is in no committed file: no node config sets `cluster_secret`, and the
 Docker secret's source file is git-ignored and created by the README's first step.
@@ -108,7 +109,7 @@ def test_the_cluster_secret_is_in_no_committed_file() -> None:
 
 
 def ports_free(hosts: dict[str, str]) -> bool:
-    ports = (9092, 8092, 19092, 19093)
+    ports = (9192, 9092, 8092, 19092, 19093)
     return all(launcher.port_free(address, port) for address in hosts.values() for port in ports)
 
 
@@ -117,7 +118,7 @@ async def test_the_compose_services_form_a_working_cluster(tmp_path: Path) -> No
     spec = services()
     hosts = {name: f"127.0.0.{i + 2}" for i, name in enumerate(sorted(spec))}
     if not ports_free(hosts):
-        pytest.skip("the compose ports (9092, 8092, 19092-19093) are busy on 127.0.0.2-4")
+        pytest.skip("the compose ports (9092, 9192, 8092, 19092-19093) are busy on 127.0.0.2-4")
     procs = []
     secret_files = make_secrets(tmp_path)
     for name, service in sorted(spec.items()):
@@ -127,11 +128,11 @@ async def test_the_compose_services_form_a_working_cluster(tmp_path: Path) -> No
         procs.append(spawn(local_command(argv, hosts, config), tmp_path / f"{name}.log"))
     with running(procs):
         nodes = tuple(
-            launcher.NodeProcess(i + 1, address, 9092, 19092, 8092, proc.pid)
+            launcher.NodeProcess(i + 1, address, 9192, 19092, 8092, proc.pid, kafka_port=9092)
             for i, (address, proc) in enumerate(zip(hosts.values(), procs, strict=True))
         )
         await launcher.wait_ready(launcher.LocalCluster(tmp_path, nodes), 60)
-        client = Cluster([f"{address}:9092" for address in hosts.values()])
+        client = Cluster([f"{address}:9192" for address in hosts.values()])
         try:
             await Admin(client).create_topic("compose", 3, 3)
             async with Producer(client) as producer:
@@ -149,6 +150,20 @@ async def test_the_compose_services_form_a_working_cluster(tmp_path: Path) -> No
             assert sorted(values) == sorted(f"c{i}".encode() for i in range(1_000))
         finally:
             await client.close()
+        # Kafka's clients reach the same cluster on each node's kafka_port, as compose publishes
+        listed = await asyncio.to_thread(
+            subprocess.run,
+            ["kcat", "-L", "-J", "-b", f"{hosts['raftbroker-1']}:9092"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        metadata = json.loads(listed.stdout)
+        assert sorted(b["name"] for b in metadata["brokers"]) == [
+            f"{a}:9092" for a in hosts.values()
+        ]
+        assert [t["topic"] for t in metadata["topics"]] == ["compose"]
         for name, service in spec.items():
             check = service["healthcheck"]["test"]
             assert check[0] == "CMD"

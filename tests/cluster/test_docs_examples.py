@@ -5,7 +5,8 @@ Every fenced block of both files is either run, in the order a reader meets it, 
 `NOT_RUN` entry that no longer matches a block fails). The runnable ones go through as written,
 in a scratch directory, as a user following the README would run them: README's quick start
 starts the cluster (`raftbroker cluster up --detach`, which takes the conventional ports, so the
-Python examples' `127.0.0.2:9092` is that cluster), then the Python client example, the Spark
+Python examples' `127.0.0.2:9192` is that cluster, and the Kafka clients' `127.0.0.2:9092` its
+Kafka listener), then the Kafka clients' examples, the Python client example, the Spark
 example and the Spark jobs run against it. The only thing set around them is what a user's
 shell would have: `.venv/` at hand for `source .venv/bin/activate` (and active in the blocks
 after it, as in one shell session), and `RAFTBROKER_DATA_DIR` pointing at a scratch directory
@@ -58,6 +59,7 @@ NOT_RUN = {
     ("compose/README.md", 'dc="docker compose'): "docker compose: no Docker engine here",
     ("compose/README.md", "$dc exec raftbroker-1"): "docker compose: no Docker engine here",
     ("compose/README.md", "$dc exec -T raftbroker-1"): "docker compose: no Docker engine here",
+    ("compose/README.md", "docker run --rm --network"): "docker: no Docker engine here",
 }
 
 
@@ -147,8 +149,11 @@ def test_the_runnable_blocks_run_as_written(scratch: Path) -> None:
         assert result.returncode == 0, f"failed as written: {output}"
         assert "Traceback" not in result.stderr, f"a traceback: {output}"
         cluster = launcher.LocalCluster.load(scratch / "data")
-        assert cluster is not None and cluster.bootstrap[0] == "127.0.0.2:9092", (
+        assert cluster is not None and cluster.bootstrap[0] == "127.0.0.2:9192", (
             f"the quick start's cluster is not where the examples look: {output}"
+        )
+        assert cluster.kafka_bootstrap[0] == "127.0.0.2:9092", (
+            f"the quick start's Kafka listener is not where the examples look: {output}"
         )
         if "pipeline run settlement_totals" in block.text:
             check_settlement_outputs(scratch, result)

@@ -50,12 +50,41 @@ def test_a_loopback_node_without_secret_is_valid() -> None:
         ({"timing": {"answer_timeout_ms": 10_000}}, "answer_timeout_ms"),
         ({"limits": {"answer_bytes_per_connection_max": 1_024}}, "answer_bytes_per_connection"),
         ({"peers": []}, "peers must include this node"),
+        ({"kafka_port": 70_000}, "kafka_port must be a port number"),
+        ({"kafka_port": 9092}, "must differ"),
+        ({"kafka_port": 9093}, "node 1 has no kafka_port"),
+        (
+            {
+                "kafka_port": 9093,
+                "peers": [
+                    {"node_id": 1, "host": "h", "client_port": 1, "raft_port": 2, "kafka_port": 4}
+                ],
+            },
+            "this node's kafka_port is 9093, not 4",
+        ),
         ({"data_dir": 5}, "data_dir"),
     ],
 )
 def test_invalid_settings_are_named(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         NodeConfig.from_mapping(mapping(**overrides))
+
+
+def test_kafka_ports_of_every_peer() -> None:
+    peers = [
+        {
+            "node_id": 1,
+            "host": "127.0.0.2",
+            "client_port": 9192,
+            "raft_port": 2,
+            "kafka_port": 9092,
+        },
+        {"node_id": 2, "host": "127.0.0.3", "client_port": 9192, "raft_port": 2, "kafka_port": 9},
+    ]
+    config = NodeConfig.from_mapping(mapping(client_port=9192, kafka_port=9092, peers=peers))
+    assert config.kafka_address == "127.0.0.2:9092"
+    assert [p.kafka_address for p in config.peers] == ["127.0.0.2:9092", "127.0.0.3:9"]
+    assert NodeConfig.from_mapping(mapping()).kafka_address is None  # no Kafka listener
 
 
 def test_a_non_loopback_node_with_a_secret_is_valid() -> None:
@@ -109,7 +138,7 @@ def test_strong_cluster_secrets_are_accepted(secret: str) -> None:
 
 def test_the_local_launchers_secrets_are_accepted(tmp_path: Path) -> None:
     for i in range(200):  # each `up` of a fresh cluster draws one
-        launcher.write_configs(tmp_path, 1, (9092, 8092, 19092), launcher.new_secret())
+        launcher.write_configs(tmp_path, 1, launcher.CONVENTIONAL_PORTS, launcher.new_secret())
         config = load_node_config(tmp_path / "node1.toml")
         assert config.cluster_secret is not None, i
 

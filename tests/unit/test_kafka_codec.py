@@ -213,13 +213,20 @@ def test_api_versions_newer_than_ours_is_answered_in_v0_with_our_versions() -> N
         (struct.pack(">hhih", 3, 1, 1, -1) + struct.pack(">i", 2**31 - 1), "items"),
         (struct.pack(">hhih", 3, 12, 1, -1) + b"\x00\xff\xff\xff\xff\x0f", "length or count"),
         (struct.pack(">hhih", 3, 12, 1, -1) + b"\x00\x80\x80\x80\x80\x80\x01", "longer than 5"),
-        (struct.pack(">hhih", 3, 1, 1, -1) + struct.pack(">i", -1) + b"x", "after the request"),
         (struct.pack(">hhih", 3, 12, 1, -1) + b"\x00\x01\x00\x00\x01\x05\x00", "tagged"),
     ],
 )
 def test_malformed_requests_raise_the_one_error(body: bytes, why: str) -> None:
     with pytest.raises(codec.KafkaProtocolError, match=why):
         codec.decode_request(body, LIMITS)
+
+
+def test_bytes_after_the_request_are_ignored_as_kafka_ignores_them() -> None:
+    # librdkafka 2.16's all-topics Metadata v13: a 4-byte placeholder where the compact null
+    # array (one byte) belongs, so three bytes follow what Kafka's parser reads.
+    body = bytes.fromhex("0003000d00000003000772646b61666b610000000000010000")
+    request = codec.decode_request(body, LIMITS)
+    assert request.body == m.MetadataRequest(None, allow_auto_topic_creation=False)
 
 
 def test_counts_are_bounded_by_the_limits() -> None:

@@ -1,0 +1,499 @@
+"""What a node answers Kafka's clients: each Kafka API mapped onto the node.
+
+Role: the handler of the Kafka listener (the `Server` with `KafkaWire`). It reads the node's
+state as the native `RequestFrontend` (cluster/broker/frontend.py) does and proposes through it,
+so both protocols share one set of rules: names are validated and proposals made by the native
+frontend, answers translated here into each Kafka API's terms.
+
+Rules:
+- Brokers are the registered nodes, each at its Kafka address (`host` and `kafka_port` of the
+  node's entry in this node's `[[peers]]`); a partition's leader is its Raft leader and its
+  leader epoch the Raft term; ISR is what the leader reports in sync.
+- Topics are never created by Metadata (`allow_auto_topic_creation` is ignored): an unknown
+  topic is UNKNOWN_TOPIC_OR_PARTITION. A topic's Kafka id (a UUID) is derived from the
+  cluster id and its topic id, the same on every node.
+- Whole-request failures become each API's own error response (wire.py: `refusal`); here,
+  errors are answered per topic and partition as Kafka does.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+
+from cluster import protocol as p
+from cluster.addresses import parse_address
+from cluster.broker.frontend import RequestFrontend
+from cluster.broker.metrics import Metrics
+from cluster.broker.node import Node
+from cluster.broker.peers import PeerWatcher
+from cluster.errors import RaftbrokerError, RequestRefusedError
+from cluster.kafka import codec
+from cluster.kafka import messages as m
+from statemachine.errors import ErrorCode
+from statemachine.metadata import BrokerInfo, TopicInfo, topic_name_error
+
+# CreateTopics' -1 (the broker's default) for partitions; replication defaults to
+# min(DEFAULT_REPLICATION_FACTOR, registered brokers), as `raftbroker topic create` does.
+DEFAULT_PARTITIONS = 1
+DEFAULT_REPLICATION_FACTOR = 3
+RETENTION_CONFIGS = ("retention.ms", "retention.bytes")
+NO_RETENTION = -1
+# DescribeConfigs' ConfigSource, as CreateTopics v5+ reports each config of a new topic.
+CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_DEFAULT = 1, 5
+PRODUCER_FENCED_SINCE_VERSION = 4  # InitProducerId: older clients know INVALID_PRODUCER_EPOCH
+# ListOffsets specs below EARLIEST (-3, the max timestamp of KIP-734, and the tiered-storage
+# ones) are answered UNSUPPORTED_VERSION: no version we serve defines them.
+SPECS_FROM = p.EARLIEST
+NO_TIME = -1
+
+
+def topic_uuid(cluster_id: str, topic_id: int) -> uuid.UUID:
+    """The UUID Kafka clients know a topic by (Metadata v10+, CreateTopics v7, DeleteTopics
+    v6): derived from the cluster id and the topic's id, so every node gives the same one; a
+    name-based UUID, never Kafka's reserved zero or metadata-topic UUIDs."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"raftbroker:{cluster_id}:{topic_id}")
+
+
+class KafkaFrontend:
+    """The RequestHandler of a node's Kafka listener."""
+
+    def __init__(
+        self,
+        node: Node,
+        native: RequestFrontend,
+        peers: PeerWatcher,
+        metrics: Metrics,
+        versions: codec.Versions = codec.SUPPORTED,
+    ) -> None:
+        self.node = node
+        self.native = native
+        self.peers = peers
+        self.metrics = metrics
+        self.versions = versions
+        config = node.config
+        self._cluster_id = config.cluster_id
+        self._addresses = {
+            peer.node_id: parse_address(peer.kafka_address)
+            for peer in config.peers
+            if peer.kafka_address is not None
+        }
+
+    # -- the Server's handler ----------------------------------------------------------------
+
+    def answer_now(
+        self,
+        request: m.KafkaRequest,  # noqa: ARG002 - every request is handled in a task for now
+        respond: Callable[[m.ResponseBody | Exception], None],  # noqa: ARG002
+    ) -> bool:
+        return False
+
+    def answer_bytes_reserved(self, request: m.KafkaRequest) -> int:  # noqa: ARG002
+        return 0
+
+    async def handle(self, request: m.KafkaRequest) -> m.ResponseBody:
+        op = f"kafka.{m.Api(request.api_key).name}"
+        started = time.perf_counter()
+        error = "NONE"
+        try:
+            return await self._dispatch(request)
+        except RaftbrokerError as exc:
+            error = exc.error.name
+            raise
+        finally:
+            self.metrics.request_done(op, error, time.perf_counter() - started)
+
+    async def _dispatch(self, request: m.KafkaRequest) -> m.ResponseBody:
+        version, body = request.api_version, request.body
+        match body:
+            case m.ApiVersionsRequest():
+                return codec.api_versions_response(ErrorCode.NONE, self.versions)
+            case m.MetadataRequest():
+                return await self.metadata(body, version)
+            case m.DescribeClusterRequest():
+                return await self.describe_cluster()
+            case m.CreateTopicsRequest():
+                return await self.create_topics(body)
+            case m.DeleteTopicsRequest():
+                return await self.delete_topics(body)
+            case m.ListOffsetsRequest():
+                return await self.list_offsets(body)
+            case m.InitProducerIdRequest():
+                return await self.init_producer_id(body, version)
+            case m.DescribeProducersRequest():
+                return await self.describe_producers(body)
+            case m.FindCoordinatorRequest():
+                return self.find_coordinator(body, version)
+        raise RequestRefusedError(ErrorCode.INVALID_REQUEST, f"{type(body).__name__} not served")
+
+    # -- the cluster: brokers, topics, partitions --------------------------------------------
+
+    async def _state(self) -> tuple[dict[str, TopicInfo], dict[int, BrokerInfo]]:
+        """Topics and brokers, read between two applies of the metadata replica."""
+        replica = self.node.metadata_replica
+        return await self.node.metadata.read(
+            lambda: (dict(replica.machine.topics), dict(replica.machine.brokers))
+        )
+
+    def _brokers(self, registered: Mapping[int, BrokerInfo]) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of each registered node with a Kafka address."""
+        return [
+            (node_id, *self._addresses[node_id])
+            for node_id in sorted(registered)
+            if node_id in self._addresses
+        ]
+
+    def _controller(self) -> int:
+        leader = self.node.metadata_leader()
+        return -1 if leader is None else leader.node_id
+
+    def _in_sync(self, topic: TopicInfo, partition: int, leader_id: int) -> tuple[int, ...]:
+        handle = self.node.partitions.get((topic.name, partition))
+        if handle is not None and handle.topic == topic and handle.group.is_leader:
+            node_of = self.peers.node_of_raft_address
+            return tuple(n for n in map(node_of, handle.group.status().in_sync) if n is not None)
+        reported = self.peers.in_sync_of(topic.name, partition)
+        return reported or ((leader_id,) if leader_id >= 0 else ())
+
+    def _partition(self, topic: TopicInfo, partition: int) -> m.MetadataResponsePartition:
+        leader_id, term = self.native.leader_and_term(topic, partition)
+        replicas = topic.replicas[partition]
+        return m.MetadataResponsePartition(
+            ErrorCode.NONE if leader_id >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+            partition,
+            leader_id,
+            term,
+            replicas,
+            self._in_sync(topic, partition, leader_id),
+            tuple(n for n in replicas if not self.peers.reachable(n)),
+        )
+
+    def _topic(self, topic: TopicInfo) -> m.MetadataResponseTopic:
+        return m.MetadataResponseTopic(
+            ErrorCode.NONE,
+            topic.name,
+            topic_uuid(self._cluster_id, topic.topic_id),
+            partitions=tuple(self._partition(topic, n) for n in range(topic.partitions)),
+        )
+
+    def _by_uuid(self, topics: Mapping[str, TopicInfo]) -> dict[uuid.UUID, TopicInfo]:
+        return {topic_uuid(self._cluster_id, t.topic_id): t for t in topics.values()}
+
+    # -- Metadata and DescribeCluster --------------------------------------------------------
+
+    async def metadata(self, request: m.MetadataRequest, version: int) -> m.MetadataResponse:
+        topics, registered = await self._state()
+        asked = request.topics
+        if asked is None or (version == 0 and not asked):
+            answers = [self._topic(topics[name]) for name in sorted(topics)]
+        else:
+            by_uuid = self._by_uuid(topics) if any(t.name is None for t in asked) else {}
+            answers = [self._asked_topic(t, topics, by_uuid) for t in asked]
+        return m.MetadataResponse(
+            tuple(m.MetadataResponseBroker(*b) for b in self._brokers(registered)),
+            tuple(answers),
+            self._cluster_id,
+            self._controller(),
+        )
+
+    def _asked_topic(
+        self,
+        asked: m.MetadataRequestTopic,
+        topics: Mapping[str, TopicInfo],
+        by_uuid: Mapping[uuid.UUID, TopicInfo],
+    ) -> m.MetadataResponseTopic:
+        if asked.name is not None:
+            topic = topics.get(asked.name)
+            if topic is None:
+                return m.MetadataResponseTopic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, asked.name)
+            return self._topic(topic)
+        by_id = by_uuid.get(asked.topic_id) if asked.topic_id is not None else None
+        if by_id is None:
+            return m.MetadataResponseTopic(ErrorCode.UNKNOWN_TOPIC_ID, None, asked.topic_id)
+        return self._topic(by_id)
+
+    async def describe_cluster(self) -> m.DescribeClusterResponse:
+        _topics, registered = await self._state()
+        return m.DescribeClusterResponse(
+            ErrorCode.NONE,
+            self._cluster_id,
+            tuple(m.DescribeClusterBroker(*b) for b in self._brokers(registered)),
+            self._controller(),
+        )
+
+    # -- CreateTopics and DeleteTopics -------------------------------------------------------
+
+    async def create_topics(self, request: m.CreateTopicsRequest) -> m.CreateTopicsResponse:
+        topics, registered = await self._state()
+        names = [t.name for t in request.topics]
+        results = []
+        for asked in request.topics:
+            if names.count(asked.name) > 1:
+                problem = f"topic {asked.name!r} is named more than once in the request"
+                results.append(_created(asked.name, ErrorCode.INVALID_REQUEST, problem))
+                continue
+            results.append(await self._create(asked, request.validate_only, topics, registered))
+        return m.CreateTopicsResponse(tuple(results))
+
+    async def _create(
+        self,
+        asked: m.CreatableTopic,
+        validate_only: bool,
+        topics: Mapping[str, TopicInfo],
+        registered: Mapping[int, BrokerInfo],
+    ) -> m.CreatableTopicResult:
+        partitions = asked.num_partitions
+        if partitions == -1:
+            partitions = DEFAULT_PARTITIONS
+        replication = asked.replication_factor
+        if replication == -1:
+            replication = min(DEFAULT_REPLICATION_FACTOR, max(len(registered), 1))
+        topic_id: uuid.UUID | None = None
+        given = {c.name for c in asked.configs}
+        try:
+            retention_ms, retention_bytes = _retention(asked.configs)
+            self._check_creatable(asked, partitions, replication, topics, registered)
+            if not validate_only:
+                command = p.CreateTopic(
+                    asked.name, partitions, replication, retention_ms, retention_bytes
+                )
+                created = await self.native.create_topic(command)
+                topic_id = topic_uuid(self._cluster_id, created.topic_id)
+        except RaftbrokerError as exc:
+            return _created(asked.name, exc.error, exc.message)
+        configs = tuple(
+            m.CreatableTopicConfigs(
+                name,
+                str(value),
+                config_source=CONFIG_SOURCE_TOPIC if name in given else CONFIG_SOURCE_DEFAULT,
+            )
+            for name, value in zip(RETENTION_CONFIGS, (retention_ms, retention_bytes), strict=True)
+        )
+        return m.CreatableTopicResult(
+            asked.name, ErrorCode.NONE, None, topic_id, partitions, replication, configs
+        )
+
+    def _check_creatable(
+        self,
+        asked: m.CreatableTopic,
+        partitions: int,
+        replication: int,
+        topics: Mapping[str, TopicInfo],
+        registered: Mapping[int, BrokerInfo],
+    ) -> None:
+        """What the metadata machine would refuse, said before anything is proposed (and all a
+        validate_only request is answered with)."""
+        limits = self.node.limits
+        problem = topic_name_error(asked.name, limits)
+        if problem:
+            raise RequestRefusedError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+        if asked.assignments:
+            raise RequestRefusedError(
+                ErrorCode.INVALID_REQUEST,
+                "replica assignments are not supported: raftbroker places replicas itself",
+            )
+        if asked.name in topics:
+            raise RequestRefusedError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {asked.name!r} already exists"
+            )
+        if not 1 <= partitions <= limits.partitions_per_topic_max:
+            raise RequestRefusedError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"a topic has 1 to {limits.partitions_per_topic_max} partitions, not {partitions}",
+            )
+        most = min(len(registered), limits.replication_factor_max)
+        if not 1 <= replication <= most:
+            raise RequestRefusedError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {replication}: this cluster allows 1 to {most}",
+            )
+
+    async def delete_topics(self, request: m.DeleteTopicsRequest) -> m.DeleteTopicsResponse:
+        topics, _registered = await self._state()
+        asked = [m.DeleteTopicState(name) for name in request.topic_names] + list(request.topics)
+        by_uuid = self._by_uuid(topics) if any(a.name is None for a in asked) else {}
+        results = []
+        for one in asked:
+            topic = topics.get(one.name) if one.name is not None else None
+            if one.name is None and one.topic_id is not None:
+                topic = by_uuid.get(one.topic_id)
+                if topic is None:
+                    results.append(
+                        m.DeletableTopicResult(None, ErrorCode.UNKNOWN_TOPIC_ID, one.topic_id)
+                    )
+                    continue
+            results.append(await self._delete(one, topic))
+        return m.DeleteTopicsResponse(tuple(results))
+
+    async def _delete(
+        self, asked: m.DeleteTopicState, topic: TopicInfo | None
+    ) -> m.DeletableTopicResult:
+        if topic is None:
+            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return m.DeletableTopicResult(asked.name, error, asked.topic_id, "no such topic")
+        topic_id = topic_uuid(self._cluster_id, topic.topic_id)
+        try:
+            await self.native.delete_topic(p.DeleteTopic(topic.name))
+        except RaftbrokerError as exc:
+            return m.DeletableTopicResult(topic.name, exc.error, topic_id, exc.message)
+        return m.DeletableTopicResult(topic.name, ErrorCode.NONE, topic_id)
+
+    # -- ListOffsets, DescribeProducers ------------------------------------------------------
+
+    async def list_offsets(self, request: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
+        """Each partition asked, in order (one may be asked more than once, by several specs):
+        earliest (-2: log start), latest (-1: high watermark, also the last stable offset, as
+        raftbroker has no transactions), or a time, by the log append time of stored batches."""
+        asked = [(t.name, q) for t in request.topics for q in t.partitions]
+        queries = [
+            p.OffsetQuery(name, q.partition_index, q.timestamp) for name, q in asked if _askable(q)
+        ]
+        answered = iter((await self.native.list_offsets(p.ListOffsets(tuple(queries)))).results)
+        topics, _registered = await self._state()
+        results = iter(
+            self._offset(next(answered) if _askable(q) else None, q, topics.get(name))
+            for name, q in asked
+        )
+        return m.ListOffsetsResponse(
+            tuple(
+                m.ListOffsetsTopicResponse(
+                    t.name, tuple(next(results) for _ in range(len(t.partitions)))
+                )
+                for t in request.topics
+            )
+        )
+
+    def _offset(
+        self,
+        result: p.OffsetResult | None,
+        asked: m.ListOffsetsPartition,
+        topic: TopicInfo | None,
+    ) -> m.ListOffsetsPartitionResponse:
+        index = asked.partition_index
+        if result is None:  # refused before asking: a negative partition or spec
+            error = (
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if index < 0 else ErrorCode.UNSUPPORTED_VERSION
+            )
+            return m.ListOffsetsPartitionResponse(index, error)
+        if result.error != ErrorCode.NONE:
+            return m.ListOffsetsPartitionResponse(index, result.error)
+        epoch = self.native.leader_and_term(topic, index)[1] if topic is not None else -1
+        return m.ListOffsetsPartitionResponse(index, ErrorCode.NONE, NO_TIME, result.offset, epoch)
+
+    async def describe_producers(
+        self, request: m.DescribeProducersRequest
+    ) -> m.DescribeProducersResponse:
+        answers = []
+        for topic in request.topics:
+            asked = [n for n in topic.partition_indexes if n >= 0]
+            described = await self.native.describe_producers(
+                p.DescribeProducers(topic.name, tuple(asked))
+            )
+            by_partition = {r.partition: r for r in described.results}
+            answers.append(
+                m.TopicResponse(
+                    topic.name,
+                    tuple(_producers(n, by_partition.get(n)) for n in topic.partition_indexes),
+                )
+            )
+        return m.DescribeProducersResponse(tuple(answers))
+
+    # -- producer ids and their coordinator --------------------------------------------------
+
+    async def init_producer_id(
+        self, request: m.InitProducerIdRequest, version: int
+    ) -> m.InitProducerIdResponse:
+        txn = request.transactional_id
+        if txn is None:
+            # Kafka gives an idempotent producer a new id whatever it passes (KIP-360's bump
+            # is for transactional ids; an idempotent producer bumps its epoch by itself).
+            native = p.InitProducerId("", 0, -1, -1)
+        elif not txn:
+            return m.InitProducerIdResponse(ErrorCode.INVALID_REQUEST)
+        elif request.transaction_timeout <= 0:
+            return m.InitProducerIdResponse(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        elif request.producer_id < -1 or request.producer_epoch < -1:
+            return m.InitProducerIdResponse(ErrorCode.INVALID_REQUEST)
+        else:
+            native = p.InitProducerId(
+                txn, request.transaction_timeout, request.producer_id, request.producer_epoch
+            )
+        try:
+            answer = await self.native.init_producer_id(native)
+        except RaftbrokerError as exc:
+            error = exc.error
+            if error == ErrorCode.PRODUCER_FENCED and version < PRODUCER_FENCED_SINCE_VERSION:
+                error = ErrorCode.INVALID_PRODUCER_EPOCH
+            return m.InitProducerIdResponse(error)
+        return m.InitProducerIdResponse(ErrorCode.NONE, answer.producer_id, answer.epoch)
+
+    def find_coordinator(
+        self, request: m.FindCoordinatorRequest, version: int
+    ) -> m.FindCoordinatorResponse:
+        """Transactions (key type 1): this node, which serves InitProducerId for any
+        transactional id (the metadata group forwards it). Groups (key type 0): none, since
+        raftbroker has no consumer groups yet: COORDINATOR_NOT_AVAILABLE."""
+        keys = request.coordinator_keys if version >= 4 else (request.key,)
+        answers = tuple(self._coordinator(key, request.key_type) for key in keys)
+        first = answers[0] if answers else m.Coordinator("", -1, "", -1, ErrorCode.NONE)
+        return m.FindCoordinatorResponse(
+            first.error_code, first.error_message, first.node_id, first.host, first.port, answers
+        )
+
+    def _coordinator(self, key: str, key_type: int) -> m.Coordinator:
+        me = self.node.config.node_id
+        if key_type == m.COORDINATOR_TRANSACTION and me in self._addresses:
+            host, port = self._addresses[me]
+            return m.Coordinator(key, me, host, port, ErrorCode.NONE)
+        if key_type == m.COORDINATOR_GROUP:
+            error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "no consumer groups yet"
+        else:
+            error, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
+        return m.Coordinator(key, -1, "", -1, error, message)
+
+
+def _askable(query: m.ListOffsetsPartition) -> bool:
+    """Whether the native ListOffsets can answer it (a partition, and a spec it knows)."""
+    return query.partition_index >= 0 and query.timestamp >= SPECS_FROM
+
+
+def _created(name: str, error: ErrorCode, message: str) -> m.CreatableTopicResult:
+    return m.CreatableTopicResult(name, error, message)
+
+
+def _retention(configs: tuple[m.CreatableTopicConfig, ...]) -> tuple[int, int]:
+    """retention.ms and retention.bytes of a new topic (-1: none); any other config refused."""
+    values = dict.fromkeys(RETENTION_CONFIGS, NO_RETENTION)
+    for config in configs:
+        if config.name not in values:
+            raise RequestRefusedError(
+                ErrorCode.INVALID_CONFIG,
+                f"config {config.name!r} is not supported (only {', '.join(RETENTION_CONFIGS)})",
+            )
+        try:
+            value = int(config.value or "")
+        except ValueError:
+            value = NO_RETENTION - 1
+        if value < NO_RETENTION:
+            raise RequestRefusedError(
+                ErrorCode.INVALID_CONFIG, f"{config.name} must be an integer >= -1"
+            )
+        values[config.name] = value
+    return values["retention.ms"], values["retention.bytes"]
+
+
+def _producers(partition: int, result: p.PartitionProducers | None) -> m.PartitionResponse:
+    if result is None:
+        return m.PartitionResponse(partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if result.error != ErrorCode.NONE:
+        return m.PartitionResponse(partition, result.error)
+    return m.PartitionResponse(
+        partition,
+        ErrorCode.NONE,
+        None,
+        tuple(
+            m.ProducerState(d.producer_id, d.epoch, d.last_sequence, d.last_timestamp_ms)
+            for d in result.producers
+        ),
+    )

@@ -1,0 +1,205 @@
+"""The Kafka port against bytes no Kafka client sends, and the native port's limits on it.
+
+Kafka has no error frame: a request it cannot parse closes the connection. So here every bad
+input must end in a closed connection (or, for ApiVersions newer than ours, a v0 answer on a
+connection that stays open), never a crash, a traceback, a hung connection or an entry in any
+log; the node answers on both ports afterwards (`assert_intact`, and an ApiVersions on a fresh
+Kafka connection). The same Server runs both listeners, so the limits of the client port hold
+here too: this module's cluster runs with a small per-address limit and a short frame-read
+deadline, and both are seen acting on the Kafka port, counted under its own listener label.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import struct
+
+import pytest
+
+from cluster.kafka import codec
+from cluster.kafka import messages as m
+from cluster.local import launcher
+from tests.adversarial.conftest import (
+    SOCKET_TIMEOUT_S,
+    Known,
+    assert_intact,
+    current_cluster,
+    http_exchange,
+)
+from tests.kafka_wire import calls_on, kafka_call, open_kafka, read_kafka_frame
+from tests.polling import apoll_until
+
+pytestmark = pytest.mark.asyncio(loop_scope="function")
+
+PER_ADDRESS_MAX = 6
+FRAME_READ_TIMEOUT_S = 1.0
+EXTRA_TOML = f"""
+[limits]
+connections_per_address_max = {PER_ADDRESS_MAX}
+
+[timing]
+frame_read_timeout_ms = {int(FRAME_READ_TIMEOUT_S * 1000)}
+refusal_log_interval_ms = 1000
+"""
+CLOSE_S = 2.0  # a refused or undecodable connection is closed at once: well within this
+RANDOM_PAYLOADS = 40
+
+
+@pytest.fixture(scope="module")
+def known_toml() -> str:
+    return EXTRA_TOML
+
+
+def kafka_of(known: Known, node_id: int = 1) -> launcher.NodeProcess:
+    return next(n for n in current_cluster(known).nodes if n.node_id == node_id)
+
+
+async def closed_after(address: str, data: bytes) -> bool:
+    """Send `data` on a fresh Kafka connection: whether the node closes it, answering nothing."""
+    reader, writer = await open_kafka(address)
+    try:
+        writer.write(data)
+        await writer.drain()
+        async with asyncio.timeout(CLOSE_S):
+            return await reader.read() == b""
+    except ConnectionError:
+        return True
+    finally:
+        writer.close()
+
+
+async def still_answers(known: Known) -> None:
+    """Every node answers ApiVersions on a fresh Kafka connection, and the cluster is whole."""
+    for node in current_cluster(known).nodes:
+        answer = await kafka_call(node.kafka_address, m.Api.API_VERSIONS, 3, API_VERSIONS)
+        assert isinstance(answer, m.ApiVersionsResponse)
+        assert answer.error_code == 0
+    await assert_intact(known)
+
+
+async def refused(node: launcher.NodeProcess, reason: str) -> float:
+    metrics = await http_exchange(node, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    pattern = rb'raftbroker_refused_connections_total\{listener="kafka",reason="%s"\} (\S+)'
+    found = re.search(pattern % reason.encode(), metrics)
+    assert found is not None, metrics[:300]
+    return float(found[1])
+
+
+API_VERSIONS = m.ApiVersionsRequest("raftbroker-tests", "1")
+
+
+def header(api: int, version: int, correlation_id: int = 1) -> bytes:
+    return struct.pack(">hhih", api, version, correlation_id, -1)
+
+
+def framed(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+async def test_random_bytes_close_the_connection(known: Known) -> None:
+    address = kafka_of(known).kafka_address
+    for i in range(RANDOM_PAYLOADS):
+        payload = os.urandom(1 + i * 37 % 300)
+        # as they come (a length of anything), and framed (a header of anything)
+        assert await closed_after(address, payload), payload.hex()
+        assert await closed_after(address, framed(payload)), payload.hex()
+    await still_answers(known)
+
+
+async def test_lengths_no_client_sends(known: Known) -> None:
+    node = kafka_of(known, 2)
+    before = await refused(node, "undecodable_request")
+    for length in (2**31 - 1, 64 * 1024 * 1024, -1, -(2**31)):  # oversize, negative
+        assert await closed_after(node.kafka_address, struct.pack(">i", length) + b"\x00" * 64)
+    assert await closed_after(node.kafka_address, framed(b""))  # no header at all
+    assert await closed_after(node.kafka_address, framed(b"\x00\x03"))
+
+    async def counted() -> bool:
+        return await refused(node, "undecodable_request") >= before + 6
+
+    await apoll_until(counted, SOCKET_TIMEOUT_S, "the refusals counted under listener kafka")
+    await still_answers(known)
+
+
+async def test_unknown_api_keys_and_versions(known: Known) -> None:
+    address = kafka_of(known).kafka_address
+    for api, version in ((999, 0), (-1, 0), (11, 5), (m.Api.METADATA, 99), (m.Api.FETCH, 0)):
+        assert await closed_after(address, framed(header(api, version) + b"\x00" * 8))
+    # ApiVersions newer than ours: answered in v0 with our versions, and the connection stays
+    reader, writer = await open_kafka(address)
+    try:
+        writer.write(framed(header(m.Api.API_VERSIONS, 99, 77) + b"\xff" * 20))
+        correlation_id, answer = codec.decode_api_versions_fallback(await read_kafka_frame(reader))
+        assert (correlation_id, answer.error_code) == (77, 35)
+        assert {k.api_key for k in answer.api_keys} == set(codec.SUPPORTED)
+        (metadata,) = await calls_on(reader, writer, [(m.Api.METADATA, 12, m.MetadataRequest())])
+        assert isinstance(metadata, m.MetadataResponse)
+        assert [b.node_id for b in metadata.brokers] == [1, 2, 3]
+    finally:
+        writer.close()
+    await still_answers(known)
+
+
+async def test_malformed_bodies_and_truncations(known: Known) -> None:
+    address = kafka_of(known, 3).kafka_address
+    valid = codec.encode_request(
+        m.RequestHeader(m.Api.CREATE_TOPICS, 7, 5, "x"),
+        m.CreateTopicsRequest((m.CreatableTopic("made-by-a-broken-frame", 1, 1),)),
+    )
+    for cut in range(8, len(valid) - 1, 3):  # a frame whose length says what it has: short
+        assert await closed_after(address, framed(valid[4:cut]))
+    # a count that claims 2^31-1 topics, and a compact one that claims 2^32
+    assert await closed_after(address, framed(header(m.Api.METADATA, 4) + b"\x7f\xff\xff\xff"))
+    huge = header(m.Api.METADATA, 12) + b"\x00" + b"\xff\xff\xff\xff\x0f"
+    assert await closed_after(address, framed(huge))
+    await still_answers(known)
+    topics = await kafka_call(address, m.Api.METADATA, 12, m.MetadataRequest())
+    assert isinstance(topics, m.MetadataResponse)
+    assert "made-by-a-broken-frame" not in {t.name for t in topics.topics}
+
+
+async def test_a_truncated_frame_is_closed_at_the_frame_deadline(known: Known) -> None:
+    node = kafka_of(known)
+    before = await refused(node, "frame_read_timeout")
+    reader, writer = await open_kafka(node.kafka_address)
+    loop = asyncio.get_running_loop()
+    try:
+        frame = codec.encode_request(m.RequestHeader(m.Api.API_VERSIONS, 3, 1, "x"), API_VERSIONS)
+        writer.write(frame[:-3])  # the rest never comes
+        await writer.drain()
+        started = loop.time()
+        async with asyncio.timeout(FRAME_READ_TIMEOUT_S + CLOSE_S):
+            assert await reader.read() == b""
+        assert loop.time() - started >= FRAME_READ_TIMEOUT_S * 0.9
+    finally:
+        writer.close()
+    assert await refused(node, "frame_read_timeout") == before + 1
+    await still_answers(known)
+
+
+async def test_the_per_address_limit_holds_on_the_kafka_port(known: Known) -> None:
+    node = kafka_of(known, 2)
+    source = "127.0.0.77"  # as from one other host
+    host, _, port = node.kafka_address.rpartition(":")
+    sockets = []
+    try:
+        for _ in range(PER_ADDRESS_MAX):
+            async with asyncio.timeout(SOCKET_TIMEOUT_S):
+                sockets.append(
+                    await asyncio.open_connection(host, int(port), local_addr=(source, 0))
+                )
+        for reader, writer in sockets:  # each one held is served
+            (answer,) = await calls_on(reader, writer, [(m.Api.API_VERSIONS, 3, API_VERSIONS)])
+            assert isinstance(answer, m.ApiVersionsResponse)
+        async with asyncio.timeout(SOCKET_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(host, int(port), local_addr=(source, 0))
+        sockets.append((reader, writer))
+        async with asyncio.timeout(CLOSE_S):
+            assert await reader.read() == b"", "a connection past the per-address limit served"
+    finally:
+        for _, writer in sockets:
+            writer.close()
+    assert await refused(node, "connections_per_address_max") >= 1
+    await still_answers(known)

@@ -1,0 +1,376 @@
+"""Kafka's own clients against the Kafka listener of a real 3-node cluster (one per module).
+
+kcat lists brokers and topics; confluent-kafka's (librdkafka's) AdminClient, kafka-python's
+KafkaAdminClient and aiokafka's AIOKafkaAdminClient list, create and delete topics. Each client's
+debug log is read for the versions it negotiated, which are logged (`NEGOTIATED` lines, shown
+with `-o log_cli=true`) and asserted, so a change to our version table that moves a client shows
+here. Then, at the request level with our own codec as the client: InitProducerId twice with one
+transactional id bumps the epoch (KIP-360's retry and fencing too), FindCoordinator for
+transactions is answered by whichever node is asked, ListOffsets, DescribeProducers,
+DescribeCluster, and a Metadata that never creates a topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import NewTopic as AioNewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from kafka.admin import KafkaAdminClient
+from kafka.admin import NewTopic as KafkaPythonNewTopic
+
+from cluster.client import Admin, Cluster, Producer
+from cluster.kafka import messages as m
+from cluster.local import launcher
+from statemachine.errors import ErrorCode
+from tests.kafka_wire import kafka_call, kafka_calls
+from tests.polling import apoll_until, poll_until
+
+log = logging.getLogger(__name__)
+CLIENT_TIMEOUT_S = 30.0
+
+
+class Captured(logging.Handler):
+    """Every message logged to the loggers it is attached to, while attached."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def captured() -> Iterator[Captured]:
+    handler = Captured()
+    names = ("kafka", "aiokafka", "librdkafka")
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+
+def negotiated(lines: list[str], pattern: str) -> dict[str, set[int]]:
+    """API name -> the versions a client's log shows it sent."""
+    found: dict[str, set[int]] = {}
+    for line in lines:
+        for name, version in re.findall(pattern, line):
+            found.setdefault(name, set()).add(int(version))
+    return found
+
+
+def report(client: str, versions: dict[str, set[int]]) -> None:
+    shown = ", ".join(
+        f"{name} v{'/'.join(map(str, sorted(v)))}" for name, v in sorted(versions.items())
+    )
+    log.info("NEGOTIATED %s: %s", client, shown)
+
+
+def create_native(three_nodes: launcher.LocalCluster, topic: str, partitions: int) -> None:
+    async def create() -> None:
+        client = Cluster(three_nodes.bootstrap, request_timeout_s=10.0)
+        try:
+            await Admin(client).create_topic(topic, partitions, 3)
+        finally:
+            await client.close()
+
+    asyncio.run(create())
+
+
+# -- real clients ------------------------------------------------------------------------------
+
+
+def test_kcat_lists_brokers_and_topics(
+    three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str]
+) -> None:
+    create_native(three_nodes, "kcat-listed", 3)
+    done = subprocess.run(
+        ["kcat", "-L", "-J", "-b", kafka_bootstrap[1], "-d", "protocol"],
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+        check=True,
+    )
+    listing = json.loads(done.stdout)
+    brokers = {b["id"]: b["name"] for b in listing["brokers"]}
+    assert brokers == {n.node_id: n.kafka_address for n in three_nodes.nodes}
+    (topic,) = [t for t in listing["topics"] if t["topic"] == "kcat-listed"]
+    assert [p["partition"] for p in topic["partitions"]] == [0, 1, 2]
+    assert all(p["leader"] in brokers for p in topic["partitions"])
+    versions = negotiated(done.stderr.splitlines(), r"Sent (\w+)Request \(v(\d+)")
+    report("kcat (librdkafka 2.0.2)", versions)
+    assert versions == {"ApiVersion": {3}, "Metadata": {4}}
+
+
+def test_confluent_kafka_admin_lists_creates_and_deletes(
+    three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str], captured: Captured
+) -> None:
+    create_native(three_nodes, "ck-listed", 2)
+    config: dict[str, Any] = {
+        "bootstrap.servers": ",".join(kafka_bootstrap),
+        "debug": "protocol",
+        "logger": logging.getLogger("librdkafka"),  # its log, where `captured` reads it
+    }
+    admin = AdminClient(config)
+    listed = admin.list_topics(timeout=CLIENT_TIMEOUT_S)
+    assert "ck-listed" in listed.topics
+    assert len(listed.topics["ck-listed"].partitions) == 2
+    assert sorted(listed.brokers) == [1, 2, 3]
+    (created,) = admin.create_topics([NewTopic("ck-made", 3, 3)]).values()
+    created.result(CLIENT_TIMEOUT_S)
+    (again,) = admin.create_topics([NewTopic("ck-made", 3, 3)]).values()
+    with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS"):
+        again.result(CLIENT_TIMEOUT_S)
+    poll_until(
+        lambda: len(admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics["ck-made"].partitions) == 3,
+        CLIENT_TIMEOUT_S,
+        "ck-made listed with 3 partitions",
+    )
+    (deleted,) = admin.delete_topics(["ck-made"]).values()
+    deleted.result(CLIENT_TIMEOUT_S)
+    admin.poll(0)  # librdkafka's log reaches the logger when the client is polled
+    versions = negotiated(captured.lines, r"Sent (\w+)Request \(v(\d+)")
+    report("confluent-kafka 2.16 (librdkafka 2.16.0)", versions)
+    assert versions == {
+        "ApiVersion": {3},
+        "Metadata": {13},
+        "CreateTopics": {4},
+        "DeleteTopics": {4},
+    }
+
+
+def test_kafka_python_admin_lists_and_creates(
+    three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str], captured: Captured
+) -> None:
+    create_native(three_nodes, "kp-listed", 1)
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap, request_timeout_ms=10_000)
+    try:
+        assert "kp-listed" in admin.list_topics()
+        admin.create_topics([KafkaPythonNewTopic("kp-made", 2, 3)])
+        poll_until(lambda: "kp-made" in admin.list_topics(), CLIENT_TIMEOUT_S, "kp-made listed")
+        cluster = admin.describe_cluster()
+        assert sorted(b["broker_id"] for b in cluster["brokers"]) == [1, 2, 3]  # DescribeCluster
+        admin.delete_topics(["kp-made"])
+        poll_until(lambda: "kp-made" not in admin.list_topics(), CLIENT_TIMEOUT_S, "kp-made gone")
+    finally:
+        admin.close()
+    versions = negotiated(captured.lines, r"Request \d+: (\w+)Request\(version=(\d+)")
+    report("kafka-python 3.0", versions)
+    # It asks ApiVersions v4 first, is answered in v0 with our versions (KIP-511), asks v3.
+    assert versions["ApiVersions"] == {3, 4}
+    assert versions["Metadata"] == {13}
+    assert versions["CreateTopics"] == {7}
+    assert versions["DeleteTopics"] == {6}
+    assert versions["DescribeCluster"] == {2}
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_aiokafka_admin_lists_and_creates(
+    three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str], captured: Captured
+) -> None:
+    await asyncio.to_thread(create_native, three_nodes, "ak-listed", 1)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        assert "ak-listed" in await admin.list_topics()
+        await admin.create_topics([AioNewTopic("ak-made", 2, 3)])
+
+        async def listed() -> bool:  # another node may apply the creation a moment later
+            return "ak-made" in await admin.list_topics()
+
+        await apoll_until(listed, CLIENT_TIMEOUT_S, "ak-made listed")
+        described = await admin.describe_cluster()
+        assert sorted(b["node_id"] for b in described["brokers"]) == [1, 2, 3]
+    finally:
+        await admin.close()
+    versions = negotiated(captured.lines, r"(\w+?)(?:Request|Response)_v(\d+)\(")
+    report("aiokafka 0.14", versions)
+    assert versions["ApiVersion"] == {0}
+    assert versions["Metadata"] == {5}
+    assert versions["CreateTopics"] == {3}
+
+
+# -- at the request level ------------------------------------------------------------------------
+
+TXN_TIMEOUT_MS = 60_000
+
+
+def init(txn: str | None, pid: int = -1, epoch: int = -1) -> m.InitProducerIdRequest:
+    return m.InitProducerIdRequest(txn, TXN_TIMEOUT_MS, pid, epoch)
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_init_producer_id_twice_bumps_the_epoch(kafka_bootstrap: list[str]) -> None:
+    txn = f"txn-{uuid.uuid4()}"
+    api = m.Api.INIT_PRODUCER_ID
+    first = await kafka_call(kafka_bootstrap[0], api, 0, init(txn))
+    second = await kafka_call(kafka_bootstrap[2], api, 1, init(txn))  # another node, older version
+    assert isinstance(first, m.InitProducerIdResponse)
+    assert isinstance(second, m.InitProducerIdResponse)
+    assert first.error_code == second.error_code == ErrorCode.NONE
+    assert second.producer_id == first.producer_id
+    assert second.producer_epoch == first.producer_epoch + 1
+    pid, epoch = second.producer_id, second.producer_epoch
+    # KIP-360: the current pair bumps again; the previous pair is a retry of the call that
+    # succeeded (the current pair back); an older one is fenced, as each version says it.
+    bumped, retried, fenced_v4, fenced_v3 = await kafka_calls(
+        kafka_bootstrap[1],
+        [
+            (api, 4, init(txn, pid, epoch)),
+            (api, 4, init(txn, pid, epoch)),
+            (api, 4, init(txn, pid, epoch - 1)),
+            (api, 3, init(txn, pid, epoch - 1)),
+        ],
+    )
+    assert bumped == m.InitProducerIdResponse(ErrorCode.NONE, pid, epoch + 1)
+    assert retried == m.InitProducerIdResponse(ErrorCode.NONE, pid, epoch + 1)
+    assert isinstance(fenced_v4, m.InitProducerIdResponse)
+    assert isinstance(fenced_v3, m.InitProducerIdResponse)
+    assert fenced_v4.error_code == ErrorCode.PRODUCER_FENCED
+    assert fenced_v3.error_code == ErrorCode.INVALID_PRODUCER_EPOCH  # before v4 there was none
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_init_producer_id_without_transactional_id_gives_a_new_producer(
+    kafka_bootstrap: list[str],
+) -> None:
+    api = m.Api.INIT_PRODUCER_ID
+    first, second, with_pair = await kafka_calls(
+        kafka_bootstrap[0], [(api, 0, init(None)), (api, 5, init(None)), (api, 5, init(None, 9, 0))]
+    )
+    answers = [first, second, with_pair]
+    assert all(isinstance(a, m.InitProducerIdResponse) for a in answers)
+    pids = [a.producer_id for a in answers if isinstance(a, m.InitProducerIdResponse)]
+    assert len(set(pids)) == 3, "each call a new producer id, as Kafka gives"
+    assert all(a.producer_epoch == 0 and a.error_code == 0 for a in answers)  # type: ignore[union-attr]
+    invalid = await kafka_call(kafka_bootstrap[0], api, 5, init(""))
+    assert invalid == m.InitProducerIdResponse(ErrorCode.INVALID_REQUEST)
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_find_coordinator_for_transactions_is_the_node_asked(
+    three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str]
+) -> None:
+    api = m.Api.FIND_COORDINATOR
+    for node in three_nodes.nodes:
+        old, batched = await kafka_calls(
+            node.kafka_address,
+            [
+                (api, 1, m.FindCoordinatorRequest("txn-a", m.COORDINATOR_TRANSACTION)),
+                (api, 4, m.FindCoordinatorRequest("", 1, ("txn-a", "txn-b"))),
+            ],
+        )
+        assert old == m.FindCoordinatorResponse(0, None, node.node_id, node.host, node.kafka_port)
+        assert isinstance(batched, m.FindCoordinatorResponse)
+        assert [(c.key, c.node_id, c.port, c.error_code) for c in batched.coordinators] == [
+            ("txn-a", node.node_id, node.kafka_port, 0),
+            ("txn-b", node.node_id, node.kafka_port, 0),
+        ]
+    group = await kafka_call(kafka_bootstrap[0], api, 2, m.FindCoordinatorRequest("g", 0))
+    assert isinstance(group, m.FindCoordinatorResponse)
+    assert group.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_list_offsets_and_describe_producers(
+    three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str]
+) -> None:
+    topic = "offsets-listed"
+    client = Cluster(three_nodes.bootstrap, request_timeout_s=10.0)
+    try:
+        await Admin(client).create_topic(topic, 1, 3)
+        async with Producer(client) as producer:
+            acks = [await producer.send(topic, b"v%d" % i, partition=0) for i in range(10)]
+            offsets = [(await ack).offset for ack in acks]
+    finally:
+        await client.close()
+    assert offsets == list(range(10))
+    queries = m.ListOffsetsRequest(
+        (
+            m.ListOffsetsTopic(
+                topic,
+                (
+                    m.ListOffsetsPartition(0, -2),  # earliest
+                    m.ListOffsetsPartition(0, -1),  # latest
+                    m.ListOffsetsPartition(0, 0),  # the first batch appended at time 0 or later
+                    m.ListOffsetsPartition(0, 2**62),  # later than any: the high watermark
+                    m.ListOffsetsPartition(0, -3),  # max timestamp: no version of ours has it
+                    m.ListOffsetsPartition(7, -1),
+                ),
+            ),
+            m.ListOffsetsTopic("no-such-topic", (m.ListOffsetsPartition(0, -1),)),
+        )
+    )
+    answers = []
+    for address in kafka_bootstrap:  # only the leader answers; the others say who it is not
+        (answer,) = await kafka_calls(address, [(m.Api.LIST_OFFSETS, 6, queries)])
+        assert isinstance(answer, m.ListOffsetsResponse)
+        answers.append(answer)
+    (led,) = [a for a in answers if a.topics[0].partitions[0].error_code == ErrorCode.NONE]
+    found = [(p.error_code, p.offset) for p in led.topics[0].partitions]
+    assert found == [
+        (0, 0),
+        (0, 10),
+        (0, 0),
+        (0, 10),
+        (ErrorCode.UNSUPPORTED_VERSION, -1),
+        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1),
+    ]
+    assert led.topics[1].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    leader = kafka_bootstrap[answers.index(led)]
+    described = await kafka_call(
+        leader,
+        m.Api.DESCRIBE_PRODUCERS,
+        0,
+        m.DescribeProducersRequest((m.TopicRequest(topic, (0,)),)),
+    )
+    assert isinstance(described, m.DescribeProducersResponse)
+    (partition,) = described.topics[0].partitions
+    (state,) = partition.active_producers
+    assert (partition.error_code, state.producer_epoch, state.last_sequence) == (0, 0, 9)
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_metadata_never_creates_a_topic_and_describe_cluster(
+    three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str]
+) -> None:
+    asked = m.MetadataRequest(
+        (m.MetadataRequestTopic("never-made"),), allow_auto_topic_creation=True
+    )
+    for version in (1, 4, 9, 12):
+        answer = await kafka_call(kafka_bootstrap[0], m.Api.METADATA, version, asked)
+        assert isinstance(answer, m.MetadataResponse)
+        (topic,) = answer.topics
+        assert topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert [b.node_id for b in answer.brokers] == [1, 2, 3]
+    by_id = m.MetadataRequest((m.MetadataRequestTopic(None, uuid.uuid4()),))
+    answer = await kafka_call(kafka_bootstrap[0], m.Api.METADATA, 12, by_id)
+    assert isinstance(answer, m.MetadataResponse)
+    assert answer.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
+    cluster = await kafka_call(
+        kafka_bootstrap[2], m.Api.DESCRIBE_CLUSTER, 0, m.DescribeClusterRequest()
+    )
+    assert isinstance(cluster, m.DescribeClusterResponse)
+    assert cluster.cluster_id == "raftbroker"
+    assert [(b.broker_id, b.host, b.port) for b in cluster.brokers] == [
+        (n.node_id, n.host, n.kafka_port) for n in three_nodes.nodes
+    ]
+    assert cluster.controller_id in (1, 2, 3)

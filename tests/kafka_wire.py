@@ -1,0 +1,69 @@
+"""A Kafka client at the request level, for tests: our own codec (cluster/kafka/codec.py) on the
+client side, so a test can send exactly the request it means (versions, fields, pipelining) and
+read the answer in our types."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Sequence
+
+from cluster.kafka import codec
+from cluster.kafka import messages as m
+
+SOCKET_TIMEOUT_S = 10.0
+CLIENT_ID = "raftbroker-tests"
+FRAME_BYTES_MAX = 64 * 1024 * 1024
+
+Call = tuple[m.Api, int, m.RequestBody]  # API, version, body
+
+
+async def open_kafka(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, _, port = address.rpartition(":")
+    async with asyncio.timeout(SOCKET_TIMEOUT_S):
+        return await asyncio.open_connection(host, int(port))
+
+
+async def read_kafka_frame(reader: asyncio.StreamReader) -> bytes:
+    """The body of the next frame (a broker's answer)."""
+    async with asyncio.timeout(SOCKET_TIMEOUT_S):
+        (length,) = codec.LENGTH_PREFIX.unpack(await reader.readexactly(4))
+        assert 0 <= length <= FRAME_BYTES_MAX, f"an answer frame of {length} bytes"
+        return await reader.readexactly(length)
+
+
+async def kafka_calls(address: str, calls: Sequence[Call]) -> list[m.ResponseBody]:
+    """Send `calls` pipelined on one fresh connection and read their answers, in order."""
+    reader, writer = await open_kafka(address)
+    try:
+        return await calls_on(reader, writer, calls)
+    finally:
+        writer.close()
+
+
+_CORRELATION = itertools.count(1)
+
+
+async def calls_on(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, calls: Sequence[Call]
+) -> list[m.ResponseBody]:
+    headers = [
+        m.RequestHeader(api, version, next(_CORRELATION), CLIENT_ID) for api, version, _ in calls
+    ]
+    writer.write(
+        b"".join(
+            codec.encode_request(h, body) for h, (_, _, body) in zip(headers, calls, strict=True)
+        )
+    )
+    await writer.drain()
+    answers = []
+    for header in headers:
+        correlation_id, answer = codec.decode_response(header, await read_kafka_frame(reader))
+        assert correlation_id == header.correlation_id, "answers out of order"
+        answers.append(answer)
+    return answers
+
+
+async def kafka_call(address: str, api: m.Api, version: int, body: m.RequestBody) -> m.ResponseBody:
+    (answer,) = await kafka_calls(address, [(api, version, body)])
+    return answer
