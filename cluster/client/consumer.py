@@ -42,7 +42,7 @@ class ConsumedRecord(NamedTuple):
     append_time_ms: int
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
+    headers: tuple[tuple[str, bytes | None], ...]
     producer_id: int
     producer_epoch: int
     sequence: int
