@@ -153,6 +153,8 @@ def as_json(r: ConsumedRecord) -> str:
         "timestamp": r.timestamp_ms,
     }
     obj |= _json_bytes("key", r.key) | _json_bytes("value", r.value)
-    obj["headers"] = {k: v.decode("utf-8", errors="replace") for k, v in r.headers}
+    obj["headers"] = {
+        k: None if v is None else v.decode("utf-8", errors="replace") for k, v in r.headers
+    }
     obj["producer_id"], obj["sequence"] = r.producer_id, r.sequence
     return json.dumps(obj)

@@ -107,6 +107,10 @@ def run_node_process(config: NodeConfig) -> None:
     except OSError as exc:
         _cannot_run([exc])
     try:
+        layout.check_data_format(config.data_dir)
+    except OSError as exc:
+        _cannot_run([exc])
+    try:
         run(_cancel_on_signals(run_node(config, fatal_exit)))
     except* OSError as group:
         _cannot_run(group.exceptions)

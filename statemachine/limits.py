@@ -26,6 +26,7 @@ class StateLimits:
     batch_bytes_max: int = 1 * MIB
     batch_records_max: int = 65_536
     record_headers_max: int = 64
+    decompressed_batch_bytes_max: int = 64 * MIB  # what a reader inflates one batch to
     producers_per_partition_max: int = 20_000
     sink_writers_per_partition_max: int = 10_000
     brokers_max: int = 256

@@ -36,7 +36,12 @@ from statemachine.errors import ErrorCode, Rejected
 from statemachine.limits import StateLimits
 from statemachine.metadata import TopicCreated, TopicDeleted, TopicInfo, topic_name_error
 from statemachine.partition import Appended, Duplicate
-from statemachine.records import HEADER_BYTES, BatchFormatError, verify_batch
+from statemachine.records import (
+    HEADER_BYTES,
+    BatchFormatError,
+    UnsupportedBatchError,
+    verify_batch,
+)
 from statemachine.txn_registry import ProducerIdAndEpoch
 
 EARLIEST, LATEST = -2, -1
@@ -196,6 +201,9 @@ class RequestFrontend:
             return
         try:
             verify_batch(entry.batch, self.node.limits)
+        except UnsupportedBatchError:
+            finish(self._failed(entry, ErrorCode.INVALID_RECORD))
+            return
         except BatchFormatError:
             finish(self._failed(entry, ErrorCode.CORRUPT_MESSAGE))
             return

@@ -21,6 +21,12 @@ A node process holds an exclusive POSIX record lock on `node.lock` for as long a
 (`lock_data_dir`), so two nodes never share a directory, and whoever asks which process is the
 node of a directory (`lock_holder`: the local launcher, before it signals one) gets the kernel's
 answer, not a pid file's. The kernel drops the lock when the process ends, however it ends.
+
+`<data_dir>/format` names the format of what the directory holds (`DATA_FORMAT`). Records are
+Kafka record batches (v2) since format 2; a directory of an earlier version (records in
+raftbroker's own msgpack batches, in its Raft journals as in its segments) is refused with one
+line (`check_data_format`), never half read: it holds no data a user of this version can have
+made, and a converter would have to rewrite every journal entry of every group.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ TOPIC_FILE = "topic"
 # NAME_MAX of Linux's file systems: no longer name can exist, and asking for one fails.
 NAME_BYTES_MAX = 255
 LOCK_FILE = "node.lock"
+FORMAT_FILE = "format"
+DATA_FORMAT = "raftbroker-data 2"  # 2: record batch v2 (Kafka's) in journals and segments
 
 
 class DataDirLockedError(OSError):
@@ -51,6 +59,31 @@ class DataDirLockedError(OSError):
         who = "another process" if holder is None else f"process {holder}"
         super().__init__(f"data directory {data_dir} is in use by {who}: a node runs there")
         self.holder = holder
+
+
+class DataFormatError(OSError):
+    """The data directory holds data of a format this version does not read."""
+
+
+def check_data_format(data_dir: Path) -> None:
+    """Stamp an empty directory with `DATA_FORMAT`; DataFormatError for one that holds data of
+    another format (a directory with groups but no stamp predates format 2)."""
+    stamp = data_dir / FORMAT_FILE
+    try:
+        found = stamp.read_text().strip()
+    except FileNotFoundError:
+        found = None
+    if found == DATA_FORMAT:
+        return
+    if found is not None or any((data_dir / d).exists() for d in (METADATA_DIR, PARTITIONS_DIR)):
+        raise DataFormatError(
+            f"data directory {data_dir} holds data of another raftbroker version "
+            f"({found or 'format 1, msgpack record batches'}); this version stores Kafka record "
+            f"batches ({DATA_FORMAT}) and does not convert it: start on an empty directory"
+        )
+    tmp = stamp.with_suffix(".tmp")
+    tmp.write_text(DATA_FORMAT + "\n")
+    os.replace(tmp, stamp)
 
 
 class _Flock(ctypes.Structure):

@@ -18,8 +18,10 @@ segment takes any frame, so an oversize batch still fits). Each batch is one fra
     length u32 | crc u32 | base_offset i64 | record_count i32 | append_time_ms i64 | batch
 
 `length` counts the batch bytes. The CRC (zlib's CRC-32) covers every byte after the crc field,
-header and batch. The batch is stored exactly as given (an encoded RecordBatch with a CRC of
-its own) and is never decoded here.
+header and batch. The batch (Kafka's record batch v2, with a CRC-32C of its own) is stored as
+given but for its `base_offset` field, set to the offset of its first record
+(`records.with_base_offset`; the batch's CRC does not cover it), so that a Kafka Fetch answers
+with the stored bytes as they are. Nothing else of a batch is read here.
 
 Rules:
 - Offsets are contiguous: each frame starts at the offset where the one before it ended. An
@@ -59,6 +61,7 @@ from cluster.config import Limits
 from cluster.errors import RaftbrokerError
 from statemachine.errors import ErrorCode
 from statemachine.limits import KIB, MIB
+from statemachine.records import with_base_offset
 
 _FRAME_HEAD = struct.Struct(">II")  # length of the batch, crc
 _FRAME_TAIL = struct.Struct(">qiq")  # base_offset, record_count, append_time_ms
@@ -484,6 +487,7 @@ class PartitionStore:
         """
         if record_count < 1 or not 0 < len(batch) <= FRAME_BATCH_BYTES_MAX:
             raise ValueError(f"bad batch: {record_count} records, {len(batch)} bytes")
+        batch = with_base_offset(batch, base_offset)
         wanted = StoredBatch(base_offset, record_count, append_time_ms, batch)
         self._check_open()
         if base_offset != self._next_offset and self._already_stored(wanted):

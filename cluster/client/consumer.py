@@ -23,11 +23,12 @@ from typing import NamedTuple
 
 from cluster import protocol as p
 from cluster.client.admin import Admin
+from cluster.client.batches import read_batch
 from cluster.client.errors import ClientError
 from cluster.client.metadata import Cluster, no_leader
 from cluster.client.retry import CallTimeoutError, Failure
 from statemachine.errors import ErrorCode
-from statemachine.records import SEQUENCE_MODULUS, RecordBatch
+from statemachine.records import SEQUENCE_MODULUS, BatchFormatError
 
 STALLED_WAIT_MS = 100
 
@@ -42,7 +43,7 @@ class ConsumedRecord(NamedTuple):
     append_time_ms: int
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
+    headers: tuple[tuple[str, bytes | None], ...]
     producer_id: int
     producer_epoch: int
     sequence: int
@@ -200,8 +201,12 @@ class Consumer:
     def _records(
         topic: str, partition: int, fetched: p.FetchedBatch, position: _Position
     ) -> list[ConsumedRecord]:
-        batch = RecordBatch.decode(fetched.batch)  # verifies the CRC end to end
-        records, base = batch.records, fetched.base_offset
+        base = fetched.base_offset
+        try:
+            batch, records = read_batch(fetched.batch)  # verifies the CRC end to end
+        except BatchFormatError as exc:  # as Kafka's consumers raise CorruptRecordException
+            where = f"{topic}-{partition}, the batch at offset {base}"
+            raise ClientError(ErrorCode.CORRUPT_MESSAGE, f"{where}: {exc}") from None
         first = max(0, position.offset - base)  # the batch may start before our position
         if first >= len(records):
             return []

@@ -38,7 +38,7 @@ from typing import NamedTuple
 from cluster import protocol as p
 from cluster.client.errors import ClientError, ProducerFencedError
 from cluster.client.metadata import Cluster
-from cluster.client.producer import stable_partition
+from cluster.client.producer import record_bytes, stable_partition
 from cluster.clock import wall_ms
 from statemachine.errors import ErrorCode
 from statemachine.limits import DEFAULT_LIMITS
@@ -56,7 +56,6 @@ _SESSION_LOST = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNK
 _OVERTAKEN = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
 TRANSACTIONAL_ID_PREFIX = "raftbroker-sink/"
 _TRANSACTION_TIMEOUT_MS = 60_000
-_RECORD_OVERHEAD_BYTES = 32
 SINK_BYTES_MAX = 200  # room in a transactional id for the prefix and the writer number
 
 
@@ -179,8 +178,7 @@ class FencedWriter:
         parts: list[tuple[Record, ...]] = []
         start, size = 0, 0
         for i, r in enumerate(records):
-            r_bytes = len(r.key or b"") + len(r.value or b"") + _RECORD_OVERHEAD_BYTES
-            r_bytes += sum(len(k) + len(v) for k, v in r.headers)
+            r_bytes = record_bytes(r)
             full = size + r_bytes > self.config.part_bytes_max
             if i > start and (full or i - start >= self.config.part_records_max):
                 parts.append(tuple(records[start:i]))

@@ -54,20 +54,19 @@ from statemachine.records import (
 )
 
 FENCED = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
-# A record's bytes in a batch body beyond its key and value: its msgpack framing (at most 23
-# bytes: array, timestamp, two bin heads, the headers' array) with room to spare.
-RECORD_OVERHEAD_BYTES = 32
-HEADER_OVERHEAD_BYTES = 11  # one header's array, str and bin heads
-# What a batch body may hold by that estimate: the limit less the batch header and the body's
-# own array head (5 bytes).
-BATCH_BODY_BYTES_MAX = DEFAULT_LIMITS.batch_bytes_max - HEADER_BYTES - 5
+# A record's bytes in a batch beyond its key and value: its varints (length, timestamp delta,
+# offset delta, key and value lengths, header count: at most 36 bytes) and its attributes byte.
+RECORD_OVERHEAD_BYTES = 40
+HEADER_OVERHEAD_BYTES = 10  # one header's two varint lengths
+# What a batch's records may hold by that estimate: the limit less the batch header.
+BATCH_BODY_BYTES_MAX = DEFAULT_LIMITS.batch_bytes_max - HEADER_BYTES
 
 
 def record_bytes(record: Record) -> int:
-    """A record's size in a batch body, never less than its encoding (headers are rare)."""
+    """A record's size in a batch, never less than its encoding (headers are rare)."""
     size = len(record.value or b"") + len(record.key or b"") + RECORD_OVERHEAD_BYTES
     for name, value in record.headers:
-        size += len(name.encode()) + len(value) + HEADER_OVERHEAD_BYTES
+        size += len(name.encode()) + len(value or b"") + HEADER_OVERHEAD_BYTES
     return size
 
 

@@ -13,7 +13,7 @@ from cluster.broker.replica import PartitionReplica
 from cluster.broker.storage import PartitionStore, StorageError
 from statemachine.commands import AppendBatch
 from statemachine.partition import Appended, PartitionResult
-from statemachine.records import Record, RecordBatch
+from statemachine.records import Record, RecordBatch, with_base_offset
 
 
 def open_store(directory: Path, *, fsync: bool = False) -> PartitionStore:
@@ -41,7 +41,7 @@ def test_settle_stores_what_was_applied_in_log_order_then_notifies(tmp_path: Pat
     replica.settle()
     stored = replica.store.read(0, 1 << 20)
     assert [(s.base_offset, s.append_time_ms, s.batch) for s in stored] == [
-        (2 * i, 5_000 + i, batch(i)) for i in range(6)
+        (2 * i, 5_000 + i, with_base_offset(batch(i), 2 * i)) for i in range(6)
     ]
     assert [result for result, _ in seen] == results
     assert all(

@@ -23,7 +23,7 @@ from cluster.broker.storage import (
     segment_file_name,
 )
 from statemachine.errors import ErrorCode
-from statemachine.records import Record, RecordBatch
+from statemachine.records import Record, RecordBatch, with_base_offset
 
 PID = 7
 SEGMENT_BYTES = 1_024
@@ -35,6 +35,11 @@ def encoded(index: int, records: int = 3, value_bytes: int = 40, version: int = 
     value = bytes([(index + 31 * version) % 256]) * value_bytes
     items = tuple(Record(f"k{index}.{j}".encode(), value, 1_000 + index) for j in range(records))
     return RecordBatch(PID, version, index * records, items).encode()
+
+
+def as_stored(base_offset: int, count: int, append_time_ms: int, batch: bytes) -> StoredBatch:
+    """A batch as the store gives it back: its base offset set to its first record's."""
+    return StoredBatch(base_offset, count, append_time_ms, with_base_offset(batch, base_offset))
 
 
 def frame_bytes(batch: StoredBatch) -> int:
@@ -60,7 +65,7 @@ def fill(store: PartitionStore, count: int, records: int = 3, first: int = 0) ->
     """Append batches `first`..`first+count-1` at the log end; return them as stored."""
     stored = []
     for index in range(first, first + count):
-        batch = StoredBatch(store.next_offset, records, 10_000 + index, encoded(index, records))
+        batch = as_stored(store.next_offset, records, 10_000 + index, encoded(index, records))
         store.append(*batch)
         stored.append(batch)
     return stored
@@ -141,7 +146,7 @@ def test_max_bytes_is_honoured_but_one_batch_always_served(tmp_path: Path) -> No
 def test_an_oversize_batch_gets_its_own_segment_and_is_served(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
         fill(store, 2)
-        big = StoredBatch(store.next_offset, 2, 5, encoded(99, records=2, value_bytes=3_000))
+        big = as_stored(store.next_offset, 2, 5, encoded(99, records=2, value_bytes=3_000))
         store.append(*big)
         after = fill(store, 2, first=100)
         assert len(big.batch) > SEGMENT_BYTES
@@ -283,7 +288,7 @@ def test_a_differing_append_below_the_end_truncates_and_appends(tmp_path: Path) 
     with open_store(tmp_path) as store:
         batches = fill(store, 20)
         files_before = len(segment_files(tmp_path))
-        changed = StoredBatch(batches[5].base_offset, 2, 77, encoded(5, records=2, version=1))
+        changed = as_stored(batches[5].base_offset, 2, 77, encoded(5, records=2, version=1))
         store.append(*changed)
         assert store.next_offset == changed.next_offset
         assert read_all(store) == [*batches[:5], changed]
@@ -465,7 +470,7 @@ def test_reads_between_every_kind_of_change_see_exactly_the_log(tmp_path: Path) 
     total = 300
     versions = [
         [
-            StoredBatch(3 * i, 3, i, encoded(i, value_bytes=40 + 25 * v, version=v))
+            as_stored(3 * i, 3, i, encoded(i, value_bytes=40 + 25 * v, version=v))
             for i in range(total)
         ]
         for v in (0, 1)

@@ -6,7 +6,9 @@ syntax tree of every .py file of the shipped packages (those pyproject.toml list
 - cluster/client/ never imports cluster.broker or cluster.raft: the library users import stays
   apart from the node process;
 - pysyncobj is imported only by cluster/raft/adapter.py, uvloop only in cli/, msgpack only by
-  cluster/protocol.py (the wire) and statemachine/codec.py (the replicated state), kio only by
+  cluster/protocol.py (the wire) and statemachine/codec.py (the replicated state), aiokafka
+  only by cluster/client/batches.py (its C reader of record batches), cramjam only by
+  statemachine/records.py (the codecs of compressed batches), kio only by
   cluster/kafka/codec.py (the Kafka wire).
 
 An import is any `import`, `from ... import` (relative ones resolved; `from cluster import broker`
@@ -137,6 +139,16 @@ RULES = (
         lambda m: within(m, "msgpack"),
         lambda path: path in {"cluster/protocol.py", "statemachine/codec.py"},
     ),
+    Rule(
+        "aiokafka is imported only by cluster/client/batches.py",
+        lambda m: within(m, "aiokafka"),
+        lambda path: path == "cluster/client/batches.py",
+    ),
+    Rule(
+        "cramjam is imported only by statemachine/records.py",
+        lambda m: within(m, "cramjam"),
+        lambda path: path == "statemachine/records.py",
+    ),
 )
 
 
@@ -186,6 +198,8 @@ BREAKS = [
     ("cluster/client/__init__.py", "import msgpack\n"),
     ("statemachine/partition.py", "from msgpack import packb\n"),
     ("cluster/raft/adapter.py", "__import__('msgpack')\n"),
+    ("cluster/client/consumer.py", "from aiokafka.record import default_records\n"),
+    ("cluster/broker/frontend.py", "import cramjam\n"),
     ("cluster/kafka/frontend.py", "from kio.schema.errors import ErrorCode\n"),
     ("cluster/broker/server.py", "import kio.serial\n"),
 ]
@@ -204,6 +218,8 @@ ALLOWED = [
     ("cli/runtime.py", "def run():\n    import uvloop\n"),
     ("cluster/protocol.py", "import msgpack\n"),
     ("statemachine/codec.py", "import msgpack\n"),
+    ("cluster/client/batches.py", "from aiokafka.record.default_records import X\n"),
+    ("statemachine/records.py", "import cramjam\n"),
     ("cluster/kafka/codec.py", "import kio.serial\nfrom kio.index import load_request_schema\n"),
 ]
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import zlib
-
 import msgpack
 import pytest
+from crc32c import crc32c
 
 from statemachine.codec import CodecError, pack
 from statemachine.commands import (
@@ -22,9 +21,11 @@ from statemachine.records import (
     BatchFormatError,
     Record,
     RecordBatch,
+    base_offset_of,
     decode_records,
     read_header,
     verify_batch,
+    with_base_offset,
 )
 from tests.builders import batch
 
@@ -90,13 +91,54 @@ def test_oversize_batch_is_refused_by_the_limit() -> None:
         read_header(data, StateLimits(batch_bytes_max=len(data) - 1, entry_bytes_max=10**6))
 
 
-def test_body_that_disagrees_with_the_header_is_refused() -> None:
-    good = batch(1, 0, 0, 2)
-    body = msgpack.packb([[1, None, b"v", []]])
-    forged = bytearray(good[:HEADER_BYTES] + body)
-    forged[1:5] = zlib.crc32(bytes(forged[5:])).to_bytes(4, "big")
-    with pytest.raises(BatchFormatError, match="count"):
-        verify_batch(bytes(forged))
+def _recrc(data: bytearray) -> bytes:
+    data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+    return bytes(data)
+
+
+@pytest.mark.parametrize(
+    ("offset", "value", "message"),
+    [
+        (57, (4).to_bytes(4, "big"), "count"),  # record_count 4, last_offset_delta says 3
+        (23, (5).to_bytes(4, "big"), "count"),  # last_offset_delta 5, record_count says 3
+        (21, (0x10).to_bytes(2, "big"), "transactional"),
+        (21, (0x05).to_bytes(2, "big"), "attributes"),  # compression codec 5 does not exist
+        (21, (0x08).to_bytes(2, "big"), "attributes"),  # LogAppendTime: a broker's choice
+        (16, b"\x01", "magic"),
+    ],
+)
+def test_a_header_that_lies_is_refused_at_the_edge(offset: int, value: bytes, message: str) -> None:
+    """What Kafka's broker checks of a v2 batch, with a CRC that matches the lie."""
+    forged = bytearray(batch(1, 0, 0, 3))
+    forged[offset : offset + len(value)] = value
+    with pytest.raises(BatchFormatError, match=message):
+        verify_batch(_recrc(forged))
+
+
+def test_a_length_that_lies_is_refused() -> None:
+    data = bytearray(batch(1, 0, 0, 2))
+    data[8:12] = (len(data) - 11).to_bytes(4, "big")
+    with pytest.raises(BatchFormatError, match="length"):
+        read_header(bytes(data))
+
+
+def test_records_that_lie_behind_a_good_crc_are_refused_by_readers() -> None:
+    """The edge reads no record (its cost per batch must not grow with them); a reader checks
+    every record's framing and refuses the batch."""
+    data = bytearray(batch(1, 0, 0, 2))
+    data[HEADER_BYTES] = 0x7E  # the first record's length: 63, past its bytes
+    forged = _recrc(data)
+    verify_batch(forged)
+    with pytest.raises(BatchFormatError, match="record"):
+        decode_records(forged)
+
+
+def test_a_base_offset_is_set_without_touching_the_crc() -> None:
+    data = batch(1, 0, 0, 2)
+    moved = with_base_offset(data, 1_234_567)
+    assert base_offset_of(moved) == 1_234_567
+    assert verify_batch(moved) == verify_batch(data)
+    assert moved[8:] == data[8:]
 
 
 @pytest.mark.parametrize(
