@@ -454,6 +454,10 @@ class KafkaFrontend:
                 done(m.PartitionProduceResponse(data.index, ErrorCode.INVALID_REQUIRED_ACKS))
             elif data.index < 0:
                 done(m.PartitionProduceResponse(data.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            elif len(data.records or b"") > self.node.limits.batch_bytes_max:
+                # Kafka's answer to a batch past max.message.bytes: not retriable, unlike the
+                # CORRUPT_MESSAGE the native path gives any batch it cannot take.
+                done(m.PartitionProduceResponse(data.index, ErrorCode.MESSAGE_TOO_LARGE))
             else:
                 entry = p.ProduceEntry(topic, data.index, data.records or b"")
                 self.native.start_produce(

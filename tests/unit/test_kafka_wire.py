@@ -1,0 +1,84 @@
+"""The Kafka listener's wire (cluster/kafka/wire.py): Kafka's framing, a refusal for every API
+in every version it is served in, and no answer to acks=0."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from cluster.broker.server import Undecodable
+from cluster.config import Limits
+from cluster.errors import RaftbrokerError
+from cluster.kafka import codec
+from cluster.kafka import messages as m
+from cluster.kafka.wire import KafkaWire
+from statemachine.errors import ErrorCode
+from tests.unit.test_kafka_codec import IDS, REQUESTS, VERSIONS
+
+FRAME_BYTES_MAX = Limits().frame_bytes_max
+WIRE = KafkaWire(Limits())
+
+
+def test_frames_are_cut_at_their_signed_length() -> None:
+    buf = bytearray(struct.pack(">i", 3) + b"abc" + struct.pack(">i", 2) + b"d")
+    assert WIRE.take_frame(buf, 0) == (b"abc", 7)
+    assert WIRE.take_frame(buf, 7) is None  # the rest has not arrived
+    assert WIRE.take_frame(bytearray(b"\x00\x00"), 0) is None
+
+
+@pytest.mark.parametrize(("length", "why"), [(-1, "negative"), (FRAME_BYTES_MAX + 1, "exceeds")])
+def test_a_length_kafka_would_refuse_closes_the_connection(length: int, why: str) -> None:
+    with pytest.raises(Undecodable, match=why) as refused:
+        WIRE.take_frame(bytearray(struct.pack(">i", length) + b"x" * 8), 0)
+    assert refused.value.answer is None
+    assert not refused.value.keep_open
+
+
+def test_an_undecodable_request_closes_and_a_too_new_api_versions_is_answered() -> None:
+    with pytest.raises(Undecodable) as closed:
+        WIRE.decode(struct.pack(">hhih", 999, 0, 1, -1))
+    assert (closed.value.answer, closed.value.keep_open) == (None, False)
+    with pytest.raises(Undecodable) as answered:
+        WIRE.decode(struct.pack(">hhih", m.Api.API_VERSIONS, 9, 5, -1))
+    assert answered.value.answer is not None
+    assert answered.value.keep_open
+
+
+@pytest.mark.parametrize(("api", "version"), VERSIONS, ids=IDS)
+def test_every_request_can_be_refused_in_its_own_terms(api: m.Api, version: int) -> None:
+    header = m.RequestHeader(api, version, 31, "t")
+    request = m.KafkaRequest(header, REQUESTS[api])
+    refusal = RaftbrokerError(ErrorCode.REQUEST_TIMED_OUT, "the node did not answer in time")
+    frame = WIRE.encode(31, request, refusal)
+    if api == m.Api.PRODUCE and REQUESTS[api].acks == 0:  # type: ignore[union-attr]
+        assert frame is None
+        return
+    assert frame is not None
+    correlation_id, response = codec.decode_response(header, frame[4:])
+    assert correlation_id == 31
+    codes = error_codes(response)
+    assert codes, f"{api.name} v{version}'s refusal carries no error code"
+    assert set(codes) == {ErrorCode.REQUEST_TIMED_OUT}
+
+
+def error_codes(response: object) -> list[int]:
+    """Every non-zero error code anywhere in a response."""
+    found: list[int] = []
+    for name in getattr(response, "__dataclass_fields__", {}):
+        value = getattr(response, name)
+        if name == "error_code" and value:
+            found.append(value)
+        elif isinstance(value, tuple):
+            for item in value:
+                found += error_codes(item)
+        else:
+            found += error_codes(value) if hasattr(value, "__dataclass_fields__") else []
+    return found
+
+
+def test_acks_0_is_never_answered() -> None:
+    produce = m.ProduceRequest(0, 1_000, ())
+    request = m.KafkaRequest(m.RequestHeader(m.Api.PRODUCE, 9, 1, None), produce)
+    assert WIRE.encode(1, request, m.ProduceResponse(())) is None
+    assert WIRE.encode(1, request, RaftbrokerError(ErrorCode.REQUEST_TIMED_OUT)) is None
