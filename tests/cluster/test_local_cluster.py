@@ -136,10 +136,14 @@ def test_down_says_what_it_stopped_and_finds_a_node_started_by_hand(tmp_path: Pa
 
 def test_up_starts_the_missing_node_of_a_partly_running_cluster(tmp_path: Path) -> None:
     d = ("--data-dir", str(tmp_path))
-    ok(raftbroker("cluster", "up", "--detach", *d))
+    first = ok(raftbroker("cluster", "up", "--detach", *d))
     try:
         before = launcher.LocalCluster.load(tmp_path)
         assert before is not None
+        # cluster.json records each node's Kafka port, and `up` prints both bootstraps
+        assert all(n.kafka_port for n in before.nodes)
+        assert f"bootstrap: {','.join(before.bootstrap)}" in first.splitlines()
+        assert f"kafka bootstrap: {','.join(before.kafka_bootstrap)}" in first.splitlines()
         launcher.kill(before.nodes[1].pid, signal.SIGKILL, wait_s=10)
 
         out = ok(raftbroker("cluster", "up", "--detach", *d))
