@@ -19,6 +19,21 @@ GOALS = {
     "sequential_p50": ("sequential publish p50 latency, ms", 1.0, "max"),
     "failover": ("failover: SIGKILL of the leader -> next ack, median ms", 0.5, "max"),
     "consume": ("consume from the start, records/s", 3.0, "min"),
+    # Issue 21: librdkafka through the Kafka listener (bench.kafka), against the same JetStream
+    # figures: one partition against one stream, as above.
+    "kafka_pipelined": (
+        "Kafka listener, librdkafka: acknowledged records/s, pipelined",
+        30.0,
+        "min",
+    ),
+    "kafka_sequential_p50": ("Kafka listener, librdkafka: sequential p50 latency, ms", 1.0, "max"),
+    "kafka_consume": ("Kafka listener, librdkafka: consume records/s", 10.0, "min"),
+}
+# Which JetStream figure each Kafka-listener goal is measured against.
+PEER_FIGURE = {
+    "kafka_pipelined": "pipelined",
+    "kafka_sequential_p50": "sequential_p50",
+    "kafka_consume": "consume",
 }
 
 
@@ -67,6 +82,24 @@ def ours_figures(ours: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def kafka_figures(kafka: dict[str, Any]) -> dict[str, Any]:
+    """bench.kafka's figures: the one-partition cases for the goals, four beside them."""
+
+    def case(section: str, partitions: int) -> Any:
+        cases = dig(kafka, section, "cases") or []
+        found = [c["records_per_s"] for c in cases if c["partitions"] == partitions]
+        return found[0] if found else None
+
+    return {
+        "kafka_pipelined": case("pipelined", 1),
+        "kafka_pipelined_4": case("pipelined", 4),
+        "kafka_sequential_p50": dig(kafka, "sequential", "p50_ms"),
+        "kafka_sequential_p99": dig(kafka, "sequential", "p99_ms"),
+        "kafka_consume": case("consume", 1),
+        "kafka_consume_4": case("consume", 4),
+    }
+
+
 def peer_figures(peer: dict[str, Any]) -> dict[str, Any]:
     return {
         "pipelined": dig(peer, "pipelined", "msgs_per_s"),
@@ -94,8 +127,11 @@ def goal(name: str, ours: float | None, peer: float | None) -> dict[str, Any]:
     return {"what": what, "ratio": round(ratio, 2), "target": target, "met": met}
 
 
-def combine(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
-    a, b = ours_figures(ours), peer_figures(peer)
+def combine(
+    ours: dict[str, Any], peer: dict[str, Any], kafka: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    a, b = ours_figures(ours) | kafka_figures(kafka or {}), peer_figures(peer)
+    b |= {name: b[figure] for name, figure in PEER_FIGURE.items()}
     return {
         "benchmark": "raftbroker vs NATS JetStream, same machine, same run",
         "machine": ours.get("machine") or peer.get("machine"),
@@ -119,8 +155,12 @@ def combine(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
             "raftbroker": dig(ours, "config", "raft_links") or "?",
             "jetstream": dig(peer, "config", "routes") or "?",
         },
-        "errors": {"raftbroker": ours.get("errors") or {}, "jetstream": peer.get("errors") or {}},
-        "reports": {"raftbroker": ours, "jetstream": peer},
+        "errors": {
+            "raftbroker": ours.get("errors") or {},
+            "jetstream": peer.get("errors") or {},
+            "kafka": (kafka or {}).get("errors") or {},
+        },
+        "reports": {"raftbroker": ours, "jetstream": peer, "kafka": kafka},
     }
 
 
@@ -153,6 +193,9 @@ def markdown(c: dict[str, Any]) -> str:
         ("failover, kill -> next ack, median ms", "failover", 0),
         ("consume from the start, records/s (JetStream: its fastest consumer)", "consume", 0),
         ("failover: lost / duplicated", None, 0),
+        ("Kafka listener, kcat: pipelined acked records/s (1 partition)", "kafka_pipelined", 0),
+        ("Kafka listener, confluent-kafka: sequential p50, ms", "kafka_sequential_p50", 2),
+        ("Kafka listener, kcat: consume records/s (1 partition)", "kafka_consume", 0),
     ]
     lines = [
         "# raftbroker vs NATS JetStream",
@@ -184,9 +227,7 @@ def markdown(c: dict[str, Any]) -> str:
             continue
         g = goals.get(key)
         goal_text = (
-            ""
-            if g is None
-            else f"{'>=' if key in ('pipelined', 'consume') else '<='} {g['target']}x"
+            "" if g is None else f"{'>=' if GOALS[key][2] == 'min' else '<='} {g['target']}x"
         )
         met = "" if g is None or g["met"] is None else ("yes" if g["met"] else "**no**")
         ratio = "" if g is None else _n(g["ratio"], 2)
@@ -212,6 +253,12 @@ def markdown(c: dict[str, Any]) -> str:
         + ", ".join(f"{p} partition(s) {_n(v)}" for p, v in c["scaling"].items())
         + f"; idle CPU per partition group per node: "
         f"{_n(dig(c, 'idle_cpu_percent_per_group', 'node1'), 2)}% of a core.",
+        "",
+        "Kafka listener (librdkafka 2.x, `python -m bench.kafka`): pipelined with 4 partitions "
+        f"{_n(a.get('kafka_pipelined_4'))} acked records/s, consumed "
+        f"{_n(a.get('kafka_consume_4'))} records/s; sequential p99 "
+        f"{_n(a.get('kafka_sequential_p99'), 2)} ms. Its goals are ratios to the same "
+        "JetStream figures as above (one partition against one stream).",
         "",
         "Errors: " + (json.dumps(c["errors"]) if any(c["errors"].values()) else "none") + ".",
         "",

@@ -1,8 +1,9 @@
 """The side-by-side benchmark suite still runs end to end (numbers come from full runs only).
 
-`python -m bench --quick` runs raftbroker's and JetStream's scenarios for a few seconds each,
-one after the other; this checks that both sides produced every figure the comparison needs,
-that neither lost or duplicated anything in its failover, and that no server is left running.
+`python -m bench --quick` runs raftbroker's scenarios (native, and librdkafka through the Kafka
+listener) and JetStream's for a few seconds each, one after the other; this checks that every
+side produced every figure the comparison needs, that neither lost or duplicated anything in
+its failover, and that no server is left running.
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ def test_the_quick_comparison_produces_every_figure_on_both_sides(tmp_path: Path
     )
     assert out.exists(), done.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["errors"] == {"raftbroker": {}, "jetstream": {}}, report["errors"]
+    assert report["errors"] == {"raftbroker": {}, "jetstream": {}, "kafka": {}}, report["errors"]
     for side in ("raftbroker", "jetstream"):
         figures = report[side]
         for name in ("pipelined", "sequential_p50", "failover", "consume"):
             assert figures[name] is not None and figures[name] > 0, (side, name, figures)
         assert (figures["failover_lost"], figures["failover_duplicated"]) == (0, 0), side
+    for name in ("kafka_pipelined", "kafka_sequential_p50", "kafka_consume"):
+        assert report["raftbroker"][name] > 0, name
     assert all(g["ratio"] is not None for g in report["goals"].values())
     assert subprocess.run(["pgrep", "-x", "nats-server"], check=False).returncode == 1

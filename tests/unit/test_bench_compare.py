@@ -77,3 +77,40 @@ def test_sequential_latency_pairs_links_in_clear_with_plain_routes() -> None:
     assert "encrypted (a cluster secret, as off loopback): p50 1.40 ms" in compare.markdown(
         combined
     )
+
+
+def kafka() -> dict[str, Any]:
+    return {
+        "pipelined": {
+            "cases": [
+                {"partitions": 1, "records_per_s": 600_000},
+                {"partitions": 4, "records_per_s": 700_000},
+            ]
+        },
+        "consume": {
+            "cases": [
+                {"partitions": 1, "records_per_s": 1_500_000},
+                {"partitions": 4, "records_per_s": 1_300_000},
+            ]
+        },
+        "sequential": {"p50_ms": 0.6, "p99_ms": 1.5},
+    }
+
+
+def test_the_kafka_listener_goals_pair_its_one_partition_with_jetstreams_one_stream() -> None:
+    combined = compare.combine(ours(), peer(), kafka())
+    goals = combined["goals"]
+    assert goals["kafka_pipelined"]["ratio"] == 40.0 and goals["kafka_pipelined"]["met"] is True
+    assert goals["kafka_consume"]["ratio"] == 12.5 and goals["kafka_consume"]["met"] is True
+    assert goals["kafka_sequential_p50"]["ratio"] == 0.86
+    assert goals["kafka_sequential_p50"]["met"] is True
+    text = compare.markdown(combined)
+    assert (
+        "| Kafka listener, kcat: pipelined acked records/s (1 partition) | 600,000 | 15,000" in text
+    )
+    assert "pipelined with 4 partitions 700,000" in text
+
+
+def test_without_a_kafka_report_its_goals_are_not_measured() -> None:
+    goals = compare.combine(ours(), peer())["goals"]
+    assert goals["kafka_pipelined"] == {**goals["kafka_pipelined"], "ratio": None, "met": None}

@@ -1,0 +1,285 @@
+"""Kafka-protocol benchmark: librdkafka against raftbroker's Kafka listener.
+
+Role: the measured answer to issue 21's speed goals: the broker's cost per Kafka batch should not
+grow with its records. A real 3-node cluster (replication 3) on loopback, started fresh per case
+as `bench.cluster` starts it (`fresh_cluster`); the clients are librdkafka, configured as a user
+would for throughput. Run it as `python -m bench.kafka [--quick] [--out FILE]`; it prints one
+JSON object on stdout (progress on stderr) and exits 1 if a case failed; a goal missed is a
+result.
+
+Clients: the pipelined and consume cases run kcat (librdkafka's own command-line client, C),
+the sequential case confluent-kafka (librdkafka in Python). Not confluent-kafka throughout,
+because its Python call costs about 1.3 us a record (`produce`, measured here with no broker),
+so one Python producer tops out near 700,000 records/s on a whole core of a 2-core machine that
+must also run three nodes: it would measure the binding, not the broker.
+
+Cases:
+- pipelined: an idempotent producer (`enable.idempotence`, `acks=all`), 100-byte values
+  (`bench.cluster.value_of`: an index and random letters, 4,096 distinct, repeated), librdkafka's
+  batching (`linger.ms` 5, `batch.size` 1,000,000), 1 and 4 partitions. kcat reads records from
+  a pipe fed for a timed window, then flushes and exits: the rate is records / (window + flush
+  + exit), every record acknowledged (kcat exits 0 with nothing on stderr only then; the
+  consume case then reads back exactly as many).
+- consume: kcat reads every partition of the pipelined topic from the beginning (no group:
+  assigned partitions) until the end, one byte of output a record, counted here: records/s.
+- sequential: `linger.ms` 0, one record in flight: produce, flush, repeat; p50 and p99.
+
+CPU of every node and of this process is recorded per case, as in `bench.cluster` (kcat's own
+is not: it exits before the window's end is sampled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from bench.cluster import (
+    BenchCluster,
+    cpu_report,
+    create_topic,
+    fresh_cluster,
+    latency_summary_ms,
+    sample_cpu,
+    value_of,
+)
+
+VALUE_BYTES = 100
+BATCH_SIZE_BYTES = 1_000_000
+LINGER_MS = 5
+QUEUE_RECORDS_MAX = 1_000_000
+FLUSH_TIMEOUT_S = 120.0
+CONSUME_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    quick: bool
+    pipelined_s: float
+    partitions: tuple[int, ...]
+    sequential_records: int
+
+    @classmethod
+    def of(cls, quick: bool) -> Settings:
+        if quick:
+            return cls(True, 1.0, (1,), 200)
+        return cls(False, 10.0, (1, 4), 3_000)
+
+
+def progress(message: str) -> None:
+    print(f"[bench.kafka {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def producer_config(bench: BenchCluster, linger_ms: float) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": ",".join(bench.local.kafka_bootstrap),
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": linger_ms,
+        "batch.size": BATCH_SIZE_BYTES,
+        "queue.buffering.max.messages": QUEUE_RECORDS_MAX,
+        "queue.buffering.max.kbytes": 1_048_576,
+        "delivery.report.only.error": True,
+        "compression.type": "none",
+    }
+
+
+class Failures:
+    """Delivery reports: only errors arrive (`delivery.report.only.error`)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def __call__(self, error: KafkaError | None, _message: Message) -> None:
+        if error is not None:
+            self.errors.append(str(error))
+
+
+def kcat_settings(bench: BenchCluster, linger_ms: float) -> list[str]:
+    """librdkafka's settings for kcat: the producer's, as `-X` options."""
+    settings = {**producer_config(bench, linger_ms)}
+    settings.pop("delivery.report.only.error")
+    args = []
+    for key, value in settings.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        args += ["-X", f"{key}={text}"]
+    return args
+
+
+def lines_chunk() -> bytes:
+    """4,096 distinct 100-byte values, a line each: what kcat reads as records."""
+    return b"".join(value_of(i) + b"\n" for i in range(4_096))
+
+
+async def kcat_produce(
+    bench: BenchCluster, topic: str, partitions: int, seconds: float
+) -> tuple[int, float]:
+    """kcat produces what it reads from a pipe fed for `seconds`; (records, seconds until every
+    record was acknowledged and kcat exited)."""
+    partition = "0" if partitions == 1 else "-1"  # -1: kcat's random partitioner
+    process = await asyncio.create_subprocess_exec(
+        "kcat", "-P", "-q", "-t", topic, "-p", partition, *kcat_settings(bench, LINGER_MS),
+        stdin=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdin is not None
+    chunk, sent = lines_chunk(), 0
+    start = time.monotonic()
+    deadline = start + seconds
+    while time.monotonic() < deadline:
+        process.stdin.write(chunk)
+        await asyncio.wait_for(process.stdin.drain(), FLUSH_TIMEOUT_S)
+        sent += 4_096
+    process.stdin.close()
+    _, errors = await asyncio.wait_for(process.communicate(), FLUSH_TIMEOUT_S)
+    elapsed = time.monotonic() - start
+    if process.returncode != 0 or errors.strip():
+        raise AssertionError(f"kcat exited {process.returncode}: {errors.decode()[-2000:]}")
+    return sent, elapsed
+
+
+async def pipelined_case(settings: Settings, partitions: int) -> tuple[dict[str, Any], Any]:
+    topic = f"kafka-pipelined-{partitions}"
+    async with fresh_cluster() as bench:
+        await create_topic(bench, topic, partitions)
+        warm, _ = await kcat_produce(bench, topic, partitions, 0.5)
+        before = sample_cpu(bench.process_pids())
+        sent, seconds = await kcat_produce(bench, topic, partitions, settings.pipelined_s)
+        after = sample_cpu(bench.process_pids())
+        report = {
+            "partitions": partitions,
+            "records": sent,
+            "seconds": round(seconds, 3),
+            "records_per_s": round(sent / seconds),
+            "mb_per_s": round(sent * VALUE_BYTES / seconds / 1e6, 2),
+            "cpu": cpu_report(before, after),
+        }
+        consume = await consume_case(bench, topic, partitions, warm + sent)
+    return report, consume
+
+
+async def kcat_consume(bench: BenchCluster, topic: str, expected: int) -> float:
+    """Seconds for kcat to read `expected` records from the beginning of every partition (no
+    group: it assigns them); it prints one byte a record, counted here."""
+    process = await asyncio.create_subprocess_exec(
+        "kcat", "-C", "-q", "-e", "-o", "beginning", "-t", topic, "-f", "x",
+        "-b", ",".join(bench.local.kafka_bootstrap),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None
+    start, count = time.monotonic(), 0
+    while count < expected:
+        data = await asyncio.wait_for(process.stdout.read(1 << 20), CONSUME_TIMEOUT_S)
+        if not data:
+            break
+        count += len(data)
+    elapsed = time.monotonic() - start
+    _, errors = await asyncio.wait_for(process.communicate(), CONSUME_TIMEOUT_S)
+    if count != expected:
+        raise AssertionError(f"kcat read {count} of {expected} records: {errors.decode()[-2000:]}")
+    return elapsed
+
+
+async def consume_case(
+    bench: BenchCluster, topic: str, partitions: int, expected: int
+) -> dict[str, Any]:
+    before = sample_cpu(bench.process_pids())
+    seconds = await kcat_consume(bench, topic, expected)
+    after = sample_cpu(bench.process_pids())
+    return {
+        "partitions": partitions,
+        "records": expected,
+        "seconds": round(seconds, 3),
+        "records_per_s": round(expected / seconds),
+        "cpu": cpu_report(before, after),
+    }
+
+
+def flushed(producer: Producer) -> None:
+    left = producer.flush(FLUSH_TIMEOUT_S)
+    if left:
+        raise AssertionError(f"{left} records not acknowledged within {FLUSH_TIMEOUT_S} s")
+
+
+def sequential_latencies(producer: Producer, topic: str, count: int) -> list[float]:
+    latencies = []
+    for i in range(count):
+        start = time.perf_counter()
+        producer.produce(topic, value_of(i), partition=0)
+        flushed(producer)
+        latencies.append(time.perf_counter() - start)
+    return latencies
+
+
+async def sequential_case(settings: Settings) -> dict[str, Any]:
+    topic = "kafka-sequential"
+    async with fresh_cluster() as bench:
+        await create_topic(bench, topic, 1)
+        failures = Failures()
+        producer = Producer({**producer_config(bench, 0), "on_delivery": failures})
+        await asyncio.to_thread(sequential_latencies, producer, topic, 100)  # warm-up
+        latencies = await asyncio.to_thread(
+            sequential_latencies, producer, topic, settings.sequential_records
+        )
+        if failures.errors:
+            raise AssertionError(f"delivery errors: {failures.errors[:5]}")
+    return {"records": len(latencies), "linger_ms": 0, **latency_summary_ms(latencies)}
+
+
+async def run(settings: Settings) -> dict[str, Any]:
+    report: dict[str, Any] = {"quick": settings.quick, "errors": {}}
+    pipelined, consumed = [], []
+    for partitions in settings.partitions:
+        progress(f"pipelined, {partitions} partition(s)")
+        try:
+            produced, consume = await pipelined_case(settings, partitions)
+        except Exception as exc:  # noqa: BLE001 - reported, the other cases still run
+            report["errors"][f"pipelined-{partitions}"] = repr(exc)
+            continue
+        pipelined.append(produced)
+        consumed.append(consume)
+    progress("sequential")
+    try:
+        report["sequential"] = await sequential_case(settings)
+    except Exception as exc:  # noqa: BLE001
+        report["errors"]["sequential"] = repr(exc)
+    report["pipelined"] = {
+        "params": {
+            "client": "confluent-kafka (librdkafka), one producer",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": LINGER_MS,
+            "batch.size": BATCH_SIZE_BYTES,
+            "value_bytes": VALUE_BYTES,
+            "window_s": settings.pipelined_s,
+            "rate": "records acknowledged / (window + flush)",
+        },
+        "cases": pipelined,
+    }
+    report["consume"] = {"cases": consumed}
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.kafka", description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    report = asyncio.run(run(Settings.of(args.quick)))
+    text = json.dumps(report, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+    return 1 if report["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
