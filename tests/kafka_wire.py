@@ -1,16 +1,22 @@
-"""A Kafka client at the request level, for tests: our own codec (cluster/kafka/codec.py) on the
+"""Kafka for tests: a client at the request level, our own codec (cluster/kafka/codec.py) on the
 client side, so a test can send exactly the request it means (versions, fields, pipelining) and
-read the answer in our types."""
+read the answer in our types; and the Kafka clients' logs, read for the versions they
+negotiated (`captured`, `negotiated`, `report`: `NEGOTIATED` lines, shown with
+`-o log_cli=true`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from collections.abc import Sequence
+import logging
+import re
+from collections.abc import Iterator, Sequence
 
 from cluster.kafka import codec
 from cluster.kafka import messages as m
 
+log = logging.getLogger(__name__)
 SOCKET_TIMEOUT_S = 10.0
 CLIENT_ID = "raftbroker-tests"
 FRAME_BYTES_MAX = 64 * 1024 * 1024
@@ -67,3 +73,50 @@ async def calls_on(
 async def kafka_call(address: str, api: m.Api, version: int, body: m.RequestBody) -> m.ResponseBody:
     (answer,) = await kafka_calls(address, [(api, version, body)])
     return answer
+
+
+# -- the clients' logs ------------------------------------------------------------------------
+
+
+class Captured(logging.Handler):
+    """Every message logged to the loggers it is attached to, while attached."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def capturing(*names: str) -> Iterator[Captured]:
+    """Every DEBUG message of the named loggers (and their children), while the block runs."""
+    handler = Captured()
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+
+def negotiated(lines: list[str], pattern: str) -> dict[str, set[int]]:
+    """API name -> the versions a client's log shows it sent."""
+    found: dict[str, set[int]] = {}
+    for line in lines:
+        for name, version in re.findall(pattern, line):
+            found.setdefault(name, set()).add(int(version))
+    return found
+
+
+def report(client: str, versions: dict[str, set[int]]) -> None:
+    shown = ", ".join(
+        f"{name} v{'/'.join(map(str, sorted(v)))}" for name, v in sorted(versions.items())
+    )
+    log.info("NEGOTIATED %s: %s", client, shown)

@@ -179,6 +179,16 @@ class RequestFrontend:
             self._start_produce(entry, timeout_s, fence, partial(finish, index))
         return True
 
+    def start_produce(
+        self,
+        entry: p.ProduceEntry,
+        timeout_s: float,
+        finish: Callable[[p.ProduceResult], None],
+    ) -> None:
+        """One plain (unfenced) entry through the native produce path: the Kafka listener's
+        Produce (cluster/kafka/frontend.py)."""
+        self._start_produce(entry, timeout_s, None, finish)
+
     def _start_produce(
         self,
         entry: p.ProduceEntry,
@@ -279,6 +289,13 @@ class RequestFrontend:
             first = first and not result.batches
             results.append(result)
         return results
+
+    async def wait_for_data(
+        self, partitions: tuple[p.FetchPartition, ...], deadline: float
+    ) -> None:
+        """Until a batch is appended to one of `partitions` this node leads, or `deadline`
+        (time.monotonic()): the Kafka listener's Fetch waits for its min_bytes with it."""
+        await self._wait_for_any(partitions, deadline)
 
     async def _wait_for_any(
         self, partitions: tuple[p.FetchPartition, ...], deadline: float

@@ -63,10 +63,13 @@ _UVARINT_MAX = 2**31  # a compact length or count is N+1 for N <= 2^31-1
 Versions = Mapping[int, m.VersionRange]
 _R = m.VersionRange
 # What this listener serves, each API from the oldest to the newest version we answer. Produce
-# and Fetch join once the log holds Kafka's record batches. Every version here exists in kio
-# both ways (tests/unit/test_kafka_codec.py); docs: README, "Using Kafka clients".
+# from v3 and Fetch from v4: record batch v2 only (magic 2, the log's one format); up to v12,
+# the last versions that name topics (v13 names them by topic id). Every version here exists in
+# kio both ways (tests/unit/test_kafka_codec.py); docs: README, "Using Kafka clients".
 SUPPORTED: Versions = MappingProxyType(
     {
+        m.Api.PRODUCE: _R(3, 12),
+        m.Api.FETCH: _R(4, 12),
         m.Api.LIST_OFFSETS: _R(1, 6),
         m.Api.METADATA: _R(0, 13),
         m.Api.FIND_COORDINATOR: _R(0, 6),

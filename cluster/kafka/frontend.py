@@ -12,6 +12,10 @@ Rules:
 - Topics are never created by Metadata (`allow_auto_topic_creation` is ignored): an unknown
   topic is UNKNOWN_TOPIC_OR_PARTITION. A topic's Kafka id (a UUID) is derived from the
   cluster id and its topic id, the same on every node.
+- Produce goes through the native produce path (`RequestFrontend.start_produce`) and is
+  answered from the apply callbacks, acks=1 and acks=-1 alike after the Raft commit; Fetch is
+  the native Fetch, its stored batches handed over as they are, waiting for `min_bytes` up to
+  `max_wait`. Records are never decoded here.
 - Whole-request failures become each API's own error response (wire.py: `refusal`); here,
   errors are answered per topic and partition as Kafka does.
 """
@@ -21,10 +25,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import replace
+from functools import partial
 
 from cluster import protocol as p
 from cluster.addresses import parse_address
-from cluster.broker.frontend import RequestFrontend
+from cluster.broker.frontend import RequestFrontend, fetch_answer_bytes_bound
 from cluster.broker.metrics import Metrics
 from cluster.broker.node import Node
 from cluster.broker.peers import PeerWatcher
@@ -43,10 +49,12 @@ NO_RETENTION = -1
 # DescribeConfigs' ConfigSource, as CreateTopics v5+ reports each config of a new topic.
 CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_DEFAULT = 1, 5
 PRODUCER_FENCED_SINCE_VERSION = 4  # InitProducerId: older clients know INVALID_PRODUCER_EPOCH
+NODE_ENDPOINTS_SINCE_VERSION = 10  # Produce: where leaders named in current_leader are (KIP-951)
 # ListOffsets specs below EARLIEST (-3, the max timestamp of KIP-734, and the tiered-storage
 # ones) are answered UNSUPPORTED_VERSION: no version we serve defines them.
 SPECS_FROM = p.EARLIEST
 NO_TIME = -1
+ACKS = (0, 1, -1)  # none, the leader, all in sync: 1 and -1 both answer after the Raft commit
 
 
 def topic_uuid(cluster_id: str, topic_id: int) -> uuid.UUID:
@@ -83,14 +91,24 @@ class KafkaFrontend:
     # -- the Server's handler ----------------------------------------------------------------
 
     def answer_now(
-        self,
-        request: m.KafkaRequest,  # noqa: ARG002 - every request is handled in a task for now
-        respond: Callable[[m.ResponseBody | Exception], None],  # noqa: ARG002
+        self, request: m.KafkaRequest, respond: Callable[[m.ResponseBody | Exception], None]
     ) -> bool:
-        return False
+        """Produce: answered from the apply callbacks of its entries (as the native produce
+        is), with no task between the commit and the socket; everything else is `handle`'s."""
+        body = request.body
+        if not isinstance(body, m.ProduceRequest):
+            return False
+        self.produce(body, request.api_version, respond)
+        return True
 
-    def answer_bytes_reserved(self, request: m.KafkaRequest) -> int:  # noqa: ARG002
-        return 0
+    def answer_bytes_reserved(self, request: m.KafkaRequest) -> int:
+        """A Fetch answer's bound, held while it is under way (as the native Fetch's)."""
+        body = request.body
+        if not isinstance(body, m.FetchRequest):
+            return 0
+        return fetch_answer_bytes_bound(
+            _native_fetch(body), self.node.config.limits, self.node.limits
+        )
 
     async def handle(self, request: m.KafkaRequest) -> m.ResponseBody:
         op = f"kafka.{m.Api(request.api_key).name}"
@@ -125,6 +143,8 @@ class KafkaFrontend:
                 return await self.describe_producers(body)
             case m.FindCoordinatorRequest():
                 return self.find_coordinator(body, version)
+            case m.FetchRequest():
+                return await self.fetch(body)
         raise RequestRefusedError(ErrorCode.INVALID_REQUEST, f"{type(body).__name__} not served")
 
     # -- the cluster: brokers, topics, partitions --------------------------------------------
@@ -399,6 +419,148 @@ class KafkaFrontend:
             )
         return m.DescribeProducersResponse(tuple(answers))
 
+    # -- Produce ---------------------------------------------------------------------------------
+
+    def produce(
+        self,
+        request: m.ProduceRequest,
+        version: int,
+        respond: Callable[[m.ResponseBody | Exception], None],
+    ) -> None:
+        """Each partition's batch through the native produce path (`RequestFrontend.
+        start_produce`: leadership and the term-start barrier, `verify_batch`, the proposal),
+        answered once every one has its result: acks=1 and acks=-1 alike after the Raft commit
+        and apply (an acks=0 request is never answered: wire.py)."""
+        started = time.perf_counter()
+        entries = [(t.name, d) for t in request.topic_data for d in t.partition_data]
+        results: list[m.PartitionProduceResponse | None] = [None] * len(entries)
+        left = [len(entries)]
+
+        def finish(index: int, result: m.PartitionProduceResponse) -> None:
+            results[index] = result
+            left[0] -= 1
+            if left[0] == 0:
+                respond(self._produced(request, results, version))
+                self.metrics.request_done("kafka.PRODUCE", "NONE", time.perf_counter() - started)
+
+        if not entries:
+            respond(m.ProduceResponse(()))
+            return
+        timeout_s = min(max(request.timeout, 0), self.node.config.timing.request_timeout_ms) / 1000
+        timeout_s = timeout_s or self.node.config.timing.request_timeout_ms / 1000
+        for index, (topic, data) in enumerate(entries):
+            done = partial(finish, index)
+            if request.acks not in ACKS:
+                done(m.PartitionProduceResponse(data.index, ErrorCode.INVALID_REQUIRED_ACKS))
+            elif data.index < 0:
+                done(m.PartitionProduceResponse(data.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            else:
+                entry = p.ProduceEntry(topic, data.index, data.records or b"")
+                self.native.start_produce(
+                    entry, timeout_s, partial(self._partition_produced, entry, done)
+                )
+
+    def _partition_produced(
+        self,
+        entry: p.ProduceEntry,
+        done: Callable[[m.PartitionProduceResponse], None],
+        result: p.ProduceResult,
+    ) -> None:
+        index = entry.partition
+        if result.error == ErrorCode.NONE:
+            # The record timestamps are the producer's (CreateTime): no log append time.
+            start = self._log_start(entry.topic, index)
+            done(m.PartitionProduceResponse(index, ErrorCode.NONE, result.base_offset, -1, start))
+            return
+        leader = self._current_leader(entry.topic, index, result.error)
+        done(m.PartitionProduceResponse(index, result.error, current_leader=leader))
+
+    def _produced(
+        self,
+        request: m.ProduceRequest,
+        results: list[m.PartitionProduceResponse | None],
+        version: int,
+    ) -> m.ProduceResponse:
+        answers = iter(results)
+        topics = tuple(
+            m.TopicProduceResponse(
+                t.name, tuple(next(answers) or _lost(d.index) for d in t.partition_data)
+            )
+            for t in request.topic_data
+        )
+        leaders = {
+            r.current_leader.leader_id
+            for r in results
+            if r is not None and r.current_leader.leader_id >= 0
+        }
+        endpoints = tuple(
+            m.NodeEndpoint(n, *self._addresses[n])
+            for n in sorted(leaders)
+            if n in self._addresses and version >= NODE_ENDPOINTS_SINCE_VERSION
+        )
+        return m.ProduceResponse(topics, node_endpoints=endpoints)
+
+    def _log_start(self, topic: str, partition: int) -> int:
+        handle = self.node.partitions.get((topic, partition))
+        return -1 if handle is None else handle.replica.log_start_offset
+
+    def _current_leader(self, topic: str, partition: int, error: int) -> m.LeaderIdAndEpoch:
+        """Where a partition refused with NOT_LEADER_OR_FOLLOWER is led (KIP-951: Produce
+        v10+ and Fetch v12+ carry it), so a client need not ask Metadata first."""
+        info = self.node.metadata_replica.machine.topics.get(topic)
+        if error != ErrorCode.NOT_LEADER_OR_FOLLOWER or info is None:
+            return m.NO_LEADER
+        leader_id, term = self.native.leader_and_term(info, partition)
+        me = self.node.config.node_id
+        if leader_id < 0 or leader_id == me:  # no leader yet, or here but not serving yet
+            return m.NO_LEADER
+        return m.LeaderIdAndEpoch(leader_id, term)
+
+    # -- Fetch -----------------------------------------------------------------------------------
+
+    async def fetch(self, request: m.FetchRequest) -> m.FetchResponse:
+        """The native Fetch (the leader's committed batches, one byte budget for the answer as
+        KIP-74's, a long poll up to max_wait), then, while the answer holds fewer than
+        min_bytes and max_wait has not passed, more of the same. Fetch sessions are not
+        kept (KIP-227's session id 0: every request is a full one)."""
+        native = _native_fetch(request)
+        deadline = time.monotonic() + native.max_wait_ms / 1000
+        answer = await self.native.fetch(native)
+        while _wants_more(answer, request.min_bytes) and time.monotonic() < deadline:
+            await self.native.wait_for_data(native.partitions, deadline)
+            answer = await self.native.fetch(replace(native, max_wait_ms=0))
+        results = iter(answer.results)
+        return m.FetchResponse(
+            tuple(
+                m.FetchableTopicResponse(
+                    t.topic,
+                    tuple(
+                        self._fetched(next(results))
+                        if fp.partition >= 0
+                        else _unknown(fp.partition)
+                        for fp in t.partitions
+                    ),
+                )
+                for t in request.topics
+            )
+        )
+
+    def _fetched(self, result: p.FetchResult) -> m.PartitionData:
+        if result.error != ErrorCode.NONE:
+            leader = self._current_leader(result.topic, result.partition, result.error)
+            return m.PartitionData(result.partition, result.error, current_leader=leader)
+        high = result.high_watermark
+        records = b"".join(b.batch for b in result.batches)  # stored bytes, as they are
+        return m.PartitionData(
+            result.partition,
+            ErrorCode.NONE,
+            high,
+            high,  # the last stable offset: no transactions, so every committed record
+            result.log_start_offset,
+            aborted_transactions=(),
+            records=records,
+        )
+
     # -- producer ids and their coordinator --------------------------------------------------
 
     async def init_producer_id(
@@ -451,6 +613,37 @@ class KafkaFrontend:
         else:
             error, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
         return m.Coordinator(key, -1, "", -1, error, message)
+
+
+def _native_fetch(request: m.FetchRequest) -> p.Fetch:
+    """The native Fetch of a Kafka Fetch's partitions (a negative partition is left out and
+    answered UNKNOWN_TOPIC_OR_PARTITION), its waits and budgets within the native bounds."""
+    return p.Fetch(
+        min(max(request.max_wait, 0), p.TIMEOUT_MS_MAX),
+        max(request.max_bytes, 0),
+        tuple(
+            p.FetchPartition(t.topic, fp.partition, fp.fetch_offset, max(fp.partition_max_bytes, 0))
+            for t in request.topics
+            for fp in t.partitions
+            if fp.partition >= 0
+        ),
+        replica_read=False,
+    )
+
+
+def _wants_more(answer: p.FetchResponse, min_bytes: int) -> bool:
+    """Whether a Fetch answer holds fewer than min_bytes of batches, and no error to report."""
+    if any(r.error for r in answer.results):
+        return False
+    return sum(len(b.batch) for r in answer.results for b in r.batches) < min_bytes
+
+
+def _unknown(partition: int) -> m.PartitionData:
+    return m.PartitionData(partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+def _lost(partition: int) -> m.PartitionProduceResponse:
+    raise AssertionError(f"partition {partition} of a Produce has no result")
 
 
 def _askable(query: m.ListOffsetsPartition) -> bool:

@@ -420,6 +420,9 @@ class LeaderIdAndEpoch:
     leader_epoch: int = -1
 
 
+NO_LEADER = LeaderIdAndEpoch()
+
+
 @dataclass(frozen=True, slots=True)
 class BatchIndexAndErrorMessage:
     batch_index: int
@@ -435,7 +438,7 @@ class PartitionProduceResponse:
     log_start_offset: int = -1
     record_errors: tuple[BatchIndexAndErrorMessage, ...] = ()
     error_message: str | None = None
-    current_leader: LeaderIdAndEpoch = LeaderIdAndEpoch()
+    current_leader: LeaderIdAndEpoch = NO_LEADER
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,6 +481,12 @@ class FetchTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class ForgottenTopic:
+    topic: str
+    partitions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class FetchRequest:
     max_wait: int
     min_bytes: int
@@ -487,6 +496,7 @@ class FetchRequest:
     session_id: int = 0
     session_epoch: int = -1
     replica_id: int = -1
+    forgotten_topics_data: tuple[ForgottenTopic, ...] = ()  # sessions only: not kept here
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,7 +506,7 @@ class PartitionData:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    current_leader: LeaderIdAndEpoch = LeaderIdAndEpoch()
+    current_leader: LeaderIdAndEpoch = NO_LEADER
     aborted_transactions: tuple[AbortedTransaction, ...] | None = None
     preferred_read_replica: int = -1
     records: bytes | None = None

@@ -17,18 +17,23 @@ import re
 import struct
 
 import pytest
+from crc32c import crc32c
 
 from cluster.kafka import codec
 from cluster.kafka import messages as m
 from cluster.local import launcher
+from statemachine.errors import ErrorCode
+from statemachine.records import Record, RecordBatch
 from tests.adversarial.conftest import (
+    KNOWN_PARTITIONS,
+    KNOWN_TOPIC,
     SOCKET_TIMEOUT_S,
     Known,
     assert_intact,
     current_cluster,
     http_exchange,
 )
-from tests.kafka_wire import calls_on, kafka_call, open_kafka, read_kafka_frame
+from tests.kafka_wire import calls_on, kafka_call, kafka_calls, open_kafka, read_kafka_frame
 from tests.polling import apoll_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -158,6 +163,45 @@ async def test_malformed_bodies_and_truncations(known: Known) -> None:
     topics = await kafka_call(address, m.Api.METADATA, 12, m.MetadataRequest())
     assert isinstance(topics, m.MetadataResponse)
     assert "made-by-a-broken-frame" not in {t.name for t in topics.topics}
+
+
+async def test_batches_kafka_would_refuse_append_nothing(known: Known) -> None:
+    """A corrupted CRC, a lying record count, a transactional batch, two batches where v3+
+    takes one, a batch past batch_bytes_max: each refused on every partition of `known` at its
+    leader (the others say NOT_LEADER_OR_FOLLOWER), and `assert_intact` finds `known` as it was."""
+    good = RecordBatch(-1, -1, -1, (Record(b"k", b"forged", 1),) * 2).encode()
+    bad = [
+        good[:-1] + bytes([good[-1] ^ 0xFF]),  # the CRC no longer matches
+        good[:57] + (5).to_bytes(4, "big") + good[61:],  # record count against last offset delta
+        resealed(good[:21] + (0x10).to_bytes(2, "big") + good[23:]),  # transactional
+        good + good,
+        good + bytes(1 << 20),  # past batch_bytes_max (1 MiB)
+    ]
+    produces = [
+        (m.Api.PRODUCE, 9, produce_to(KNOWN_TOPIC, partition, batch))
+        for batch in bad
+        for partition in range(KNOWN_PARTITIONS)
+    ]
+    refused_with: set[int] = set()
+    for node in current_cluster(known).nodes:
+        for answer in await kafka_calls(node.kafka_address, produces):
+            assert isinstance(answer, m.ProduceResponse)
+            refused_with.update(
+                p.error_code for t in answer.responses for p in t.partition_responses
+            )
+    assert ErrorCode.NONE not in refused_with
+    assert {ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD} <= refused_with
+    await still_answers(known)
+
+
+def produce_to(topic: str, partition: int, batch: bytes) -> m.ProduceRequest:
+    data = (m.TopicProduceData(topic, (m.PartitionProduceData(partition, batch),)),)
+    return m.ProduceRequest(-1, 5_000, data)
+
+
+def resealed(batch: bytes) -> bytes:
+    """The batch with its CRC-32C computed again (after a field it covers was changed)."""
+    return batch[:17] + crc32c(batch[21:]).to_bytes(4, "big") + batch[21:]
 
 
 async def test_a_truncated_frame_is_closed_at_the_frame_deadline(known: Known) -> None:

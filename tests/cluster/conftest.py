@@ -13,6 +13,7 @@ import pytest_asyncio
 
 from cluster.client import Cluster
 from cluster.local import launcher
+from tests.kafka_wire import Captured, capturing
 
 READY_TIMEOUT_S = 60.0
 
@@ -60,6 +61,14 @@ def kafka_bootstrap(three_nodes: launcher.LocalCluster) -> list[str]:
     """The module's cluster as Kafka clients reach it: each node's Kafka listener."""
     assert three_nodes.kafka_bootstrap, "the local cluster has no Kafka listeners"
     return three_nodes.kafka_bootstrap
+
+
+@pytest.fixture
+def captured() -> Iterator[Captured]:
+    """The Kafka clients' logs (kafka-python's, aiokafka's, and librdkafka's where a test hands
+    it the logger `librdkafka`) while the test runs."""
+    with capturing("kafka", "aiokafka", "librdkafka") as handler:
+        yield handler
 
 
 @pytest_asyncio.fixture

@@ -15,10 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import subprocess
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,55 +31,10 @@ from cluster.client import Admin, Cluster, Producer
 from cluster.kafka import messages as m
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
-from tests.kafka_wire import kafka_call, kafka_calls
+from tests.kafka_wire import Captured, kafka_call, kafka_calls, negotiated, report
 from tests.polling import apoll_until, poll_until
 
-log = logging.getLogger(__name__)
 CLIENT_TIMEOUT_S = 30.0
-
-
-class Captured(logging.Handler):
-    """Every message logged to the loggers it is attached to, while attached."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-@pytest.fixture
-def captured() -> Iterator[Captured]:
-    handler = Captured()
-    names = ("kafka", "aiokafka", "librdkafka")
-    loggers = [logging.getLogger(name) for name in names]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.addHandler(handler)
-        logger.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.removeHandler(handler)
-            logger.setLevel(level)
-
-
-def negotiated(lines: list[str], pattern: str) -> dict[str, set[int]]:
-    """API name -> the versions a client's log shows it sent."""
-    found: dict[str, set[int]] = {}
-    for line in lines:
-        for name, version in re.findall(pattern, line):
-            found.setdefault(name, set()).add(int(version))
-    return found
-
-
-def report(client: str, versions: dict[str, set[int]]) -> None:
-    shown = ", ".join(
-        f"{name} v{'/'.join(map(str, sorted(v)))}" for name, v in sorted(versions.items())
-    )
-    log.info("NEGOTIATED %s: %s", client, shown)
 
 
 def create_native(three_nodes: launcher.LocalCluster, topic: str, partitions: int) -> None:
