@@ -24,8 +24,10 @@ counted):
   as in Kafka without transactions);
 - client-error: a Kafka client, as strict an oracle as the checker, said something broke: a
   fatal error, or an error or a log line (WARNING or worse) about sequences, epochs, a fenced
-  or unknown producer, or idempotence (`CLIENT_ALARM`; librdkafka raises these when a broker
-  breaks its idempotence rules).
+  or unknown producer, idempotence, or an answer it could not parse (`CLIENT_ALARM`;
+  librdkafka says these when a broker breaks the protocol or its idempotence rules). Its
+  waiting for a producer id ("Failed to acquire ... PID ...: retrying", as after a
+  COORDINATOR_LOAD_IN_PROGRESS) is not one: a broker may answer so while it starts.
 """
 
 from __future__ import annotations
@@ -58,11 +60,15 @@ KINDS = (
 )
 EXAMPLES_MAX = 100
 RECOVERY_FAULTS = ("kill-leader", "kill-meta-leader")
-# What a Kafka client says when a broker broke idempotence (librdkafka: "Fatal error", "out of
-# order sequence number", "UNKNOWN_PRODUCER_ID", "Producer fenced by newer instance", ...).
+# What a Kafka client says when a broker broke idempotence or the protocol (librdkafka: "Fatal
+# error", "out of order sequence number", "UNKNOWN_PRODUCER_ID", "Producer fenced by newer
+# instance", "Protocol parse failure" under facility PROTOERR, ...).
 CLIENT_ALARM = re.compile(
-    r"fatal|out.of.order|sequence|idempoten|unknown.producer|fenced|producer.epoch", re.IGNORECASE
+    r"fatal|out.of.order|sequence|idempoten|unknown.producer|fenced|producer.epoch"
+    r"|protoerr|protocol parse",
+    re.IGNORECASE,
 )
+CLIENT_RETRYING = re.compile(r"Failed to acquire \w+ PID from broker .*: retrying$")
 CLIENT_LOG_LEVEL_MIN = logging.WARNING
 
 
@@ -449,7 +455,11 @@ def _check_clients(h: _History, found: _Found) -> None:
             what = ("fatal error " if e.get("fatal") else "error ") + said
         else:
             said = f"{e.get('facility')} {e.get('message')}"
-            alarm = e.get("level") >= CLIENT_LOG_LEVEL_MIN and CLIENT_ALARM.search(said)
+            alarm = (
+                e.get("level") >= CLIENT_LOG_LEVEL_MIN
+                and CLIENT_ALARM.search(said)
+                and not CLIENT_RETRYING.search(said)
+            )
             what = f"logged {logging.getLevelName(e.get('level'))} {said}"
         if alarm:
             found.add("client-error", None, f"{e.process} {what}")

@@ -112,6 +112,9 @@ class Callbacks:
         self._record = record
         self.fatal: str | None = None
         self.stats: dict[str, int] = {"retries": 0, "dedup_hits": 0, "sessions": 0}
+        # Set when the client is done: a callback handed over after that (a run cut short, its
+        # history closed) is dropped.
+        self.closed = False
 
     def config(self, *, statistics: bool = False) -> dict[str, Any]:
         """The client's settings that route its callbacks here (`statistics`: a producer's
@@ -163,6 +166,8 @@ class Callbacks:
     # -- on the loop ---------------------------------------------------------------------------
 
     def _logged(self, level: int, facility: str, text: str) -> None:
+        if self.closed:
+            return
         self._record(
             {
                 "type": "info",
@@ -175,6 +180,8 @@ class Callbacks:
         )
 
     def _errored(self, name: str, reason: str, fatal: bool) -> None:
+        if self.closed:
+            return
         if fatal and self.fatal is None:
             self.fatal = f"{name}: {reason}"
         self._record(
@@ -340,12 +347,15 @@ class KafkaClients:
             }
         )
         done = asyncio.Event()
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(_serve(producer.poll, done))
-            try:
-                yield ConfluentSession(producer, callbacks, self.settings)
-            finally:
-                done.set()
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(_serve(producer.poll, done))
+                try:
+                    yield ConfluentSession(producer, callbacks, self.settings)
+                finally:
+                    done.set()
+        finally:
+            callbacks.closed = True
 
     @contextlib.asynccontextmanager
     async def transactional(self, process: str, transactional_id: str) -> AsyncIterator[Session]:  # noqa: ARG002
@@ -371,7 +381,10 @@ class KafkaClients:
         try:
             yield ConfluentReader(consumer, callbacks)
         finally:
-            await asyncio.to_thread(consumer.close)
+            try:
+                await asyncio.to_thread(consumer.close)
+            finally:
+                callbacks.closed = True
 
     async def init_producer_id(self) -> tuple[int, int]:
         return await self._init_producer_id(None)
@@ -388,7 +401,9 @@ class KafkaClients:
             except ClientError as exc:
                 last = exc.error
             else:
-                error = _known(answer.error_code) or ErrorCode.UNKNOWN_SERVER_ERROR
+                error = _known(answer.error_code)
+                if error is None:
+                    raise ClientError(ErrorCode.UNKNOWN_SERVER_ERROR, _name(answer.error_code))
                 if error == ErrorCode.NONE:
                     return answer.producer_id, answer.producer_epoch
                 if not error.retriable:
