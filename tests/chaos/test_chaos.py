@@ -7,9 +7,9 @@ anomaly kind. The negative control runs the same command against nodes whose app
 retried batches again: a checker that stayed green there would be worthless.
 
 `--client kafka` runs the same workload through the Kafka listener (confluent-kafka, and our
-codec for the fenced zombie and the resender) for a short seeded schedule (20 s, three leader
-kills, two pauses, process faults only): no anomaly, no fatal or idempotence complaint from
-librdkafka, and every kind of operation seen to happen.
+codec for the fenced zombie and the resender) for a short seeded schedule (20 s: two partition
+leaders and the metadata leader killed, two pauses; process faults only): no anomaly, no fatal
+or idempotence complaint from librdkafka, and every kind of operation seen to happen.
 """
 
 from __future__ import annotations
