@@ -157,9 +157,24 @@ class Callbacks:
             sent = Sent(outcome_kind(error), {"error": error.name()})
         else:
             offset = message.offset()
-            assert offset is not None, "an acknowledged message without its offset"
+            if offset is None:
+                # Delivered, librdkafka says, without an offset: it got DUPLICATE_SEQUENCE_NUMBER
+                # or no error with a base offset of -1, neither of which raftbroker should ever
+                # answer. Acknowledged (the value must be in the log), and reported.
+                reason = (
+                    f"{message.value()!r} to partition {message.partition()} delivered without "
+                    "an offset: a Produce answered DUPLICATE_SEQUENCE_NUMBER, or with no error "
+                    "and offset -1"
+                )
+                self._hand(self._errored, "_NO_OFFSET", reason, False)
             sent = Sent(
-                "ok", {"offset": offset, "pid": UNKNOWN, "epoch": UNKNOWN, "sequence": UNKNOWN}
+                "ok",
+                {
+                    "offset": UNKNOWN if offset is None else offset,
+                    "pid": UNKNOWN,
+                    "epoch": UNKNOWN,
+                    "sequence": UNKNOWN,
+                },
             )
         self._hand(_settle, future, sent)
 
@@ -343,6 +358,9 @@ class KafkaClients:
                 "acks": "all",
                 "linger.ms": 1,
                 "delivery.timeout.ms": int(self.settings.op_timeout_s * 1000),
+                # Its idempotence state changes (producer ids, epoch bumps, drains) in the
+                # history: a few lines a fault, for whoever audits an anomaly.
+                "debug": "eos",
                 **callbacks.config(statistics=True),
             }
         )

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
+from cluster.chaos.checker import check
 from cluster.chaos.history import parse_event
 from cluster.chaos.kafka_clients import Callbacks, outcome_kind
 from cluster.chaos.workload import Sent
@@ -38,8 +39,17 @@ def test_a_delivery_error_is_fail_only_when_definite_or_fatal(error: KafkaError,
 class Message:
     """What a delivery report carries, as far as the callback reads it."""
 
-    def offset(self) -> int:
-        return 41
+    def __init__(self, offset: int | None = 41) -> None:
+        self._offset = offset
+
+    def offset(self) -> int | None:
+        return self._offset
+
+    def value(self) -> bytes:
+        return b"p0-7"
+
+    def partition(self) -> int:
+        return 2
 
 
 @pytest.mark.asyncio(loop_scope="function")
@@ -74,3 +84,20 @@ async def test_callbacks_from_librdkafkas_thread_reach_the_loop() -> None:
     await asyncio.to_thread(callbacks.log, 40, "%s [%s] %s", "FAIL", "x", "after the end")
     await asyncio.sleep(0)
     assert len(recorded) == 2
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_delivery_without_an_offset_is_acknowledged_and_reported() -> None:
+    recorded: list[dict[str, object]] = []
+    callbacks = Callbacks("p0", lambda e: recorded.append({"time_ms": 0, **e}))
+    delivered: asyncio.Future[Sent] = asyncio.get_running_loop().create_future()
+    await asyncio.to_thread(callbacks.delivered, delivered, None, Message(None))  # type: ignore[arg-type]
+    assert await delivered == Sent("ok", {"offset": -1, "pid": -1, "epoch": -1, "sequence": -1})
+    (event,) = [parse_event(e) for e in recorded]
+    assert (event.f, event.get("error"), event.get("fatal")) == (
+        "client_error",
+        "_NO_OFFSET",
+        False,
+    )
+    assert "b'p0-7' to partition 2" in event.get("reason")
+    assert check([event]).counts_by_kind["client-error"] == 1
