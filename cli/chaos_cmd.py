@@ -6,6 +6,12 @@ off nodes, heals, drains every partition, and checks the history. It prints the 
 summary (or `--json`) and exits 1 when the checker found an anomaly. The same seed replays the
 same fault schedule.
 
+`--client kafka` runs the producers, the fenced zombie, the resender and the consumer through
+every node's Kafka listener (confluent-kafka, and requests of our own Kafka codec where
+librdkafka cannot send them) instead of raftbroker's own client, against the same checker;
+librdkafka's fatal errors and idempotence complaints count as anomalies. It needs
+confluent-kafka (the `dev` extra).
+
 Network faults need a namespace of the run's own: when the machine allows one (root, iproute2),
 the command creates it, runs itself inside (nodes and clients both), and deletes it after.
 `--no-network` skips that; either way the report lists the fault kinds it could not inject.
@@ -13,18 +19,25 @@ the command creates it, runs itself inside (nodes and clients both), and deletes
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
+from enum import StrEnum
 from pathlib import Path
 
 import typer
 
-from cli.common import one_line_errors, run
+from cli.common import CliError, one_line_errors, run
 from cluster.chaos import links
 from cluster.chaos.runner import ChaosOptions, run_chaos, skipped_faults
 
 app = typer.Typer(help="Fault injection with a history checker.", no_args_is_help=True)
+
+
+class Client(StrEnum):
+    native = "native"
+    kafka = "kafka"
 
 
 @app.command("run")
@@ -42,6 +55,12 @@ def run_command(
     no_network: bool = typer.Option(
         False, "--no-network", help="No network namespace: process faults only."
     ),
+    client: Client = typer.Option(
+        Client.native,
+        "--client",
+        help="Whose clients drive the workload: raftbroker's own, or Kafka's (confluent-kafka "
+        "through the Kafka listener).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     unsafe_disable_deduplication: bool = typer.Option(
         False,
@@ -51,6 +70,8 @@ def run_command(
     ),
 ) -> None:
     """Run the workload under faults, then check that nothing was lost or duplicated."""
+    if client is Client.kafka and importlib.util.find_spec("confluent_kafka") is None:
+        raise CliError("--client kafka needs confluent-kafka: pip install -e '.[dev]'")
     inside = os.environ.get(links.NAMESPACE_ENV)
     reason = "--no-network" if no_network else None
     if not inside and reason is None:
@@ -63,6 +84,7 @@ def run_command(
         out_dir=out,
         partitions=partitions,
         fault_interval_s=fault_interval,
+        client=client.value,
         unsafe_disable_deduplication=unsafe_disable_deduplication,
         no_network_reason=None if inside else reason,
     )

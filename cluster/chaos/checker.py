@@ -13,18 +13,28 @@ counted):
 - unexpected: a value nobody sent;
 - aborted-read: a value whose send definitely failed, observed anyway;
 - producer-order: within a session (pid, epoch) offsets do not rise with sequence, or the log
-  holds its sequences with a gap or out of order;
+  holds its sequences with a gap or out of order; for sends acknowledged without their session
+  (a Kafka client does not tell it), a process's offsets in a partition do not rise in the
+  order it sent them (what an idempotent producer promises, as its sequences would show);
 - consumer-order: a consumer's successive records are not at successive offsets;
 - replica-divergence: two replicas (or a replica and the final read) disagree at an offset, or a
   replica's log is not contiguous;
 - fenced-write: a session of a transactional id wrote to a partition after a newer session of
   that id reached it (the partition learns of a new epoch with that epoch's first batch there,
-  as in Kafka without transactions).
+  as in Kafka without transactions);
+- client-error: a Kafka client, as strict an oracle as the checker, said something broke: a
+  fatal error, or an error or a log line (WARNING or worse) about sequences, epochs, a fenced
+  or unknown producer, idempotence, or an answer it could not parse (`CLIENT_ALARM`;
+  librdkafka says these when a broker breaks the protocol or its idempotence rules). Its
+  waiting for a producer id ("Failed to acquire ... PID ...: retrying", as after a
+  COORDINATOR_LOAD_IN_PROGRESS) is not one: a broker may answer so while it starts.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
+import re
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -46,9 +56,21 @@ KINDS = (
     "consumer-order",
     "replica-divergence",
     "fenced-write",
+    "client-error",
 )
 EXAMPLES_MAX = 100
 RECOVERY_FAULTS = ("kill-leader", "kill-meta-leader")
+# What a Kafka client says when a broker broke idempotence or the protocol (librdkafka: "Fatal
+# error", "out of order sequence number", "UNKNOWN_PRODUCER_ID", "Producer fenced by newer
+# instance", "Protocol parse failure" under facility PROTOERR, ...; the workload's own
+# _NO_OFFSET, a delivery acknowledged without an offset, says DUPLICATE_SEQUENCE_NUMBER).
+CLIENT_ALARM = re.compile(
+    r"fatal|out.of.order|sequence|idempoten|unknown.producer|fenced|producer.epoch"
+    r"|protoerr|protocol parse",
+    re.IGNORECASE,
+)
+CLIENT_RETRYING = re.compile(r"Failed to acquire \w+ PID from broker .*: retrying$")
+CLIENT_LOG_LEVEL_MIN = logging.WARNING
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,11 +117,17 @@ class Report:
             "longest write gap per partition: "
             + ", ".join(f"{p}: {_ms(g)}" for p, g in sorted(f["longest_write_gap_ms"].items())),
         ]
+        client = f["client"]
+        if any(client.values()):
+            lines.append(
+                f"Kafka clients: {client['errors']} errors reported ({client['fatal']} fatal), "
+                f"{client['log_lines']} log lines"
+            )
         for kind in KINDS:
             count = self.counts_by_kind[kind]
             lines.append(f"  {kind:<20} {count}")
             examples = [a for a in self.anomalies if a.kind == kind][:3]
-            lines += [f"      p{a.partition}: {a.detail}" for a in examples]
+            lines += [f"      {_where(a.partition)}: {a.detail}" for a in examples]
         return "\n".join(lines)
 
 
@@ -119,6 +147,10 @@ def _failed_lines(failed_by_error: dict[str, int]) -> list[str]:
     ]
 
 
+def _where(partition: int | None) -> str:
+    return "client" if partition is None else f"p{partition}"
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} ms"
 
@@ -133,6 +165,7 @@ def check(events: Sequence[Event]) -> Report:
     for partition in history.partitions():
         _check_partition(history, partition, found)
     _check_fencing(history, found)
+    _check_clients(history, found)
     return Report(tuple(found.examples), dict(found.counts), _figures(history))
 
 
@@ -158,6 +191,8 @@ class _History:
         self.final: dict[int, list[Record]] = {}
         self.replicas: dict[int, dict[str, list[Record]]] = defaultdict(dict)
         self.observed: list[tuple[str, int, Record]] = []  # (source, partition, record)
+        self.sent_order: dict[str, int] = {}  # value -> its invoke's place in the history
+        self.client: list[Event] = []  # what Kafka clients reported and logged
         for e in self.events:
             self._index(e)
         self._acked: dict[int, list[Event]] = defaultdict(list)  # ok sends, by partition
@@ -168,7 +203,11 @@ class _History:
     def _index(self, e: Event) -> None:
         if e.f == "send":
             value = e.get("value")
+            if e.type == "invoke":
+                self.sent_order[value] = len(self.sent_order)
             (self.invoked if e.type == "invoke" else self.outcome)[value] = e
+        elif e.f in ("client_error", "client_log"):
+            self.client.append(e)
         elif e.f == "final_read":
             assert e.partition is not None
             self.final[e.partition] = sorted(e.records)
@@ -213,6 +252,7 @@ def _check_partition(h: _History, partition: int, found: _Found) -> None:
     _check_duplicates(final, partition, found)
     _check_observations(h, partition, found)
     _check_producer_order(acked, final, partition, found)
+    _check_send_order(h, acked, partition, found)
     _check_consumers(h, partition, found)
     _check_replicas(h, partition, final, found)
 
@@ -286,6 +326,25 @@ def _check_producer_order(
                 f"{before.sequence} at {before.offset}, then {r.sequence} at {r.offset}",
             )
         last[(r.pid, r.epoch)] = r
+
+
+def _check_send_order(h: _History, acked: list[Event], partition: int, found: _Found) -> None:
+    """Sends acknowledged without their session (pid -1) but with an offset: per process, the
+    offsets rise in the order it sent them."""
+    sent: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    for e in acked:
+        value = e.get("value")
+        if e.get("pid") < 0 and e.get("offset") >= 0 and value in h.sent_order:
+            sent[e.process].append((h.sent_order[value], e.get("offset"), value))
+    for process, ordered in sent.items():
+        ordered.sort()
+        for (_, o1, v1), (_, o2, v2) in itertools.pairwise(ordered):
+            if o2 <= o1:
+                found.add(
+                    "producer-order",
+                    partition,
+                    f"{process}: {v1} acked at {o1}, then {v2} (sent after it) at {o2}",
+                )
 
 
 def _check_consumers(h: _History, partition: int, found: _Found) -> None:
@@ -389,6 +448,24 @@ def _fenced_in_log(
         newest = max(newest, mine)
 
 
+def _check_clients(h: _History, found: _Found) -> None:
+    for e in h.client:
+        if e.f == "client_error":
+            said = f"{e.get('error')}: {e.get('reason')}"
+            alarm = e.get("fatal") or CLIENT_ALARM.search(said)
+            what = ("fatal error " if e.get("fatal") else "error ") + said
+        else:
+            said = f"{e.get('facility')} {e.get('message')}"
+            alarm = (
+                e.get("level") >= CLIENT_LOG_LEVEL_MIN
+                and CLIENT_ALARM.search(said)
+                and not CLIENT_RETRYING.search(said)
+            )
+            what = f"logged {logging.getLevelName(e.get('level'))} {said}"
+        if alarm:
+            found.add("client-error", None, f"{e.process} {what}")
+
+
 def _figures(h: _History) -> dict[str, Any]:
     outcomes = Counter(e.type for e in h.outcome.values())
     faults = Counter(
@@ -413,8 +490,13 @@ def _figures(h: _History) -> dict[str, Any]:
         + sum(
             1
             for e in h.outcome.values()
-            if e.type == "ok" and "resent_offset" in e.fields and e.get("duplicate") is True
+            if e.type == "ok" and e.get("resent_offset", -1) == e.get("offset") >= 0
         ),
+        "client": {
+            "errors": sum(e.f == "client_error" for e in h.client),
+            "fatal": sum(e.f == "client_error" and e.get("fatal") is True for e in h.client),
+            "log_lines": sum(e.f == "client_log" for e in h.client),
+        },
         "faults": dict(faults),
         "final_records": {p: len(rs) for p, rs in sorted(h.final.items())},
         "recovery_ms": {

@@ -9,13 +9,19 @@ or may not have (a timeout, a lost connection). Operations and their fields:
   the broker must answer both alike); fail and info add `error`. Every value is invoked once.
   A streaming sink's values (fenced writes) are acknowledged by micro-batch, without their
   offsets: ok carries `offset`, `pid`, `epoch` and `sequence` as -1.
-- `poll` (ok): a consumer's `partition` and `records`, each `[offset, value, pid, epoch, seq]`.
+- `poll` (ok): a consumer's `partition` and `records`, each `[offset, value, pid, epoch, seq]`
+  (-1 for what the client does not tell: Kafka clients do not expose pid, epoch or sequence).
+  A Kafka client's producer does not tell them either: its ok sends carry them as -1.
 - `seek` (ok): the consumer reads `partition` from `offset` on.
 - `init` (ok): a producer session `pid`, `epoch`, optional `transactional_id`.
 - `fault` (info): the nemesis: `kind`, `node`, `partition`, `phase` (start, end, skipped).
 - `stats` (ok): counters of a producer: `retries`, `dedup_hits`.
 - `sink_run` (info): a run of the sink's micro-batch `batch` that did not complete: `error`
   (cut off on purpose, or a run that failed and is run again).
+- `client_error` (info): an error a Kafka client reported by itself (librdkafka's error
+  callback, or an error message from its consumer): `error` (its name), `reason`, `fatal`.
+- `client_log` (info): a line of a Kafka client's log: `level` (Python's logging level),
+  `facility`, `message`.
 - `final_read` (ok): the whole `partition` read through its leader after healing: `records`.
 - `replica_log` (ok): one `node`'s committed log of `partition`: `records`.
 
@@ -44,6 +50,8 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "final_read": {"partition": int, "records": list},
     "replica_log": {"partition": int, "records": list, "node": str},
     "sink_run": {"batch": int, "error": str},
+    "client_error": {"error": str, "reason": str, "fatal": bool},
+    "client_log": {"level": int, "facility": str, "message": str},
 }
 SEND_OK: dict[str, type | tuple[type, ...]] = {
     "offset": int,
@@ -108,7 +116,7 @@ def parse_event(obj: object) -> Event:
         required.update(SEND_OK)
     for name, kind in required.items():
         value = obj.get(name)
-        if isinstance(value, bool) or not isinstance(value, kind):
+        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
             raise HistoryError(f"{f}: missing or mistyped {name!r}")
     if "records" in required:
         _check_records(obj["records"])

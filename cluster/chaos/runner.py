@@ -4,6 +4,11 @@ Role: compose the pieces and leave a directory a person can audit: `history.json
 operation and fault), `report.json` and `summary.txt` (the checker's verdict and figures), the
 node logs and data under `cluster/`. Nothing is left running: the cluster is stopped by PID in
 a `finally`, on success, failure or cancellation.
+
+`client` chooses who does the workload's producing and consuming: raftbroker's native client,
+or Kafka's (`kafka`: confluent-kafka and our Kafka codec against every node's Kafka listener,
+kafka_clients.py, imported only then). Either way the topic is created, the streaming sink
+writes, and the final reads and replica dumps the checker needs are made, natively.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +26,14 @@ from cluster.chaos.checker import Report, check_file
 from cluster.chaos.history import HistoryWriter
 from cluster.chaos.links import LinkCutter
 from cluster.chaos.nemesis import NETWORK_FAULTS, Nemesis, schedule
-from cluster.chaos.workload import Clock, Workload, WorkloadSettings
+from cluster.chaos.workload import (
+    Clients,
+    Clock,
+    NativeClients,
+    Record,
+    Workload,
+    WorkloadSettings,
+)
 from cluster.client import Admin, ClientError, Consumer, ConsumerConfig
 from cluster.client import Cluster as ClientCluster
 from cluster.local import launcher
@@ -29,6 +41,7 @@ from statemachine.errors import ErrorCode
 from statemachine.records import RecordBatch
 
 TOPIC = "chaos"
+CLIENTS = ("native", "kafka")
 SETTLE_S = 3.0  # after healing, the workload goes on this long before it stops
 DRAIN_TIMEOUT_S = 60.0
 
@@ -41,6 +54,7 @@ class ChaosOptions:
     partitions: int = 4
     producers: int = 3
     fault_interval_s: float = 6.0
+    client: str = "native"  # one of CLIENTS
     # The negative control: nodes append retried batches again (cluster/config.py).
     unsafe_disable_deduplication: bool = False
     # Why there are no network faults (None: the run has its own namespace and cuts links).
@@ -96,35 +110,9 @@ async def _run(
         await admin.create_topic(TOPIC, options.partitions, 3)
         await admin.wait_for_leaders(TOPIC, 30.0)
         settings = WorkloadSettings(TOPIC, options.partitions, options.producers)
-        workload = Workload(client, settings, timed)
-        faults = schedule(
-            options.seed,
-            options.duration_s,
-            options.partitions,
-            options.fault_interval_s,
-            network=options.no_network_reason is None,
-        )
-        progress(
-            f"{len(faults)} faults scheduled over {options.duration_s:.0f} s (seed {options.seed})"
-        )
-        loop = asyncio.get_running_loop()
-        async with asyncio.TaskGroup() as tasks:
-            for i in range(options.producers):
-                tasks.create_task(workload.run_producer(f"p{i}"))
-            tasks.create_task(workload.run_transactional("t0", "chaos-txn"))
-            tasks.create_task(workload.run_consumer("c0"))
-            tasks.create_task(workload.run_resender("r0"))
-            tasks.create_task(workload.run_sink("s0"))
-            chaos = tasks.create_task(nemesis.run(faults, loop.time(), options.seed))
-            await asyncio.sleep(options.duration_s)
-            chaos.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await chaos
-            await nemesis.heal()
-            progress("healed; letting the workload settle")
-            await launcher.wait_ready(nemesis.cluster, 60.0)
-            await asyncio.sleep(SETTLE_S)
-            workload.stopping.set()
+        async with _clients(options.client, client, cluster, settings, timed) as clients:
+            workload = Workload(clients, client, settings, timed)
+            await _under_faults(options, nemesis, workload, progress)
         progress("workload stopped; draining every partition")
         for partition in range(options.partitions):
             timed(await _final_read(client, partition))
@@ -133,6 +121,61 @@ async def _run(
                 timed(await _replica_log(client, node, partition))
     finally:
         await client.close()
+
+
+@contextlib.asynccontextmanager
+async def _clients(
+    kind: str,
+    native: ClientCluster,
+    cluster: launcher.LocalCluster,
+    settings: WorkloadSettings,
+    record: Record,
+) -> AsyncIterator[Clients]:
+    assert kind in CLIENTS, kind
+    if kind == "native":
+        yield NativeClients(native, settings)
+        return
+    from cluster.chaos.kafka_clients import KafkaClients  # noqa: PLC0415 - needs confluent-kafka
+
+    kafka = KafkaClients(cluster.kafka_bootstrap, settings, record)
+    try:
+        yield kafka
+    finally:
+        await kafka.close()
+
+
+async def _under_faults(
+    options: ChaosOptions, nemesis: Nemesis, workload: Workload, progress: Progress
+) -> None:
+    """The workload under the nemesis for the run's duration, then healed, settled, stopped."""
+    faults = schedule(
+        options.seed,
+        options.duration_s,
+        options.partitions,
+        options.fault_interval_s,
+        network=options.no_network_reason is None,
+    )
+    progress(
+        f"{len(faults)} faults scheduled over {options.duration_s:.0f} s (seed {options.seed})"
+    )
+    loop = asyncio.get_running_loop()
+    async with asyncio.TaskGroup() as tasks:
+        for i in range(options.producers):
+            tasks.create_task(workload.run_producer(f"p{i}"))
+        tasks.create_task(workload.run_transactional("t0", "chaos-txn"))
+        tasks.create_task(workload.run_consumer("c0"))
+        tasks.create_task(workload.run_resender("r0"))
+        tasks.create_task(workload.run_sink("s0"))
+        chaos = tasks.create_task(nemesis.run(faults, loop.time(), options.seed))
+        await asyncio.sleep(options.duration_s)
+        chaos.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await chaos
+        await nemesis.heal()
+        progress("healed; letting the workload settle")
+        await launcher.wait_ready(nemesis.cluster, 60.0)
+        await asyncio.sleep(SETTLE_S)
+        workload.stopping.set()
 
 
 async def _final_read(client: ClientCluster, partition: int) -> dict[str, object]:

@@ -1,10 +1,17 @@
 """The chaos workload: producers and consumers that record every operation in the history.
 
-Role: drive the cluster as users do (the real `Producer` and `Consumer` of `cluster.client`) and
-write what each operation asked and got as history events for the checker. Every value is
-unique (`<process>-<n>`), so the checker can follow each one into the log. Besides producers
-and a consumer, a streaming sink writes micro-batches through fenced writes and reruns some of
-them, as Spark does after a crash: its values must be in the log once, whatever the faults.
+Role: drive the cluster as users do and write what each operation asked and got as history
+events for the checker. Every value is unique (`<process>-<n>`), so the checker can follow each
+one into the log. The processes: idempotent producers; a transactional-id producer replaced
+now and then, whose predecessor (a zombie) must be fenced; a client that sends every batch twice
+as if its acknowledgement had been lost; a consumer; and a streaming sink that writes
+micro-batches through fenced writes and reruns some of them, as Spark does after a crash: its
+values must be in the log once, whatever the faults.
+
+Which client does the work is a `Clients` (one per protocol, `--client`): `NativeClients` here
+(raftbroker's own `Producer` and `Consumer`), `KafkaClients` in kafka_clients.py (confluent-kafka
+and requests of our Kafka codec). The processes' logic, and so their events, is the same for
+both. The sink has no Kafka counterpart and always writes through the native client.
 
 An operation is `fail` only when the broker said, definitely, that it did not happen (a fenced
 epoch, a sequence or request error); a timeout, a lost connection, a leader change or anything
@@ -17,8 +24,10 @@ import asyncio
 import contextlib
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 from cluster import protocol as p
 from cluster.client import (
@@ -27,7 +36,6 @@ from cluster.client import (
     ConsumerConfig,
     Producer,
     ProducerConfig,
-    RecordMetadata,
     retrying,
 )
 from cluster.client import Cluster as ClientCluster
@@ -50,6 +58,7 @@ DEFINITE = frozenset(
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     }
 )
+RAW_INIT_TIMEOUT_S = 30.0  # the resender's InitProducerId
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +87,105 @@ class Clock:
         return round((asyncio.get_running_loop().time() - self._start) * 1000, 3)
 
 
-class Workload:
-    """`record` takes each event and stamps it with the run's clock (runner.py)."""
+# -- what the processes need of a client ---------------------------------------------------------
 
-    def __init__(self, cluster: ClientCluster, settings: WorkloadSettings, record: Record) -> None:
-        self.cluster = cluster
+
+class Sent(NamedTuple):
+    """What came of one send: its outcome event's type (ok, fail, info) and fields (ok: offset,
+    pid, epoch, sequence, and whatever else the client tells; fail and info: error)."""
+
+    kind: str
+    fields: dict[str, object]
+
+
+class Ack(NamedTuple):
+    """A raw batch acknowledged at `offset`; `duplicate`: the broker said it had it already
+    (None: the protocol does not say, as Kafka's Produce does not)."""
+
+    offset: int
+    duplicate: bool | None
+
+
+class Refused(NamedTuple):
+    """A raw batch the broker refused definitely (an error of DEFINITE): not in the log."""
+
+    error: str
+
+
+class Session(Protocol):
+    """One producer session (a producer id and epoch, which a client may not expose: -1)."""
+
+    @property
+    def producer_id(self) -> int: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def ended(self) -> bool:
+        """True once the session can send no more (a fatal error, or a lost sequence)."""
+        ...
+
+    async def send(self, partition: int, value: bytes) -> Sent:
+        """One record to `partition`, its outcome within the workload's op timeout."""
+        ...
+
+    def stats(self) -> dict[str, int]:
+        """`retries` and `dedup_hits`, as the client counted them."""
+        ...
+
+
+class Reader(Protocol):
+    async def poll(self) -> list[tuple[int, list[object]]]:
+        """The next records of every partition, each `(partition, [offset, value, pid, epoch,
+        sequence])` in the order read; ClientError or TimeoutError when a poll fails."""
+        ...
+
+
+class Clients(Protocol):
+    """How the processes reach the cluster: one implementation per client protocol."""
+
+    def producer(self, process: str) -> AbstractAsyncContextManager[Session]:
+        """An idempotent producer's session."""
+        ...
+
+    def transactional(
+        self, process: str, transactional_id: str
+    ) -> AbstractAsyncContextManager[Session]:
+        """A new session of `transactional_id` (an epoch bump: older sessions are fenced);
+        ClientError if none could be had."""
+        ...
+
+    def reader(self, process: str) -> AbstractAsyncContextManager[Reader]:
+        """A consumer assigned every partition from the earliest offset (0: no retention)."""
+        ...
+
+    async def init_producer_id(self) -> tuple[int, int]:
+        """A fresh idempotent producer id and epoch, for batches built by hand."""
+        ...
+
+    async def produce_raw(self, partition: int, batch: bytes) -> Ack | Refused | None:
+        """A record batch's bytes, as they are, until acknowledged or refused definitely,
+        retrying everything else; None after the op timeout (the outcome is unknown)."""
+        ...
+
+
+# -- the processes -------------------------------------------------------------------------------
+
+
+class Workload:
+    """`record` takes each event and stamps it with the run's clock (runner.py). `native` is
+    the native client the sink writes through, whichever `clients` do the rest."""
+
+    def __init__(
+        self,
+        clients: Clients,
+        native: ClientCluster,
+        settings: WorkloadSettings,
+        record: Record,
+    ) -> None:
+        self.clients = clients
+        self.native = native
         self.settings = settings
         self._record = record
         self.stopping = asyncio.Event()
@@ -92,23 +195,16 @@ class Workload:
 
     # -- producers -------------------------------------------------------------------------------
 
-    def _producer_config(self, transactional_id: str = "") -> ProducerConfig:
-        return ProducerConfig(
-            transactional_id=transactional_id,
-            linger_ms=1.0,
-            delivery_timeout_ms=int(self.settings.op_timeout_s * 1000),
-        )
-
     async def run_producer(self, process: str) -> None:
-        async with Producer(self.cluster, self._producer_config()) as producer:
-            self.event("ok", process, "init", pid=producer.producer_id, epoch=producer.epoch)
-            await self._send_loop(process, producer, itertools.count())
-            self.event("ok", process, "stats", **_stats(producer))
+        async with self.clients.producer(process) as session:
+            self.event("ok", process, "init", pid=session.producer_id, epoch=session.epoch)
+            await self._send_loop(process, session, itertools.count())
+            self.event("ok", process, "stats", **session.stats())
 
     async def _send_loop(
         self,
         process: str,
-        producer: Producer,
+        session: Session,
         numbers: itertools.count[int],
         until: asyncio.Event | None = None,
     ) -> None:
@@ -116,45 +212,22 @@ class Workload:
         limit = asyncio.Semaphore(s.outstanding_max)
         async with asyncio.TaskGroup() as tasks:
             while (
-                not self.stopping.is_set()
-                and not (until and until.is_set())
-                and producer.fatal is None
+                not self.stopping.is_set() and not (until and until.is_set()) and not session.ended
             ):
                 n = next(numbers)
                 await limit.acquire()
                 tasks.create_task(
-                    self._send_one(process, producer, f"{process}-{n}", n % s.partitions, limit)
+                    self._send_one(process, session, f"{process}-{n}", n % s.partitions, limit)
                 )
                 await asyncio.sleep(s.send_interval_s)
 
     async def _send_one(
-        self, process: str, producer: Producer, value: str, partition: int, limit: asyncio.Semaphore
+        self, process: str, session: Session, value: str, partition: int, limit: asyncio.Semaphore
     ) -> None:
         self.event("invoke", process, "send", partition=partition, value=value)
         try:
-            future = await producer.send(self.settings.topic, value.encode(), partition=partition)
-            meta: RecordMetadata = await asyncio.wait_for(future, self.settings.op_timeout_s)
-        except ClientError as exc:
-            kind = "fail" if exc.error in DEFINITE else "info"
-            self.event(
-                kind, process, "send", partition=partition, value=value, error=exc.error.name
-            )
-        except TimeoutError:
-            self.event("info", process, "send", partition=partition, value=value, error="timeout")
-        else:
-            self.event(
-                "ok",
-                process,
-                "send",
-                partition=partition,
-                value=value,
-                offset=meta.offset,
-                pid=meta.producer_id,
-                epoch=meta.producer_epoch,
-                sequence=meta.sequence,
-                node=None,
-                duplicate=meta.duplicate,
-            )
+            sent = await session.send(partition, value.encode())
+            self.event(sent.kind, process, "send", partition=partition, value=value, **sent.fields)
         finally:
             limit.release()
 
@@ -191,7 +264,7 @@ class Workload:
         """Run the batch until a run completes, as Spark retries a failed task; False if the
         workload stopped first."""
         while not self.stopping.is_set():
-            writer = FencedWriter(self.cluster, f"chaos-{process}", 0, self._sink_config())
+            writer = FencedWriter(self.native, f"chaos-{process}", 0, self._sink_config())
             try:
                 await writer.write(batch_id, records)
                 return True
@@ -202,7 +275,7 @@ class Workload:
     async def _cut_sink_run(
         self, process: str, batch_id: int, records: list[SinkRecord], after_s: float
     ) -> None:
-        writer = FencedWriter(self.cluster, f"chaos-{process}", 0, self._sink_config())
+        writer = FencedWriter(self.native, f"chaos-{process}", 0, self._sink_config())
         run = asyncio.ensure_future(writer.write(batch_id, records))
         await asyncio.wait({run}, timeout=after_s)
         run.cancel()
@@ -219,16 +292,17 @@ class Workload:
     # -- the transactional-id producer, restarted to exercise fencing ----------------------------
 
     async def run_transactional(self, process: str, transactional_id: str) -> None:
-        """Instances of one transactional id, each replaced after a while; the old one (a
+        """Sessions of one transactional id, each replaced after a while; the old one (a
         zombie) then tries one more send to every partition, which must be fenced."""
         numbers = itertools.count()
-        previous: Producer | None = None
+        previous: Session | None = None
         previous_stack: contextlib.AsyncExitStack | None = None
         while not self.stopping.is_set():
             stack = contextlib.AsyncExitStack()
-            config = self._producer_config(transactional_id)
             try:
-                producer = await stack.enter_async_context(Producer(self.cluster, config))
+                session = await stack.enter_async_context(
+                    self.clients.transactional(process, transactional_id)
+                )
             except ClientError:
                 await stack.aclose()
                 continue
@@ -236,43 +310,37 @@ class Workload:
                 "ok",
                 process,
                 "init",
-                pid=producer.producer_id,
-                epoch=producer.epoch,
+                pid=session.producer_id,
+                epoch=session.epoch,
                 transactional_id=transactional_id,
             )
             if previous is not None and previous_stack is not None:
-                await self._zombie_sends(process, previous, numbers, producer)
+                await self._zombie_sends(process, previous, numbers, session)
                 with contextlib.suppress(ClientError):
                     await previous_stack.aclose()
-                self.event("ok", process, "stats", **_stats(previous))
+                self.event("ok", process, "stats", **previous.stats())
             restart = asyncio.Event()
             asyncio.get_running_loop().call_later(self.settings.txn_restart_s, restart.set)
-            await self._send_loop(process, producer, numbers, until=restart)
-            previous, previous_stack = producer, stack
+            await self._send_loop(process, session, numbers, until=restart)
+            previous, previous_stack = session, stack
         if previous_stack is not None:
             with contextlib.suppress(ClientError):
                 await previous_stack.aclose()
 
     async def _zombie_sends(
-        self, process: str, zombie: Producer, numbers: itertools.count[int], current: Producer
+        self, process: str, zombie: Session, numbers: itertools.count[int], current: Session
     ) -> None:
         # The new epoch reaches a partition with its first batch there (as in Kafka without
         # transactions): write one record per partition first, then let the zombie try.
         limit = asyncio.Semaphore(self.settings.partitions * 2)
-        async with asyncio.TaskGroup() as tasks:
-            for partition in range(self.settings.partitions):
-                await limit.acquire()
-                n = next(numbers)
-                tasks.create_task(
-                    self._send_one(process, current, f"{process}-{n}", partition, limit)
-                )
-        async with asyncio.TaskGroup() as tasks:
-            for partition in range(self.settings.partitions):
-                await limit.acquire()
-                n = next(numbers)
-                tasks.create_task(
-                    self._send_one(process, zombie, f"{process}-{n}", partition, limit)
-                )
+        for session in (current, zombie):
+            async with asyncio.TaskGroup() as tasks:
+                for partition in range(self.settings.partitions):
+                    await limit.acquire()
+                    n = next(numbers)
+                    tasks.create_task(
+                        self._send_one(process, session, f"{process}-{n}", partition, limit)
+                    )
 
     # -- a client whose acknowledgements get lost -------------------------------------------
 
@@ -280,11 +348,7 @@ class Workload:
         """Sends each batch, then sends the very same bytes again, as a client does when an
         acknowledgement is lost: the broker must answer the second with the first's offsets,
         never append it twice. (The negative control's duplicates come from here for sure.)"""
-        init = await retrying(
-            lambda: self.cluster.send_any(p.InitProducerId("", 60_000, -1, -1)), 30.0
-        )
-        assert isinstance(init, p.InitProducerIdResponse)
-        pid, epoch = init.producer_id, init.epoch
+        pid, epoch = await self.clients.init_producer_id()
         self.event("ok", process, "init", pid=pid, epoch=epoch)
         sequences = [0] * self.settings.partitions
         for n in itertools.count():
@@ -296,82 +360,182 @@ class Workload:
             batch = RecordBatch(pid, epoch, sequence, (LogRecord(None, value.encode(), stamp),))
             self.event("invoke", process, "send", partition=partition, value=value)
             encoded = batch.encode()
-            first = await self._produce_raw(partition, encoded)
-            again = await self._produce_raw(partition, encoded)
+            first = await self.clients.produce_raw(partition, encoded)
+            if isinstance(first, Refused):
+                self.event(
+                    "fail", process, "send", partition=partition, value=value, error=first.error
+                )
+                return
+            again = None if first is None else await self.clients.produce_raw(partition, encoded)
             if first is None or again is None:
                 self.event(
                     "info", process, "send", partition=partition, value=value, error="timeout"
                 )
                 return  # the session's sequence is unknown now: stop this process
             sequences[partition] = sequence + 1
+            # A refused resend is answered with no offset: the checker's ack-mismatch.
+            resent = again.offset if isinstance(again, Ack) else -1
             self.event(
                 "ok",
                 process,
                 "send",
                 partition=partition,
                 value=value,
-                offset=first.base_offset,
+                offset=first.offset,
                 pid=pid,
                 epoch=epoch,
                 sequence=sequence,
-                resent_offset=again.base_offset,
-                duplicate=again.duplicate,
+                resent_offset=resent,
+                duplicate=again.duplicate if isinstance(again, Ack) else False,
             )
             await asyncio.sleep(self.settings.send_interval_s * 2)
 
-    async def _produce_raw(self, partition: int, batch: bytes) -> p.ProduceResult | None:
-        """Until acknowledged (retrying retriable errors), or None after the op timeout."""
-        request = p.Produce(5_000, (p.ProduceEntry(self.settings.topic, partition, batch),))
+    # -- consumers -------------------------------------------------------------------------------
+
+    async def run_consumer(self, process: str) -> None:
+        async with self.clients.reader(process) as reader:
+            for partition in range(self.settings.partitions):
+                self.event("ok", process, "seek", partition=partition, offset=0)
+            while not self.stopping.is_set():
+                try:
+                    rows = await reader.poll()
+                except (ClientError, TimeoutError):
+                    continue
+                by_partition: dict[int, list[list[object]]] = {}
+                for partition, row in rows:
+                    by_partition.setdefault(partition, []).append(row)
+                for partition, found in by_partition.items():
+                    self.event("ok", process, "poll", partition=partition, records=found)
+
+
+# -- raftbroker's own client ---------------------------------------------------------------------
+
+
+class NativeSession:
+    """A session of the native `Producer`."""
+
+    def __init__(self, producer: Producer, settings: WorkloadSettings) -> None:
+        self._producer = producer
+        self._settings = settings
+
+    @property
+    def producer_id(self) -> int:
+        return self._producer.producer_id
+
+    @property
+    def epoch(self) -> int:
+        return self._producer.epoch
+
+    @property
+    def ended(self) -> bool:
+        return self._producer.fatal is not None
+
+    async def send(self, partition: int, value: bytes) -> Sent:
+        s = self._settings
+        try:
+            future = await self._producer.send(s.topic, value, partition=partition)
+            meta = await asyncio.wait_for(future, s.op_timeout_s)
+        except ClientError as exc:
+            return Sent("fail" if exc.error in DEFINITE else "info", {"error": exc.error.name})
+        except TimeoutError:
+            return Sent("info", {"error": "timeout"})
+        return Sent(
+            "ok",
+            {
+                "offset": meta.offset,
+                "pid": meta.producer_id,
+                "epoch": meta.producer_epoch,
+                "sequence": meta.sequence,
+                "node": None,
+                "duplicate": meta.duplicate,
+            },
+        )
+
+    def stats(self) -> dict[str, int]:
+        stats = self._producer.stats
+        return {"retries": stats["retries"], "dedup_hits": stats["duplicates"]}
+
+
+class NativeReader:
+    def __init__(self, consumer: Consumer, timeout_s: float) -> None:
+        self._consumer = consumer
+        self._timeout_s = timeout_s
+
+    async def poll(self) -> list[tuple[int, list[object]]]:
+        records = await asyncio.wait_for(self._consumer.poll(), self._timeout_s)
+        return [
+            (
+                r.partition,
+                [r.offset, (r.value or b"").decode(), r.producer_id, r.producer_epoch, r.sequence],
+            )
+            for r in records
+        ]
+
+
+class NativeClients:
+    """The processes' client: raftbroker's own `Producer` and `Consumer` (cluster/client)."""
+
+    def __init__(self, cluster: ClientCluster, settings: WorkloadSettings) -> None:
+        self.cluster = cluster
+        self.settings = settings
+
+    def _config(self, transactional_id: str = "") -> ProducerConfig:
+        return ProducerConfig(
+            transactional_id=transactional_id,
+            linger_ms=1.0,
+            delivery_timeout_ms=int(self.settings.op_timeout_s * 1000),
+        )
+
+    @contextlib.asynccontextmanager
+    async def producer(self, process: str) -> AsyncIterator[Session]:  # noqa: ARG002
+        async with Producer(self.cluster, self._config()) as producer:
+            yield NativeSession(producer, self.settings)
+
+    @contextlib.asynccontextmanager
+    async def transactional(
+        self,
+        process: str,  # noqa: ARG002
+        transactional_id: str,
+    ) -> AsyncIterator[Session]:
+        async with Producer(self.cluster, self._config(transactional_id)) as producer:
+            yield NativeSession(producer, self.settings)
+
+    @contextlib.asynccontextmanager
+    async def reader(self, process: str) -> AsyncIterator[Reader]:  # noqa: ARG002
+        s = self.settings
+        consumer = Consumer(self.cluster, ConsumerConfig(max_wait_ms=200))
+        await consumer.assign(s.topic, range(s.partitions), Consumer.EARLIEST)
+        yield NativeReader(consumer, s.op_timeout_s)
+
+    async def init_producer_id(self) -> tuple[int, int]:
+        init = await retrying(
+            lambda: self.cluster.send_any(p.InitProducerId("", 60_000, -1, -1)),
+            RAW_INIT_TIMEOUT_S,
+        )
+        assert isinstance(init, p.InitProducerIdResponse)
+        return init.producer_id, init.epoch
+
+    async def produce_raw(self, partition: int, batch: bytes) -> Ack | Refused | None:
+        """Retries every error, definite ones included, until the op timeout (as before the
+        Kafka client existed: a correct broker never refuses these batches)."""
+        topic = self.settings.topic
+        request = p.Produce(5_000, (p.ProduceEntry(topic, partition, batch),))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.op_timeout_s
         while loop.time() < deadline:
             try:
-                response = await self.cluster.send_to_leader(
-                    self.settings.topic, partition, request, 6.0
-                )
+                response = await self.cluster.send_to_leader(topic, partition, request, 6.0)
             except ClientError:
-                await self.cluster.refresh([self.settings.topic])
+                await self.cluster.refresh([topic])
                 await asyncio.sleep(0.05)
                 continue
             assert isinstance(response, p.ProduceResponse)
             result = response.results[0]
             if result.error == ErrorCode.NONE:
-                return result
+                return Ack(result.base_offset, result.duplicate)
             if result.leader:
-                self.cluster.note_leader(self.settings.topic, partition, result.leader)
+                self.cluster.note_leader(topic, partition, result.leader)
             else:
-                await self.cluster.refresh([self.settings.topic])
+                await self.cluster.refresh([topic])
             await asyncio.sleep(0.05)
         return None
-
-    # -- consumers -------------------------------------------------------------------------------
-
-    async def run_consumer(self, process: str) -> None:
-        consumer = Consumer(self.cluster, ConsumerConfig(max_wait_ms=200))
-        await consumer.assign(
-            self.settings.topic, range(self.settings.partitions), Consumer.EARLIEST
-        )
-        for partition in range(self.settings.partitions):
-            self.event("ok", process, "seek", partition=partition, offset=0)
-        while not self.stopping.is_set():
-            try:
-                records = await asyncio.wait_for(consumer.poll(), self.settings.op_timeout_s)
-            except (ClientError, TimeoutError):
-                continue
-            by_partition: dict[int, list[list[object]]] = {}
-            for r in records:
-                by_partition.setdefault(r.partition, []).append(
-                    [
-                        r.offset,
-                        (r.value or b"").decode(),
-                        r.producer_id,
-                        r.producer_epoch,
-                        r.sequence,
-                    ]
-                )
-            for partition, rows in by_partition.items():
-                self.event("ok", process, "poll", partition=partition, records=rows)
-
-
-def _stats(producer: Producer) -> dict[str, object]:
-    return {"retries": producer.stats["retries"], "dedup_hits": producer.stats["duplicates"]}

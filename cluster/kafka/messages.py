@@ -509,7 +509,10 @@ class PartitionData:
     current_leader: LeaderIdAndEpoch = NO_LEADER
     aborted_transactions: tuple[AbortedTransaction, ...] | None = None
     preferred_read_replica: int = -1
-    records: bytes | None = None
+    # Empty, never null, as Kafka answers a partition in error: librdkafka reads a null as an
+    # invalid MessageSetSize (-1), fails to parse the whole answer and so never sees the error
+    # (a NOT_LEADER_OR_FOLLOWER it should follow): it fetches again at once, in a loop.
+    records: bytes | None = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,11 @@ schedule with at least four leader kills and two pauses (and network partitions 
 namespace of its own where the machine allows) against a real 3-node cluster, checked for every
 anomaly kind. The negative control runs the same command against nodes whose apply appends
 retried batches again: a checker that stayed green there would be worthless.
+
+`--client kafka` runs the same workload through the Kafka listener (confluent-kafka, and our
+codec for the fenced zombie and the resender) for a short seeded schedule (20 s: two partition
+leaders and the metadata leader killed, two pauses; process faults only): no anomaly, no fatal
+or idempotence complaint from librdkafka, and every kind of operation seen to happen.
 """
 
 from __future__ import annotations
@@ -24,6 +29,11 @@ pytestmark = pytest.mark.chaos
 CI_SEED = 7
 CI_DURATION_S = 60
 CI_INTERVAL_S = 5
+# The Kafka client's short run: 2.0 s kill-leader, 6.4 pause-leader (long), 10.0 pause-leader
+# (short), 12.9 kill-leader, 16.6 kill-meta-leader.
+KAFKA_SEED = 10
+KAFKA_DURATION_S = 20
+KAFKA_INTERVAL_S = 4
 
 
 def chaos_run(out: Path, *args: str, timeout_s: float) -> tuple[int, dict[str, Any]]:
@@ -94,3 +104,54 @@ def test_the_checker_catches_a_broker_that_does_not_deduplicate(tmp_path: Path) 
     # The sink's reruns (fenced writes, whose fence the fault also disables) show up too.
     duplicated = [a["detail"] for a in report["anomaly_examples"] if a["kind"] == "duplicate"]
     assert any(d.startswith("s0-") for d in duplicated), duplicated[:10]
+
+
+def test_the_kafka_schedule_has_the_faults_it_promises() -> None:
+    faults = schedule(KAFKA_SEED, KAFKA_DURATION_S, 4, KAFKA_INTERVAL_S)
+    kinds = [f.kind for f in faults]
+    assert kinds.count("kill-leader") + kinds.count("kill-meta-leader") >= 3, kinds
+    assert sum(k.startswith("pause") for k in kinds) >= 2, kinds
+
+
+def read_events(out: Path) -> list[dict[str, Any]]:
+    with (out / "history.jsonl").open() as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.timeout(150)
+def test_kafka_clients_under_leader_kills_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+    code, report = chaos_run(
+        tmp_path,
+        "--client",
+        "kafka",
+        "--duration",
+        str(KAFKA_DURATION_S),
+        "--seed",
+        str(KAFKA_SEED),
+        "--fault-interval",
+        str(KAFKA_INTERVAL_S),
+        "--no-network",
+        timeout_s=140,
+    )
+    assert report["ok"], report["anomaly_examples"][:10]
+    assert code == 0
+    assert report["options"]["client"] == "kafka"
+    figures = report["figures"]
+    assert figures["client"]["fatal"] == 0
+    done = figures["faults"]
+    assert done.get("kill-leader", 0) + done.get("kill-meta-leader", 0) >= 2, done
+    events = read_events(tmp_path)
+    sends = [e for e in events if e["f"] == "send"]
+    confluent_ok = [e for e in sends if e["type"] == "ok" and e["process"] in {"p0", "p1", "p2"}]
+    assert len(confluent_ok) > 1_000
+    assert all(e["pid"] == -1 and e["offset"] >= 0 for e in confluent_ok)
+    fenced = [e for e in sends if e["type"] == "fail" and e["process"] == "t0"]
+    assert fenced, "the zombie was never fenced"
+    assert {e["error"] for e in fenced} <= {"INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"}
+    resent = [e for e in sends if e["type"] == "ok" and "resent_offset" in e]
+    assert resent, "no resend was answered"
+    assert all(e["resent_offset"] == e["offset"] for e in resent)
+    polled = sum(len(e["records"]) for e in events if e["f"] == "poll")
+    assert polled > 1_000
+    logged = [e for e in events if e["f"] in {"client_log", "client_error"}]
+    assert logged, "librdkafka's log never reached the history"  # each kill disconnects it

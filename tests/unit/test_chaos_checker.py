@@ -345,3 +345,100 @@ def test_dedup_hits_count_a_duplicate_batch_once() -> None:
         if e["type"] == "ok" and e.get("value") == "t0-1":
             e.update(duplicate=True, resent_offset=e["offset"])  # a resend answered alike
     assert checked(events).figures["dedup_hits"] == 1 + 1
+
+
+# -- what Kafka clients report, and sends acknowledged without their session -------------------
+
+
+def with_client_events(*extra: dict[str, Any]) -> Report:
+    s = clean_story()
+    for e in extra:
+        s.add("info", e.pop("process", "p0"), e.pop("f"), **e)
+    return checked(s.finish())
+
+
+def log_line(level: int, facility: str, message: str) -> dict[str, Any]:
+    return {"f": "client_log", "level": level, "facility": facility, "message": message}
+
+
+def client_error(name: str, reason: str, *, fatal: bool = False) -> dict[str, Any]:
+    return {"f": "client_error", "error": name, "reason": reason, "fatal": fatal}
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        client_error("_FATAL", "Producer fenced by newer instance", fatal=True),
+        client_error("_INCONSISTENT", "Fatal idempotence error (not fatal: said anyway)"),
+        log_line(40, "FATAL", "Fatal error: Broker: Out of order sequence number"),
+        log_line(30, "PROTOERR", "Protocol parse failure for Fetch v12(flex) at 55/117"),
+        log_line(40, "PROTOERR", "chaos [0]: invalid MessageSetSize -1"),
+        log_line(30, "PRODUCE", "ProduceRequest failed: UNKNOWN_PRODUCER_ID: epoch bump"),
+    ],
+)
+def test_client_error_a_kafka_clients_alarm(event: dict[str, Any]) -> None:
+    report = with_client_events(event)
+    assert kinds_found(report) == {"client-error": 1}
+    assert report.anomalies[0].partition is None
+    assert "client: p0 " in report.summary()
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        client_error("_TRANSPORT", "127.0.0.2:9092/1: Connect failed: Connection refused"),
+        log_line(40, "FAIL", "127.0.0.2:9092/1: Disconnected: connection reset by peer"),
+        log_line(20, "EOS", "sequence 17 acknowledged"),  # below WARNING: not an alarm
+        log_line(
+            30,
+            "GETPID",
+            "[thrd:main]: Failed to acquire idempotence PID from broker 127.0.0.3:9092/2: "
+            "Broker: Coordinator load in progress: retrying",
+        ),
+    ],
+)
+def test_a_kafka_clients_ordinary_complaints_are_no_anomaly(event: dict[str, Any]) -> None:
+    report = with_client_events(event)
+    assert report.ok, report.summary()
+    client = report.figures["client"]
+    assert client["errors"] + client["log_lines"] == 1 and client["fatal"] == 0
+    assert "Kafka clients: " in report.summary()
+
+
+def test_a_native_run_says_nothing_of_kafka_clients() -> None:
+    report = checked(clean_story().finish())
+    assert report.figures["client"] == {"errors": 0, "fatal": 0, "log_lines": 0}
+    assert "Kafka clients" not in report.summary()
+
+
+def kafka_story(offsets: list[int]) -> list[dict[str, Any]]:
+    """A Kafka client's sends (no pid, epoch or sequence), acknowledged at `offsets`."""
+    s = Story()
+    s.add("ok", "k0", "init", pid=-1, epoch=-1)
+    for i, offset in enumerate(offsets):
+        s.add("invoke", "k0", "send", partition=0, value=f"k0-{i}")
+        s.log[0].append([offset, f"k0-{i}", 50, 0, offset])  # the log knows the session
+    for i, offset in enumerate(offsets):
+        fields = {"offset": offset, "pid": -1, "epoch": -1, "sequence": -1}
+        s.add("ok", "k0", "send", partition=0, value=f"k0-{i}", **fields)
+    s.log[0].sort()
+    return s.finish()
+
+
+def test_sends_without_their_session_acked_in_the_order_sent() -> None:
+    assert checked(kafka_story([0, 1, 2, 3])).ok
+
+
+def test_producer_order_sends_without_their_session_acked_out_of_order() -> None:
+    report = checked(kafka_story([0, 2, 1, 3]))
+    assert kinds_found(report) == {"producer-order": 1}
+    assert "k0: k0-1 acked at 2, then k0-2 (sent after it) at 1" in report.anomalies[0].detail
+
+
+def test_client_events_must_be_well_formed() -> None:
+    good = {"type": "info", "time_ms": 1, "process": "p0"}
+    parse_event({**good, **client_error("_FATAL", "x", fatal=True)})
+    with pytest.raises(HistoryError, match="fatal"):
+        parse_event({**good, **client_error("_FATAL", "x"), "fatal": 1})
+    with pytest.raises(HistoryError, match="level"):
+        parse_event({**good, **log_line(40, "FAIL", "x"), "level": True})

@@ -9,7 +9,9 @@ syntax tree of every .py file of the shipped packages (those pyproject.toml list
   cluster/protocol.py (the wire) and statemachine/codec.py (the replicated state), aiokafka
   only by cluster/client/batches.py (its C reader of record batches), cramjam only by
   statemachine/records.py (the codecs of compressed batches), kio only by
-  cluster/kafka/codec.py (the Kafka wire).
+  cluster/kafka/codec.py (the Kafka wire), confluent_kafka only by
+  cluster/chaos/kafka_clients.py (the chaos workload's Kafka clients: a `dev` dependency,
+  imported only for `chaos run --client kafka`).
 
 An import is any `import`, `from ... import` (relative ones resolved; `from cluster import broker`
 counts as importing cluster.broker), whether at module level, in a function or under
@@ -145,6 +147,11 @@ RULES = (
         lambda path: path == "cluster/client/batches.py",
     ),
     Rule(
+        "confluent_kafka is imported only by cluster/chaos/kafka_clients.py",
+        lambda m: within(m, "confluent_kafka"),
+        lambda path: path == "cluster/chaos/kafka_clients.py",
+    ),
+    Rule(
         "cramjam is imported only by statemachine/records.py",
         lambda m: within(m, "cramjam"),
         lambda path: path == "statemachine/records.py",
@@ -202,6 +209,8 @@ BREAKS = [
     ("cluster/broker/frontend.py", "import cramjam\n"),
     ("cluster/kafka/frontend.py", "from kio.schema.errors import ErrorCode\n"),
     ("cluster/broker/server.py", "import kio.serial\n"),
+    ("cluster/chaos/runner.py", "from confluent_kafka import Producer\n"),
+    ("cluster/chaos/workload.py", "def f():\n    import confluent_kafka.admin\n"),
 ]
 
 
@@ -221,6 +230,7 @@ ALLOWED = [
     ("cluster/client/batches.py", "from aiokafka.record.default_records import X\n"),
     ("statemachine/records.py", "import cramjam\n"),
     ("cluster/kafka/codec.py", "import kio.serial\nfrom kio.index import load_request_schema\n"),
+    ("cluster/chaos/kafka_clients.py", "from confluent_kafka import Consumer\n"),
 ]
 
 

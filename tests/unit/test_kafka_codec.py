@@ -308,3 +308,17 @@ def test_huge_lengths_spliced_into_valid_requests(body: bytes, at: int, width: i
     huge = b"\x7f\xff\xff\xff" if width == 4 else b"\xff\xff\xff\xff\x07"
     decodes_or_refuses(body[:at] + huge + body[at:])
     decodes_or_refuses(body[:at] + huge + body[at + width :])
+
+
+@pytest.mark.parametrize("version", range(4, 13))
+def test_a_fetch_partition_in_error_carries_empty_records_never_null(version: int) -> None:
+    """As Kafka answers: librdkafka cannot parse a null (`invalid MessageSetSize -1`), so it
+    never saw the NOT_LEADER_OR_FOLLOWER and fetched from the old leader again, in a loop
+    (found by `raftbroker chaos run --client kafka`)."""
+    error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    partition = m.PartitionData(0, error)
+    answer = m.FetchResponse((m.FetchableTopicResponse("orders", (partition,)),))
+    frame = codec.encode_response(header(m.Api.FETCH, version), answer)
+    _, decoded = codec.decode_response(header(m.Api.FETCH, version), frame[4:])
+    assert isinstance(decoded, m.FetchResponse)
+    assert decoded.responses[0].partitions[0].records == b""
