@@ -62,8 +62,7 @@ EXAMPLES_MAX = 100
 RECOVERY_FAULTS = ("kill-leader", "kill-meta-leader")
 # What a Kafka client says when a broker broke idempotence or the protocol (librdkafka: "Fatal
 # error", "out of order sequence number", "UNKNOWN_PRODUCER_ID", "Producer fenced by newer
-# instance", "Protocol parse failure" under facility PROTOERR, ...; the workload's own
-# _NO_OFFSET, a delivery acknowledged without an offset, says DUPLICATE_SEQUENCE_NUMBER).
+# instance", "Protocol parse failure" under facility PROTOERR, ...).
 CLIENT_ALARM = re.compile(
     r"fatal|out.of.order|sequence|idempoten|unknown.producer|fenced|producer.epoch"
     r"|protoerr|protocol parse",
