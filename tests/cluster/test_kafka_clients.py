@@ -93,7 +93,7 @@ def test_confluent_kafka_admin_lists_creates_and_deletes(
     with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS"):
         again.result(CLIENT_TIMEOUT_S)
     poll_until(
-        lambda: len(admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics["ck-made"].partitions) == 3,
+        lambda: _partitions(admin.list_topics(timeout=CLIENT_TIMEOUT_S), "ck-made") == 3,
         CLIENT_TIMEOUT_S,
         "ck-made listed with 3 partitions",
     )
@@ -327,3 +327,10 @@ async def test_metadata_never_creates_a_topic_and_describe_cluster(
         (n.node_id, n.host, n.kafka_port) for n in three_nodes.nodes
     ]
     assert cluster.controller_id in (1, 2, 3)
+
+
+def _partitions(listed: Any, topic: str) -> int:
+    """How many partitions a listing shows for `topic` (0 while the node asked does not know
+    it yet: a topic just created reaches each node's metadata when that node applies it)."""
+    found = listed.topics.get(topic)
+    return 0 if found is None else len(found.partitions)
