@@ -158,7 +158,7 @@ def test_confluent_kafka_round_trip(
 # -- kafka-python ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("codec", [None, "gzip"])
+@pytest.mark.parametrize("codec", [None, "gzip"])  # the others need optional packages
 def test_kafka_python_round_trip(
     three_nodes: launcher.LocalCluster,
     kafka_bootstrap: list[str],
@@ -208,7 +208,7 @@ def test_kafka_python_round_trip(
 
 
 @pytest.mark.asyncio(loop_scope="function")
-@pytest.mark.parametrize("codec", [None, "gzip"])
+@pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])  # cramjam: all five
 async def test_aiokafka_round_trip(
     three_nodes: launcher.LocalCluster,
     kafka_bootstrap: list[str],
