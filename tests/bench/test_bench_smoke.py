@@ -3,7 +3,8 @@
 `python -m bench --quick` runs raftbroker's scenarios (native, and librdkafka through the Kafka
 listener) and JetStream's for a few seconds each, one after the other; this checks that every
 side produced every figure the comparison needs, that neither lost or duplicated anything in
-its failover, and that no server is left running.
+its failover, and that no server is left running. Under `-m slow` (about 90 s): the default
+test run keeps to its 15-minute budget, and `make bench` exercises the same code at length.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from tests.cluster.procs import REPO
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_the_quick_comparison_produces_every_figure_on_both_sides(tmp_path: Path) -> None:
     if shutil.which("nats-server") is None:
