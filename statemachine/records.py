@@ -454,7 +454,8 @@ def _read_records(
 ) -> tuple[Record, ...]:
     """Every record of an uncompressed body, each length checked against its bytes.
 
-    One function with the one-byte varints inlined: the consumer's cost per record."""
+    One function with the one-byte varints inlined: the consumer's cost per record of a
+    compressed batch (it reads uncompressed ones through cluster/client/batches.py)."""
     try:
         return _walk_records(buf, base_timestamp, count, limits)
     except IndexError:

@@ -23,7 +23,7 @@ from cluster.broker.server import Respond
 from cluster.broker.storage import StorageError
 from cluster.clock import wall_ms
 from cluster.config import Limits
-from cluster.errors import RaftbrokerError, RequestRefusedError
+from cluster.errors import RequestRefusedError
 from cluster.raft import ProposalError
 from statemachine.commands import (
     AppendBatch,
@@ -69,16 +69,8 @@ class RequestFrontend:
         return self.node.config.timing.request_timeout_ms / 1000
 
     async def handle(self, request: p.Request) -> p.Response:
-        op = type(request).__name__
-        started = time.perf_counter()
-        error = "NONE"
-        try:
+        with self.metrics.timed(type(request).__name__):
             return await self._dispatch(request)
-        except RaftbrokerError as exc:
-            error = exc.error.name
-            raise
-        finally:
-            self._observe(op, error, started)
 
     def answer_bytes_reserved(self, request: p.Request) -> int:
         """What the server holds in reserve for `request`'s answer while it is under way: the

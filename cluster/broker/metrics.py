@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from typing import NamedTuple
@@ -22,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from cluster.broker.server import ConnectionStats
 from cluster.config import NodeConfig
+from cluster.errors import RaftbrokerError
 from cluster.raft import GroupStatus
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,19 @@ class Metrics:
         if latency is None:
             latency = self._latencies[op] = self.latency.labels(op)
         latency.observe(seconds)
+
+    @contextlib.contextmanager
+    def timed(self, op: str) -> Iterator[None]:
+        """A request handled in the block: `request_done` with its latency, and the refusal's
+        code when the block raises a RaftbrokerError (NONE otherwise)."""
+        started, error = time.perf_counter(), "NONE"
+        try:
+            yield
+        except RaftbrokerError as exc:
+            error = exc.error.name
+            raise
+        finally:
+            self.request_done(op, error, time.perf_counter() - started)
 
     def watch_groups(self, statuses: Callable[[], list[GroupStatus]]) -> None:
         self.registry.register(_RaftCollector(statuses))

@@ -111,16 +111,8 @@ class KafkaFrontend:
         )
 
     async def handle(self, request: m.KafkaRequest) -> m.ResponseBody:
-        op = f"kafka.{m.Api(request.api_key).name}"
-        started = time.perf_counter()
-        error = "NONE"
-        try:
+        with self.metrics.timed(f"kafka.{m.Api(request.api_key).name}"):
             return await self._dispatch(request)
-        except RaftbrokerError as exc:
-            error = exc.error.name
-            raise
-        finally:
-            self.metrics.request_done(op, error, time.perf_counter() - started)
 
     async def _dispatch(self, request: m.KafkaRequest) -> m.ResponseBody:
         version, body = request.api_version, request.body
