@@ -256,13 +256,18 @@ class RequestFrontend:
 
     async def fetch(self, request: p.Fetch) -> p.FetchResponse:
         _refuse_duplicates(request)
-        max_wait_s = min(request.max_wait_ms, self.node.config.timing.request_timeout_ms) / 1000
-        deadline = time.monotonic() + max_wait_s
+        deadline = self.fetch_deadline(request)
         results = self._fetch_all(request)
-        if max_wait_s > 0 and not any(r.batches or r.error for r in results):
+        if request.max_wait_ms > 0 and not any(r.batches or r.error for r in results):
             await self._wait_for_any(request.partitions, deadline)
             results = self._fetch_all(request)
         return p.FetchResponse(tuple(results))
+
+    def fetch_deadline(self, request: p.Fetch) -> float:
+        """When a long poll of `request` ends (time.monotonic()): its max_wait_ms, at most
+        request_timeout_ms, so that it is answered well before answer_timeout_ms."""
+        wait_ms = min(request.max_wait_ms, self.node.config.timing.request_timeout_ms)
+        return time.monotonic() + wait_ms / 1000
 
     def _fetch_all(self, request: p.Fetch) -> list[p.FetchResult]:
         """Each partition's batches, within one byte budget for the whole response (KIP-74).
@@ -284,14 +289,15 @@ class RequestFrontend:
 
     async def wait_for_data(
         self, partitions: tuple[p.FetchPartition, ...], deadline: float
-    ) -> None:
+    ) -> bool:
         """Until a batch is appended to one of `partitions` this node leads, or `deadline`
-        (time.monotonic()): the Kafka listener's Fetch waits for its min_bytes with it."""
-        await self._wait_for_any(partitions, deadline)
+        (time.monotonic()): the Kafka listener's Fetch waits for its min_bytes with it. False,
+        at once, when there is nothing to wait for: no partition led here, or no time left."""
+        return await self._wait_for_any(partitions, deadline)
 
     async def _wait_for_any(
         self, partitions: tuple[p.FetchPartition, ...], deadline: float
-    ) -> None:
+    ) -> bool:
         handles = [
             h
             for fp in partitions
@@ -299,7 +305,7 @@ class RequestFrontend:
         ]
         remaining = deadline - time.monotonic()
         if not handles or remaining <= 0:
-            return
+            return False
         waits = [asyncio.ensure_future(h.wait_for_data(remaining)) for h in handles]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -307,6 +313,7 @@ class RequestFrontend:
             for w in waits:
                 w.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
+        return True
 
     def _fetch_one(
         self, fp: p.FetchPartition, max_bytes: int, replica_read: bool, at_least_one: bool

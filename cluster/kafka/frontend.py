@@ -520,10 +520,13 @@ class KafkaFrontend:
         min_bytes and max_wait has not passed, more of the same. Fetch sessions are not
         kept (KIP-227's session id 0: every request is a full one)."""
         native = _native_fetch(request)
-        deadline = time.monotonic() + native.max_wait_ms / 1000
+        deadline = self.native.fetch_deadline(native)
         answer = await self.native.fetch(native)
-        while _wants_more(answer, request.min_bytes) and time.monotonic() < deadline:
-            await self.native.wait_for_data(native.partitions, deadline)
+        # Kafka answers at once when no partition it leads could fill the answer; waiting
+        # on nothing would spin here without yielding, the node stalled until the deadline.
+        while _wants_more(answer, request.min_bytes) and await self.native.wait_for_data(
+            native.partitions, deadline
+        ):
             answer = await self.native.fetch(replace(native, max_wait_ms=0))
         results = iter(answer.results)
         return m.FetchResponse(

@@ -248,3 +248,73 @@ async def test_the_per_address_limit_holds_on_the_kafka_port(known: Known) -> No
             writer.close()
     assert await refused(node, "connections_per_address_max") >= 1
     await still_answers(known)
+
+
+def fetch(topics: tuple[m.FetchTopic, ...], max_wait_ms: int = 4_000) -> m.FetchRequest:
+    return m.FetchRequest(max_wait_ms, 1, topics)
+
+
+async def test_a_fetch_with_nothing_to_wait_for_is_answered_at_once(known: Known) -> None:
+    """Kafka answers a Fetch at once when no partition it leads could fill it. Such a Fetch
+    (no topic, only partition -1, an unknown topic) once spun the node's loop without
+    yielding until its max_wait: one 40-byte request froze the node, Raft included, for up to
+    an hour. Each must now be answered well before its max_wait, and /healthz meanwhile."""
+    node = kafka_of(known)
+    nothing = (
+        fetch(()),
+        fetch((m.FetchTopic(KNOWN_TOPIC, (m.FetchPartition(-1, 0, 1 << 20),)),)),
+        fetch((m.FetchTopic("no-such-topic", (m.FetchPartition(0, 0, 1 << 20),)),)),
+    )
+    loop = asyncio.get_running_loop()
+    for request in nothing:
+        started = loop.time()
+        health = asyncio.create_task(http_exchange(node, b"GET /healthz HTTP/1.1\r\n\r\n"))
+        (answer,) = await kafka_calls(node.kafka_address, [(m.Api.FETCH, 12, request)])
+        assert b" 200 " in await health
+        assert loop.time() - started < request.max_wait / 1000 / 4, request
+        assert isinstance(answer, m.FetchResponse)
+        codes = {p.error_code for t in answer.responses for p in t.partitions}
+        assert codes <= {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}, request
+    await still_answers(known)
+
+
+async def test_a_kafka_fetch_listing_one_partition_1024_times_is_refused(known: Known) -> None:
+    """Issue 19's Fetch amplification, through the Kafka listener: the partition listed twice
+    or more is refused whole (INVALID_REQUEST on each entry), nothing is read for it."""
+    partitions = (m.FetchPartition(0, 0, 1 << 20),) * 1_024
+    request = m.FetchRequest(0, 1, (m.FetchTopic(KNOWN_TOPIC, partitions),))
+    for node in current_cluster(known).nodes:
+        (answer,) = await kafka_calls(node.kafka_address, [(m.Api.FETCH, 12, request)])
+        assert isinstance(answer, m.FetchResponse)
+        entries = [p for t in answer.responses for p in t.partitions]
+        assert len(entries) == 1_024
+        assert {p.error_code for p in entries} == {ErrorCode.INVALID_REQUEST}
+        assert not any(p.records for p in entries)
+    await still_answers(known)
+
+
+async def test_an_empty_produce_is_answered_and_so_is_the_next(known: Known) -> None:
+    """Issue 19, defect 2, through the Kafka listener: a Produce with no topic is answered
+    (empty, as Kafka answers it), and a request pipelined behind it is answered too."""
+    empty = m.ProduceRequest(-1, 5_000, ())
+    answers = await kafka_calls(
+        kafka_of(known, 2).kafka_address,
+        [(m.Api.PRODUCE, 9, empty), (m.Api.API_VERSIONS, 3, API_VERSIONS)],
+    )
+    assert answers[0] == m.ProduceResponse(())
+    assert isinstance(answers[1], m.ApiVersionsResponse)
+    await still_answers(known)
+
+
+async def test_a_produce_to_a_topic_that_does_not_exist_is_unknown(known: Known) -> None:
+    """Issue 19, defect 10, through the Kafka listener: not the retriable
+    NOT_LEADER_OR_FOLLOWER that Kafka's clients retry for minutes."""
+    batch = RecordBatch(-1, -1, -1, (Record(b"k", b"nowhere", 1),)).encode()
+    for node in current_cluster(known).nodes:
+        for topic, partition in (("no-such-topic", 0), (KNOWN_TOPIC, KNOWN_PARTITIONS)):
+            request = produce_to(topic, partition, batch)
+            (answer,) = await kafka_calls(node.kafka_address, [(m.Api.PRODUCE, 9, request)])
+            assert isinstance(answer, m.ProduceResponse)
+            (response,) = answer.responses[0].partition_responses
+            assert response.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, (topic, node)
+    await still_answers(known)
