@@ -5,7 +5,7 @@ holding a known set of records (topic `known`, 3 partitions). Each test attacks 
 real sockets, then calls `assert_intact`, which holds only if
 
 - every node process is alive and its RSS is within `RSS_BOUND_BYTES`;
-- every node answers ClusterStatus and sees every Raft group with a leader;
+- every node answers ClusterStatus and sees every Raft group with a leader, and healthy;
 - the known records are all consumable, each exactly once, and nothing else is in `known`;
 - no node's log holds a traceback (a refused request is logged in one line, if at all).
 
@@ -120,7 +120,9 @@ async def assert_intact(known: Known) -> None:
     client = Cluster(current.bootstrap, request_timeout_s=5.0)
     try:
         await apoll_until(
-            lambda: _every_group_led(client, current), 30.0, "every group of every node led"
+            lambda: _every_group_led_and_healthy(client, current),
+            30.0,
+            "every group of every node led and healthy",
         )
         consumed = await _consume_known(client)
     finally:
@@ -133,14 +135,14 @@ async def assert_intact(known: Known) -> None:
         assert "Traceback" not in log, f"node {node.node_id} logged a traceback"
 
 
-async def _every_group_led(client: Cluster, cluster: launcher.LocalCluster) -> bool:
+async def _every_group_led_and_healthy(client: Cluster, cluster: launcher.LocalCluster) -> bool:
     admin = Admin(client)
     for node in cluster.nodes:
         try:
             status = await admin.cluster_status(node.client_address)
         except Exception:  # noqa: BLE001 - any failure to answer counts as not yet
             return False
-        if not status.groups or any(g.leader_id < 0 for g in status.groups):
+        if not status.groups or any(g.leader_id < 0 or not g.healthy for g in status.groups):
             return False
     return True
 

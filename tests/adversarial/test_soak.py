@@ -28,6 +28,7 @@ import pytest
 from cluster import protocol as p
 from cluster.client import Admin, Cluster, Producer
 from cluster.config import Limits, Timing
+from cluster.kafka import messages as m
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from statemachine.records import Record, RecordBatch
@@ -51,6 +52,7 @@ from tests.adversarial.test_probes_that_held import (
     MALFORMED_BATCHES,
     create_topic_frame,
 )
+from tests.kafka_wire import Call, kafka_calls
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -68,6 +70,9 @@ FRAME_READ_TIMEOUT_S = 2.0  # this module's cluster's (the default, 30 s, outlas
 CLOSE_SLACK_S = 2.0
 HANDSHAKE_TIMEOUT_S = Timing().raft_handshake_timeout_ms / 1000
 DRIP_S = 0.2
+# Past what the calls wait for an answer (tests.kafka_wire.SOCKET_TIMEOUT_S): a node that spun
+# until it, rather than answering at once, fails the round.
+KAFKA_MAX_WAIT_MS = 20_000
 FLOOD_SOURCE = "127.0.0.77"  # another host, as far as the nodes can tell
 SOAK_TOML = f"""
 [timing]
@@ -263,6 +268,68 @@ async def dripped_until_closed(
     return False
 
 
+# -- the same through the Kafka listener (one Server runs both: its limits hold on both) ------
+
+
+async def kafka_garbage(soak: Soak) -> None:
+    """Random bytes, framed or not: Kafka has no error frame, so the node closes the
+    connection."""
+    data = soak.rng.randbytes(soak.rng.randrange(1, 4096))
+    if soak.rng.random() < 0.5:
+        data = len(data).to_bytes(4, "big") + data
+    with contextlib.suppress(ConnectionError):
+        await send_and_drain(soak.node().kafka_address, data)
+
+
+async def kafka_fetch_nothing(soak: Soak) -> None:
+    """Fetches with no partition this node could wait on, and a long max_wait: answered at
+    once (one once spun the node's loop for its whole max_wait), and one listing a partition
+    1,024 times, refused whole."""
+    nowhere = m.FetchTopic("no-such-topic", (m.FetchPartition(0, 0, 1 << 20),))
+    minus_one = m.FetchTopic(KNOWN_TOPIC, (m.FetchPartition(-1, 0, 1 << 20),))
+    twice = m.FetchTopic(KNOWN_TOPIC, (m.FetchPartition(0, 0, 1 << 20),) * 1_024)
+    answers = await kafka_calls(
+        soak.node().kafka_address,
+        [
+            (m.Api.FETCH, 12, m.FetchRequest(KAFKA_MAX_WAIT_MS, 1, ())),
+            (m.Api.FETCH, 12, m.FetchRequest(KAFKA_MAX_WAIT_MS, 1, (nowhere, minus_one))),
+            (m.Api.FETCH, 11, m.FetchRequest(KAFKA_MAX_WAIT_MS, 1, (twice,))),
+        ],
+    )
+    assert all(isinstance(a, m.FetchResponse) for a in answers)
+
+
+async def kafka_forged_producers(soak: Soak) -> None:
+    """Batches under producer ids nobody was given, pipelined on one Kafka connection."""
+    first = soak.rng.randrange(2**40, 2**62)
+    requests: list[Call] = [
+        (
+            m.Api.PRODUCE,
+            9,
+            m.ProduceRequest(
+                -1,
+                5_000,
+                (
+                    m.TopicProduceData(
+                        FORGED_TOPIC,
+                        (
+                            m.PartitionProduceData(
+                                0,
+                                RecordBatch(
+                                    first + i, 0, 0, (Record(None, b"kafka-forged", 1),)
+                                ).encode(),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        for i in range(50)
+    ]
+    with contextlib.suppress(ConnectionError, TimeoutError):
+        await kafka_calls(soak.node().kafka_address, requests)
+
+
 ATTACKS: dict[str, Attack] = {
     attack.__name__: attack
     for attack in (
@@ -280,6 +347,9 @@ ATTACKS: dict[str, Attack] = {
         connection_burst,
         address_flood,
         drip_frame,
+        kafka_garbage,
+        kafka_fetch_nothing,
+        kafka_forged_producers,
     )
 }
 
