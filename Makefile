@@ -1,5 +1,5 @@
 # Plain entry points. Every target builds its own virtual environment, so a fresh clone needs
-# nothing but python3 (>= 3.11) and make.
+# nothing but python3 (>= 3.11) and make, and Java 17+ for `make test` (the Spark tests).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin

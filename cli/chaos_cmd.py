@@ -43,14 +43,16 @@ class Client(StrEnum):
 @app.command("run")
 @one_line_errors
 def run_command(
-    duration: float = typer.Option(60.0, "--duration", min=10, help="Seconds of faults."),
+    duration: float = typer.Option(
+        60.0, "--duration", min=10, metavar="S", help="Seconds of faults."
+    ),
     seed: int = typer.Option(1, "--seed", help="Seeds the fault schedule (same seed, same run)."),
     out: Path = typer.Option(Path("chaos-run"), "--out", help="Directory for history and logs."),
     partitions: int = typer.Option(
         4, "--partitions", min=1, max=64, help="Partitions of the topic under test."
     ),
     fault_interval: float = typer.Option(
-        6.0, "--fault-interval", min=2.0, help="Mean seconds between faults."
+        6.0, "--fault-interval", min=2.0, metavar="S", help="Mean seconds between faults."
     ),
     no_network: bool = typer.Option(
         False, "--no-network", help="No network namespace: process faults only."

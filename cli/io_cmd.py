@@ -477,8 +477,9 @@ def consume(
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,
 ) -> None:
-    """Print records of a topic (from the end by default, as Kafka's console consumer), then
-    "Processed N records" on stderr."""
+    """Print records of a topic (from the end by default, as Kafka's console consumer).
+
+    At the end, "Processed N records" on stderr."""
     if follow and until_end:
         raise CliError("use --follow or --until-end, not both")
     fields = TextFields(

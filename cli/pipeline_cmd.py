@@ -6,8 +6,9 @@ settlement_totals` keeps per-merchant totals of settlement events, to a topic an
 (by default, and with its checkpoint, under `settlement_totals/` of the data dir, never the
 current directory); it says where they go when it starts and what they hold when it stops.
 `generate` produces settlement events at a given rate. Topics they need must exist: a missing
-one is a one-line error before any Spark starts. The Spark commands need the `spark`
-extra (`pip install 'raftbroker[spark]'`) and Java 17+; without them they say so in one line.
+one is a one-line error before any Spark starts. The Spark commands need the `spark` extra
+(`pip install -e '.[spark]'` in the checkout) and Java 17+; without them they say so in one
+line.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _spark(app_name: str) -> Any:
         from pipeline.session import local_session  # noqa: PLC0415 - the optional extra
     except ImportError as exc:
         raise CliError(
-            f"the Spark jobs need PySpark: pip install 'raftbroker[spark]' ({exc})"
+            f"the Spark jobs need PySpark: pip install -e '.[spark]' in the checkout ({exc})"
         ) from exc
     return local_session(app_name)
 

@@ -1,7 +1,7 @@
 """Spark sessions that can use the "raftbroker" data source.
 
 Role: the small amount of set-up every job (and the tests) repeat: Python workers on the
-driver's interpreter (where `raftbroker[spark]` is installed), and the source registered.
+driver's interpreter (where the `spark` extra is installed), and the source registered.
 
 Rules:
 - `PYSPARK_PYTHON` must name the current interpreter before the JVM starts, or workers run
