@@ -60,10 +60,12 @@ class Limits:
     raft_handshakes_max: int = 64
     raft_handshakes_per_address_max: int = 8
     # The HTTP port (/metrics, /healthz): a request's line and headers together, their count,
-    # and the connections open at once. A scraper needs a fraction of each.
+    # and the connections open at once, in all and from one source address (so that one host
+    # cannot keep every monitor out). A scraper needs a fraction of each.
     http_head_bytes_max: int = 16 * KIB
     http_headers_max: int = 64
     http_connections_max: int = 64
+    http_connections_per_address_max: int = 8
 
     def __post_init__(self) -> None:
         check_positive_ints(self, ConfigError)
@@ -82,6 +84,10 @@ class Limits:
         if self.raft_handshakes_per_address_max > self.raft_handshakes_max:
             raise ConfigError(
                 "Limits.raft_handshakes_per_address_max must not exceed raft_handshakes_max"
+            )
+        if self.http_connections_per_address_max > self.http_connections_max:
+            raise ConfigError(
+                "Limits.http_connections_per_address_max must not exceed http_connections_max"
             )
         if self.http_head_bytes_max < KIB:
             raise ConfigError("Limits.http_head_bytes_max must be at least 1 KiB")

@@ -9,6 +9,7 @@ time from their owners, so an idle node does no work.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import re
@@ -202,7 +203,8 @@ class HttpEndpoint:
     """GET /metrics and GET /healthz; anything else is 404. One request per connection.
 
     Every request is bounded before it is read: at most `http_connections_max` connections at
-    once (more are closed unanswered), a head (request line and headers) of at most
+    once, `http_connections_per_address_max` of them from one source address (more are closed
+    unanswered), a head (request line and headers) of at most
     `http_head_bytes_max` bytes and `http_headers_max` headers (431 otherwise), all of it
     within `http_request_timeout_ms` of the accept however it trickles in (408), and the answer
     written within that time again. Malformed requests get 400, other methods 405. A refusal
@@ -219,8 +221,10 @@ class HttpEndpoint:
         self._head_bytes_max = config.limits.http_head_bytes_max
         self._headers_max = config.limits.http_headers_max
         self._connections_max = config.limits.http_connections_max
+        self._per_address_max = config.limits.http_connections_per_address_max
         self._timeout_s = config.timing.http_request_timeout_ms / 1000
         self._connections = 0
+        self._by_address: collections.Counter[str] = collections.Counter()
 
     async def serve(self) -> None:
         # The reader's limit bounds what one line may buffer; the head's bound is checked on
@@ -232,14 +236,23 @@ class HttpEndpoint:
             await server.serve_forever()
 
     async def _respond(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._connections >= self._connections_max:
+        peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) else ""
+        if (
+            self._connections >= self._connections_max
+            or self._by_address[address] >= self._per_address_max
+        ):
             writer.transport.abort()
             return
         self._connections += 1
+        self._by_address[address] += 1
         try:
             await self._serve_one(reader, writer)
         finally:
             self._connections -= 1
+            self._by_address[address] -= 1
+            if not self._by_address[address]:
+                del self._by_address[address]
             writer.close()
             with contextlib.suppress(ConnectionError, TimeoutError):
                 async with asyncio.timeout(self._timeout_s):

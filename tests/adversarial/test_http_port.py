@@ -9,13 +9,21 @@ and ends with the endpoint still answering and `assert_intact` (which finds any 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 
 import pytest
 
 from cluster.config import Limits, Timing
-from tests.adversarial.conftest import Known, assert_intact, http_exchange, http_open
+from cluster.local import launcher
+from tests.adversarial.conftest import (
+    SOCKET_TIMEOUT_S,
+    Known,
+    assert_intact,
+    http_exchange,
+    http_open,
+)
 from tests.polling import apoll_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -112,12 +120,50 @@ async def test_garbage_is_refused(known: Known) -> None:
     await assert_intact(known)
 
 
-async def test_connections_past_the_limit_are_closed(known: Known) -> None:
-    node = known.cluster.nodes[1]
-    held = [await http_open(node) for _ in range(LIMITS.http_connections_max)]
+async def held_from(
+    node: launcher.NodeProcess, sources: list[str], count: int
+) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """`count` connections to the node's HTTP port from each of `sources`, held open."""
+    held = []
+    for source in sources:
+        for _ in range(count):
+            async with asyncio.timeout(SOCKET_TIMEOUT_S):
+                held.append(
+                    await asyncio.open_connection(node.host, node.http_port, local_addr=(source, 0))
+                )
+    return held
+
+
+async def closed_unanswered(node: launcher.NodeProcess, source: str) -> bool:
+    async with asyncio.timeout(SOCKET_TIMEOUT_S):
+        reader, writer = await asyncio.open_connection(
+            node.host, node.http_port, local_addr=(source, 0)
+        )
     try:
-        # Past the limit, a connection is closed at once, unanswered.
-        assert await http_exchange(node, b"GET /metrics HTTP/1.1\r\n\r\n") == b""
+        with contextlib.suppress(ConnectionError):
+            writer.write(b"GET /healthz HTTP/1.1\r\n\r\n")
+            await writer.drain()
+        async with asyncio.timeout(SOCKET_TIMEOUT_S):
+            return await reader.read() == b""
+    except ConnectionError:
+        return True
+    finally:
+        writer.close()
+
+
+async def test_connections_past_the_limits_are_closed(known: Known) -> None:
+    """One host holding its `http_connections_per_address_max` keeps nobody else out (a
+    monitor from another address is served); past it, and past `http_connections_max` over
+    many hosts, a connection is closed at once, unanswered."""
+    node = known.cluster.nodes[1]
+    per_address = LIMITS.http_connections_per_address_max
+    held = await held_from(node, ["127.0.0.66"], per_address)
+    try:
+        assert await closed_unanswered(node, "127.0.0.66")
+        assert _status(await http_exchange(node, b"GET /healthz HTTP/1.1\r\n\r\n")) == 200
+        hosts = LIMITS.http_connections_max // per_address
+        held += await held_from(node, [f"127.0.1.{i}" for i in range(hosts - 1)], per_address)
+        assert await closed_unanswered(node, "127.0.0.1")
     finally:
         for _, writer in held:
             writer.close()
