@@ -127,7 +127,10 @@ class Node:
         self.fatal = fatal
         self.limits = DEFAULT_LIMITS
         self.driver = RaftDriver(
-            config.timing, mesh_settings(config, peer_hosts), config.limits.raft_log_entries_max
+            config.timing,
+            mesh_settings(config, peer_hosts),
+            config.limits.raft_log_entries_max,
+            durable=config.fsync,
         )
         self.metadata_replica = MetadataReplica(self.limits, self._on_metadata_applied)
         self.partitions: dict[PartitionKey, PartitionHandle] = {}

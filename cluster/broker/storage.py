@@ -59,6 +59,7 @@ from typing import ClassVar, NamedTuple, Self
 
 from cluster.config import Limits
 from cluster.errors import RaftbrokerError
+from cluster.files import sync_directory
 from statemachine.errors import ErrorCode
 from statemachine.limits import KIB, MIB
 from statemachine.records import with_base_offset
@@ -172,15 +173,6 @@ def _pwrite(fd: int, parts: Sequence[bytes], position: int) -> None:
         n = os.pwrite(fd, rest, position + written)
         written += n
         rest = rest[n:]
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make file creations and deletions in `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _Scanner:
@@ -428,7 +420,7 @@ class PartitionStore:
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         segment = _Segment(path, base_offset, os.open(path, flags, 0o644))
         if self._fsync:
-            _fsync_directory(self.directory)
+            sync_directory(self.directory)
         return segment
 
     def _scan_into(self, segment: _Segment, *, verify_crc: bool) -> _Scanner:
@@ -766,7 +758,7 @@ class PartitionStore:
             segment.path.unlink(missing_ok=True)
             segment.close()
         if doomed and sync:
-            _fsync_directory(self.directory)
+            sync_directory(self.directory)
 
     # -- durability and closing --------------------------------------------------------------
 

@@ -38,16 +38,30 @@ import os
 from collections.abc import Callable
 from enum import Enum
 from functools import partial
+from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
-from pysyncobj.journal import FileJournal, ResizableFile
+from pysyncobj.journal import FileJournal, Journal
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
 from pysyncobj.node import Node, TCPNode
 from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE
 from pysyncobj.transport import Transport
 
 from cluster.config import Timing
+from cluster.files import sync_directory
+from cluster.raft.journal import (
+    DUMP_NAME,
+    LOG_NAME,
+    META_NAME,
+    JournalError,
+    JournalFile,
+    Meta,
+    open_dump,
+    seal_dump,
+    write_log,
+    write_meta,
+)
 from cluster.raft.mesh import Mesh
 from cluster.raft.spec import GroupSpec, ReplicatedMachine
 from statemachine.codec import CodecError, pack, unpack
@@ -120,9 +134,17 @@ OVERRIDES: tuple[Override, ...] = (
         _SYNC,
         "_SyncObj__raftLog",
         "writes",
-        "a leader appends a proposal and a follower an append's entries directly; its "
-        "journal file's class is swapped for `_MappedJournalFile`",
-        "appended by `_checkCommandsToApply` and the general append handler",
+        "replaced after construction by `_Journal` (our checksummed files, cluster/raft/"
+        "journal.py); a leader appends a proposal and a follower an append's entries directly",
+        "a `FileJournal` from `createJournal`, appended by `_checkCommandsToApply` and the "
+        "general append handler",
+    ),
+    Override(
+        _SYNC,
+        "_SyncObj__votedForNodeId",
+        "writes",
+        "restored from `_Journal` once it replaces the journal",
+        "restored in `__init__` from the journal `createJournal` made",
     ),
     Override(
         _SYNC,
@@ -141,16 +163,18 @@ OVERRIDES: tuple[Override, ...] = (
     Override(
         _SYNC,
         "_SyncObj__raftCurrentTerm",
-        "reads",
-        "the term of a new entry, of an append, of the entries a leader may commit",
-        "the same",
+        "writes",
+        "the term of a new entry, of an append, of the entries a leader may commit; restored "
+        "from `_Journal` once it replaces the journal, as stock `__init__` restores it",
+        "the same; restored in `__init__` from the journal `createJournal` made",
     ),
     Override(
         _SYNC,
         "_SyncObj__raftCommitIndex",
         "writes",
-        "a leader commits on an acknowledgement, a follower on an append",
-        "advanced in a tick and in the general append handler",
+        "a leader commits on an acknowledgement, a follower on an append; restored from "
+        "`_Journal` once it replaces the journal",
+        "advanced in a tick and in the general append handler; restored in `__init__`",
     ),
     Override(
         _SYNC,
@@ -304,26 +328,38 @@ OVERRIDES: tuple[Override, ...] = (
         "whether commands wait, without a get that raises queue.Empty",
         "a deque behind a lock",
     ),
+    *(
+        Override(
+            "pysyncobj.journal.Journal",
+            name,
+            "replaces",
+            "`_Journal` implements the journal's interface over our own files (a CRC-32C per "
+            "record, recovery to the last whole one, compaction by rename, meta with a CRC)",
+            "abstract; `FileJournal` implements it (an mmap, no checksum, compaction rewrites "
+            "the file in place, a pickled meta file replaced without fsync)",
+        )
+        for name in (
+            "add",
+            "clear",
+            "deleteEntriesFrom",
+            "deleteEntriesTo",
+            "__getitem__",
+            "__len__",
+            "_destroy",
+            "setRaftCommitIndex",
+            "getRaftCommitIndex",
+            "setCurrentTerm",
+            "getCurrentTerm",
+            "getVotedForNodeId",
+            "onOneSecondTimer",
+        )
+    ),
     Override(
         "pysyncobj.journal.FileJournal",
-        "_FileJournal__journalFile",
-        "writes",
-        "its class becomes `_MappedJournalFile`",
-        "a ResizableFile",
-    ),
-    Override(
-        "pysyncobj.journal.ResizableFile",
-        "_ResizableFile__mm",
+        "_FileJournal__journal",
         "reads",
-        "`_MappedJournalFile.write` writes into the mapping when it fits",
-        "the mapping of the whole file",
-    ),
-    Override(
-        "pysyncobj.journal.ResizableFile",
-        "write",
-        "replaces",
-        "no fstat (`mmap.size()`) per write: the mapping's length is the file's size",
-        "asks the mapping its size before every write, two writes per entry",
+        "`migrate_journal` reads a journal an earlier raftbroker wrote through it",
+        "the entries it loaded from its file",
     ),
     Override(
         "pysyncobj.pipe_notifier.PipeNotifier",
@@ -423,7 +459,7 @@ OVERRIDES: tuple[Override, ...] = (
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # 2: sealed with a CRC-32C; 1 (unsealed) is still read
 # A new group's preferred leader stands this share of the minimum election timeout after start.
 PREFERRED_FIRST_SHARE = 0.5
 # A log entry of ours: pysyncobj's type byte for a regular command, then a mark of our own.
@@ -469,8 +505,8 @@ def sync_conf(
         raftMinTimeout=timing.election_timeout_ms_min / 1000,
         raftMaxTimeout=timing.election_timeout_ms_max / 1000,
         leaderFallbackTimeout=timing.leader_fallback_ms / 1000,
-        journalFile=str(spec.directory / "raft.journal"),
-        fullDumpFile=str(spec.directory / "raft.dump"),
+        journalFile=None,  # a memory journal, which `PatchedSyncObj` replaces by ours
+        fullDumpFile=str(spec.directory / DUMP_NAME),
         serializer=serializer,
         deserializer=deserializer,
         logCompactionMinEntries=compaction_entries,
@@ -516,6 +552,7 @@ class _MeshTransport(Transport):  # type: ignore[misc]
         self._group: str = sync_obj.raftbroker_group
         self._nodes: dict[str, Any] = {node.address: node for node in other_nodes}
         self._registered = False
+        self._durable: bool = sync_obj.raftbroker_durable
 
     @property
     def ready(self) -> bool:
@@ -527,6 +564,10 @@ class _MeshTransport(Transport):  # type: ignore[misc]
             self._mesh.register(self._group, self)
 
     def send(self, node: Any, message: dict[str, Any]) -> bool:
+        if self._durable and message["type"] == "next_node_idx":
+            # A follower's acknowledgement says it holds the entries: on disk, when durable
+            # (one sync for everything this event appended or cut, however many entries).
+            self._sync_obj.raftbroker_journal.file.sync()
         return self._mesh.send(node.address, self._group, message)
 
     def destroy(self) -> None:
@@ -655,22 +696,94 @@ class _Notifier:
         self.notify = notify
 
 
-class _MappedJournalFile(ResizableFile):  # type: ignore[misc]
-    """pysyncobj's journal file, minus two fstat calls per entry.
+class _Journal(Journal):  # type: ignore[misc]
+    """pysyncobj's journal interface over our files (cluster/raft/journal.py): a CRC-32C on
+    every record and on the meta, recovery to the last whole record, compaction that writes a
+    new file and renames it over the old one, and with `durable` an fsync per `sync` (the
+    group syncs once per event before anything reports what it appended) and per change of
+    term or vote (before the vote or the term is used, as Raft requires).
 
-    The stock `write` asks the mapping for its size before every write (`mmap.size()` is an
-    fstat), and the journal writes twice per entry: the record, then the offset of the last
-    one. The mapping always spans the whole file (mapped with length 0, resized together), so
-    its length, known without a syscall, is the file's size; growing stays the stock way.
-    """
+    The commit index is stored lazily, on pysyncobj's one-second timer, as stock does: a
+    replica that comes back with an older one only applies again what it had applied."""
 
-    def write(self, offset: int, values: bytes) -> None:
-        mapping = self._ResizableFile__mm
-        end = offset + len(values)
-        if end > len(mapping):
-            super().write(offset, values)
-        else:
-            mapping[offset:end] = values
+    def __init__(self, file: JournalFile) -> None:
+        self.file = file
+        self._commit_index = file.meta.commit_index
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        self.file.append(command, idx, term)
+
+    def clear(self) -> None:
+        self.file.rewrite(())
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802, N803
+        self.file.truncate_from(entryFrom)
+
+    def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802, N803
+        self.file.rewrite(self.file.entries[entryTo:])
+
+    def __getitem__(self, item: Any) -> Any:
+        return self.file.entries[item]
+
+    def __len__(self) -> int:
+        return len(self.file.entries)
+
+    def _destroy(self) -> None:
+        self._store_commit_index()
+        self.file.close()
+
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:  # noqa: N802, N803
+        self._commit_index = raftCommitIndex
+
+    def getRaftCommitIndex(self) -> int:  # noqa: N802
+        return self.file.meta.commit_index
+
+    def setCurrentTerm(self, term: int, votedForNodeId: str | None) -> None:  # noqa: N802, N803
+        self.file.store_meta(Meta(term, votedForNodeId, self._commit_index))
+
+    def getCurrentTerm(self) -> int:  # noqa: N802
+        return self.file.meta.term
+
+    def getVotedForNodeId(self) -> str | None:  # noqa: N802
+        return self.file.meta.voted_for
+
+    def onOneSecondTimer(self) -> None:  # noqa: N802
+        self._store_commit_index()
+
+    def _store_commit_index(self) -> None:
+        if self._commit_index != self.file.meta.commit_index and not self.file.closed:
+            self.file.store_meta(self.file.meta._replace(commit_index=self._commit_index))
+
+
+STOCK_JOURNAL_NAME = "raft.journal"
+
+
+def open_journal(directory: Path, *, durable: bool) -> JournalFile:
+    """The group's journal files, with a journal that an earlier raftbroker wrote through
+    pysyncobj's `FileJournal` (`raft.journal` and its pickled `.meta`, our own files written
+    by nobody else) carried over first: its meta, then its entries (the new log's creation is
+    what makes the move done), then the old files go."""
+    stock = directory / STOCK_JOURNAL_NAME
+    if not stock.exists() or (directory / LOG_NAME).exists():
+        return JournalFile(directory, durable=durable)
+    old = FileJournal(str(stock))
+    try:
+        entries = list(old._FileJournal__journal)
+        meta = Meta(old.getCurrentTerm(), old.getVotedForNodeId(), old.getRaftCommitIndex())
+    finally:
+        old._destroy()
+    write_meta(directory / META_NAME, meta, durable=durable)
+    tmp = directory / (LOG_NAME + ".tmp")
+    write_log(tmp, entries, durable=durable)
+    os.replace(tmp, directory / LOG_NAME)
+    if durable:
+        sync_directory(directory)
+    for path in (stock, directory / (STOCK_JOURNAL_NAME + ".meta")):
+        path.unlink(missing_ok=True)
+    log.info(
+        "%s: a journal of pysyncobj's format carried over (%d entries)", directory, len(entries)
+    )
+    return JournalFile(directory, durable=durable)
 
 
 class PatchedSyncObj(SyncObj):  # type: ignore[misc]
@@ -686,9 +799,11 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         wake: Callable[[PatchedSyncObj], None],
         heard: Callable[[PatchedSyncObj, Heard], None],
         commit_news: Callable[[PatchedSyncObj], None],
+        durable: bool = False,
     ) -> None:
         self.raftbroker_machine = machine
         self.raftbroker_mesh = mesh
+        self.raftbroker_durable = durable
         self.raftbroker_group = spec.route
         self.raftbroker_tick_errors = 0
         self.raftbroker_refused_messages = 0
@@ -716,12 +831,56 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         os.close(stock._PipeNotifier__pipeR)
         os.close(stock._PipeNotifier__pipeW)
         self._SyncObj__pipeNotifier = _Notifier(self._command_queued)
-        journal = vars(self)["_SyncObj__raftLog"]
-        assert isinstance(journal, FileJournal), "every group has a journal file"
-        assert type(journal._FileJournal__journalFile) is ResizableFile
-        journal._FileJournal__journalFile.__class__ = _MappedJournalFile
+        self._use_journal(self._journal_file(spec.directory, durable))
         self._first_election(spec, conf)
         self.raftbroker_live = True
+
+    def _journal_file(self, directory: Path, durable: bool) -> JournalFile:
+        """The group's journal; with a dump that cannot be loaded (cut, damaged), none: the dump
+        is moved aside and the log emptied (term and vote kept), so the replica starts as a new
+        follower and its leader sends it a snapshot. Loading it anyway would start the machine
+        from a wrong state, or from none under a log that begins past the dump."""
+        file = open_journal(directory, durable=durable)
+        reason = damaged_dump(directory)
+        if reason is not None:
+            aside = directory / (DUMP_NAME + ".damaged")
+            os.replace(directory / DUMP_NAME, aside)
+            file.rewrite(())
+            log.error(
+                "group %s: its dump is refused (%s) and moved to %s; the log is emptied, "
+                "the leader sends the group's state again",
+                self.raftbroker_group,
+                reason,
+                aside.name,
+            )
+        return file
+
+    def _use_journal(self, file: JournalFile) -> None:
+        """Our journal in place of the one pysyncobj made in memory (`journalFile` is None in
+        its configuration), and what stock `__init__` restores from a journal restored from
+        ours: the first no-op of an empty log, the term (at least the last entry's), the vote,
+        the commit index. Nothing has ticked yet, so nothing saw the memory journal."""
+        if file.dropped_bytes:
+            log.warning(
+                "group %s: the journal's last %d bytes were torn or damaged and are cut off; "
+                "the leader sends those entries again",
+                self.raftbroker_group,
+                file.dropped_bytes,
+            )
+        journal = _Journal(file)
+        if not len(journal):
+            journal.add(_NO_OP_ENTRY, 1, 0)
+        self.raftbroker_journal = journal
+        self._SyncObj__raftLog = journal
+        self._SyncObj__raftCurrentTerm = max(journal.getCurrentTerm(), journal[-1][2])
+        self._SyncObj__votedForNodeId = journal.getVotedForNodeId()
+        self._SyncObj__raftCommitIndex = journal.getRaftCommitIndex()
+
+    def sync_journal(self) -> None:
+        """Make what this replica appended to its journal durable (with `durable`; at once
+        otherwise). The leader syncs before it counts itself among an entry's holders, a
+        follower before it acknowledges (`_MeshTransport.send`)."""
+        self.raftbroker_journal.file.sync()
 
     def _first_election(self, spec: GroupSpec, conf: SyncObjConf) -> None:
         """In a new group, its preferred leader stands first: left to chance (every replica
@@ -857,6 +1016,8 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         quorum check, compaction, queued commands) is the timer's and the cycle's business."""
         if not self._isLeader():
             return
+        if self.raftbroker_durable:  # the leader counts itself a holder of what is on disk
+            self.sync_journal()
         log: Any = self._SyncObj__raftLog
         term: int = self._SyncObj__raftCurrentTerm
         first_index, last_index = log[0][1], log[-1][1]
@@ -1019,14 +1180,17 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
 
 
 class SnapshotFile:
-    """pysyncobj's serializer hooks: `[format, machine bytes, last entry, prev entry, nodes]`."""
+    """pysyncobj's serializer hooks: the dump, `[format, machine bytes, last entry, prev
+    entry, nodes]` in msgpack, sealed with a CRC-32C (journal.py: `seal_dump`); a dump of
+    format 1, written before dumps were sealed, is still read."""
 
-    def __init__(self, machine: ReplicatedMachine) -> None:
+    def __init__(self, machine: ReplicatedMachine, *, durable: bool = False) -> None:
         self._machine = machine
+        self._durable = durable
 
     def serialize(self, path: str, raft_data: Any) -> None:
         last_entry, prev_entry, nodes = raft_data
-        data = pack(
+        payload = pack(
             [
                 SNAPSHOT_FORMAT,
                 self._machine.snapshot(),
@@ -1036,20 +1200,44 @@ class SnapshotFile:
             ]
         )
         with open(path, "wb") as f:
-            f.write(data)
+            f.write(seal_dump(payload))
             f.flush()
             os.fsync(f.fileno())  # the dump replaces journal entries: it must outlive a crash
 
     def deserialize(self, path: str) -> tuple[Any, ...]:
         with open(path, "rb") as f:
             data = f.read()
-        try:
-            raw = unpack(data, size_max=len(data))
-        except CodecError as exc:
-            raise CodecError(f"raft dump {path}: {exc}") from exc
-        if not (isinstance(raw, tuple) and len(raw) == 5 and raw[0] == SNAPSHOT_FORMAT):
-            raise CodecError(f"raft dump {path}: not a format-{SNAPSHOT_FORMAT} dump")
-        _, machine, last_entry, prev_entry, addresses = raw
+            if self._durable:  # a dump installed from the leader, acknowledged after this
+                os.fsync(f.fileno())
+                sync_directory(Path(path).parent)
+        machine, last_entry, prev_entry, addresses = parse_dump(data, path)
         self._machine.restore(machine)
         # pysyncobj compares these with its journal's tuples: they must be tuples, not lists.
         return tuple(last_entry), tuple(prev_entry), {TCPNode(a) for a in addresses}
+
+
+def parse_dump(data: bytes, path: str) -> tuple[bytes, Any, Any, Any]:
+    """A dump's machine snapshot, last and previous entries and node addresses; CodecError
+    (or JournalError) naming `path` for anything else."""
+    payload = open_dump(data, Path(path))
+    fmt = SNAPSHOT_FORMAT if payload is not None else 1
+    try:
+        raw = unpack(data if payload is None else payload, size_max=len(data))
+    except CodecError as exc:
+        raise CodecError(f"raft dump {path}: {exc}") from exc
+    if not (isinstance(raw, tuple) and len(raw) == 5 and raw[0] == fmt):
+        raise CodecError(f"raft dump {path}: not a format-{fmt} dump")
+    _, machine, last_entry, prev_entry, addresses = raw
+    return machine, last_entry, prev_entry, addresses
+
+
+def damaged_dump(directory: Path) -> str | None:
+    """Why the group's dump cannot be loaded, or None (no dump, or a sound one)."""
+    path = directory / DUMP_NAME
+    try:
+        parse_dump(path.read_bytes(), str(path))
+    except FileNotFoundError:
+        return None
+    except (CodecError, JournalError) as exc:
+        return str(exc)
+    return None

@@ -82,9 +82,18 @@ class RaftDriver:
     third of its latency).
     """
 
-    def __init__(self, timing: Timing, mesh: MeshSettings, compaction_entries: int = 2_000) -> None:
+    def __init__(
+        self,
+        timing: Timing,
+        mesh: MeshSettings,
+        compaction_entries: int = 2_000,
+        *,
+        durable: bool = False,
+    ) -> None:
         self.timing = timing
         self.compaction_entries = compaction_entries
+        # Journals fsynced before an entry is acknowledged or counted (a node's `fsync`).
+        self.durable = durable
         # A message carries entries up to half a mesh frame, so one more entry still fits.
         self.entries_bytes_max = mesh.frame_bytes_max // 2
         self._mesh_settings = mesh
@@ -207,6 +216,8 @@ class RaftDriver:
 
     def _tick(self, group: PatchedSyncObj) -> bool:
         """Tick `group`; False when the tick failed."""
+        if self.durable and group.is_leader():  # its tick may commit, counting itself
+            self._guarded_step(group, group.sync_journal)
         ticked = self._guarded_step(group, group.doTick)
         leading = bool(group.is_leader())
         if group.raftbroker_leading and not leading and group.raftbroker_on_deposed:
@@ -229,7 +240,7 @@ class RaftDriver:
     def _add(self, spec: GroupSpec, machine: ReplicatedMachine) -> PatchedSyncObj:
         assert spec.name not in self._groups, f"group {spec.name} exists"
         assert spec.self_address == self.mesh.settings.self_address, "a group of another node"
-        snapshots = SnapshotFile(machine)
+        snapshots = SnapshotFile(machine, durable=self.durable)
         conf = sync_conf(
             spec,
             timing=self.timing,
@@ -247,6 +258,7 @@ class RaftDriver:
                 wake=self._wake,
                 heard=self._heard,
                 commit_news=self._commit_news,
+                durable=self.durable,
             )
         except BaseException:
             self.mesh.unregister(spec.route)  # pysyncobj may have readied its transport

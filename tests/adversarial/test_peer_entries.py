@@ -15,6 +15,7 @@ report), and `assert_intact` finds the known records as they were.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import signal
@@ -27,8 +28,8 @@ from cluster.client import Admin, Cluster
 from cluster.config import Timing
 from cluster.local import launcher
 from cluster.raft.driver import RaftDriver
-from cluster.raft.mesh import MeshSettings
 from tests.adversarial.conftest import Known, assert_intact, current_cluster
+from tests.cluster.test_raft_entries import loopback_mesh
 from tests.polling import apoll_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -140,15 +141,8 @@ async def impersonate(
     """As `node` (dead), from its address, with the secret: send `hostile_messages` on every
     group's route to every peer."""
     addresses = [f"{p.host}:{p.raft_port}" for p in peers]
-    settings = MeshSettings(
-        f"{node.host}:{node.raft_port}",
-        frozenset(addresses),
-        secret=secret,
-        frame_bytes_max=1 << 20,
-        queue_bytes_max=8 << 20,
-        timeout_s=2.5,
-        retry_s=0.1,
-        ping_s=0.1,
+    settings = dataclasses.replace(
+        loopback_mesh(f"{node.host}:{node.raft_port}", tuple(addresses)), secret=secret
     )
     driver = RaftDriver(Timing(), settings)
     driver.start()

@@ -11,13 +11,16 @@ order.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cluster.local import launcher
-from cluster.raft import RaftDriver, RaftGroup
+from cluster.raft import RaftDriver, RaftGroup, journal
 from tests.cluster.raft_harness import HashChain
 from tests.cluster.test_raft_entries import started_group
 from tests.polling import apoll_until
@@ -27,8 +30,19 @@ BURST = 40
 
 
 class Replica:
-    def __init__(self, host: str, port: int, peers: tuple[str, ...], directory: Path) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        peers: tuple[str, ...],
+        directory: Path,
+        compaction_entries: int = 1_000_000,
+        *,
+        durable: bool = False,
+    ) -> None:
         self.host, self.port = host, port
+        self.compaction_entries = compaction_entries
+        self.durable = durable
         self.address = f"{host}:{port}"
         self.peers = peers
         self.directory = directory
@@ -45,6 +59,8 @@ class Replica:
             host=self.host,
             peers=self.peers,
             name="catch-up",
+            compaction_entries=self.compaction_entries,
+            durable=self.durable,
         )
 
     def stop(self) -> None:
@@ -58,15 +74,15 @@ async def propose_burst(leader: RaftGroup, first: int) -> None:
         await leader.propose(i.to_bytes(4, "big"), timeout_s=10)
 
 
-@pytest.mark.asyncio
-async def test_a_follower_away_and_back_gets_every_entry_through_the_stock_paths(
-    tmp_path: Path,
-) -> None:
-    port = launcher.choose_ports(len(HOSTS), os.getpid())[2]
-    replicas = [
-        Replica(host, port, tuple(f"{h}:{port}" for h in HOSTS if h != host), tmp_path / host)
-        for host in HOSTS
-    ]
+@contextlib.asynccontextmanager
+async def three_replicas(
+    directory: Path, port_seed: int, **options: Any
+) -> AsyncIterator[tuple[list[Replica], Replica, Replica]]:
+    """Three replicas started on this loop and one elected: (all, the leader, a follower);
+    every replica still running is stopped at the end."""
+    port = launcher.choose_ports(len(HOSTS), os.getpid() + port_seed)[2]
+    peers = {host: tuple(f"{h}:{port}" for h in HOSTS if h != host) for host in HOSTS}
+    replicas = [Replica(h, port, peers[h], directory / h, **options) for h in HOSTS]
     try:
         for replica in replicas:
             await replica.start()
@@ -74,34 +90,123 @@ async def test_a_follower_away_and_back_gets_every_entry_through_the_stock_paths
             lambda: any(r.group and r.group.serving for r in replicas), 10, "a leader"
         )
         leader = next(r for r in replicas if r.group and r.group.serving)
-        away = next(r for r in replicas if r is not leader)
-        assert leader.group is not None
-
-        assert leader.driver is not None
-        mesh = leader.driver.mesh
-
-        await propose_burst(leader.group, 0)  # all followers hold everything: the shortcuts
-        away.stop()
-        await propose_burst(leader.group, BURST)  # one follower gone: the stock walk
-        await away.start()
-        await apoll_until(lambda: mesh.is_open(away.address), 10, "the follower's link back")
-        # Connected but behind: no shortcut to it; the walk brings it back and its stock
-        # handler takes in what it lacks, while new entries keep coming.
-        await propose_burst(leader.group, 2 * BURST)
-        await apoll_until(lambda: away.machine.count == 3 * BURST, 10, "the follower caught up")
-        await propose_burst(leader.group, 3 * BURST)  # all hold everything again: shortcuts
-
-        total = 4 * BURST
-        await apoll_until(
-            lambda: all(r.machine.count == total for r in replicas),
-            10,
-            "every replica applying all",
-        )
-        expected = HashChain()
-        for i in range(total):
-            expected.apply(i.to_bytes(4, "big"))
-        assert [r.machine.digest for r in replicas] == [expected.digest] * len(replicas)
+        yield replicas, leader, next(r for r in replicas if r is not leader)
     finally:
         for replica in replicas:
             if replica.driver is not None:
                 replica.stop()
+
+
+async def every_replica_holds(replicas: list[Replica], total: int) -> None:
+    """Until every replica applied the first `total` commands of `propose_burst`, in order."""
+    await apoll_until(
+        lambda: all(r.machine.count == total for r in replicas), 10, "every replica applying all"
+    )
+    expected = HashChain()
+    for i in range(total):
+        expected.apply(i.to_bytes(4, "big"))
+    assert [r.machine.digest for r in replicas] == [expected.digest] * len(replicas)
+
+
+def group_of(replica: Replica) -> RaftGroup:
+    assert replica.group is not None
+    return replica.group
+
+
+@pytest.mark.asyncio
+async def test_a_follower_away_and_back_gets_every_entry_through_the_stock_paths(
+    tmp_path: Path,
+) -> None:
+    async with three_replicas(tmp_path, 0) as (replicas, leader, away):
+        assert leader.driver is not None
+        mesh = leader.driver.mesh
+        await propose_burst(group_of(leader), 0)  # all followers hold everything: shortcuts
+        away.stop()
+        await propose_burst(group_of(leader), BURST)  # one follower gone: the stock walk
+        await away.start()
+        await apoll_until(lambda: mesh.is_open(away.address), 10, "the follower's link back")
+        # Connected but behind: no shortcut to it; the walk brings it back and its stock
+        # handler takes in what it lacks, while new entries keep coming.
+        await propose_burst(group_of(leader), 2 * BURST)
+        await apoll_until(lambda: away.machine.count == 3 * BURST, 10, "the follower caught up")
+        await propose_burst(group_of(leader), 3 * BURST)  # all hold everything: shortcuts
+        await every_replica_holds(replicas, 4 * BURST)
+
+
+COMPACTION_ENTRIES = 20
+
+
+@pytest.mark.asyncio
+async def test_a_follower_whose_dump_is_damaged_gets_the_state_from_its_leader(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A follower's dump (the snapshot its log was compacted to) with one flipped bit is
+    refused at its restart in one line, never loaded: moved aside, its log emptied, and the
+    leader sends it the group's state again, so it ends with every command, as the others.
+    (Without the check, pysyncobj logs a traceback for the dump it cannot load.)"""
+    options = {"compaction_entries": COMPACTION_ENTRIES}
+    async with three_replicas(tmp_path, 1, **options) as (replicas, leader, away):
+        await propose_burst(group_of(leader), 0)
+        dump = away.directory / journal.DUMP_NAME
+        await apoll_until(dump.exists, 10, "the follower's log compacted to a dump")
+        away.stop()
+        data = bytearray(dump.read_bytes())
+        data[len(data) // 2] ^= 0x04
+        dump.write_bytes(bytes(data))
+        await propose_burst(group_of(leader), BURST)
+        await away.start()
+        await propose_burst(group_of(leader), 2 * BURST)
+        await every_replica_holds(replicas, 3 * BURST)
+    assert (away.directory / (journal.DUMP_NAME + ".damaged")).exists()
+    refusals = [r for r in caplog.records if "its dump is refused" in r.getMessage()]
+    assert len(refusals) == 1 and "checksum" in refusals[0].getMessage()
+    assert not [r for r in caplog.records if r.exc_info], "a traceback: the dump was loaded"
+
+
+class AckCounter:
+    """Counts the acknowledgements (`next_node_idx`) replicas send, and those that left while
+    the sender's journal held entries not yet synced."""
+
+    def __init__(self) -> None:
+        self.acks = 0
+        self.unsynced = 0
+
+    def observe(self, replica: Replica) -> None:
+        file = group_of(replica)._sync.raftbroker_journal.file
+        assert replica.driver is not None
+        send = replica.driver.mesh.send
+
+        def observed(address: str, group: str, message: dict[str, Any]) -> bool:
+            if message["type"] == "next_node_idx":
+                self.acks += 1
+                self.unsynced += file.dirty
+            return send(address, group, message)
+
+        replica.driver.mesh.send = observed  # type: ignore[method-assign]
+
+
+async def acks_sent_unsynced(directory: Path, *, durable: bool) -> AckCounter:
+    """Three replicas, one away and back (so that both the fast path and pysyncobj's handler
+    append and acknowledge), observed."""
+    counter = AckCounter()
+    async with three_replicas(directory, 2, durable=durable) as (replicas, leader, away):
+        for replica in replicas:
+            counter.observe(replica)
+        await propose_burst(group_of(leader), 0)
+        away.stop()
+        await propose_burst(group_of(leader), BURST)
+        await away.start()
+        counter.observe(away)
+        await propose_burst(group_of(leader), 2 * BURST)
+        await every_replica_holds(replicas, 3 * BURST)
+    return counter
+
+
+@pytest.mark.asyncio
+async def test_with_fsync_a_follower_acknowledges_only_what_it_synced(tmp_path: Path) -> None:
+    durable = await acks_sent_unsynced(tmp_path / "durable", durable=True)
+    assert durable.acks >= 2 * BURST
+    assert durable.unsynced == 0
+    # The control: without fsync, acknowledgements leave with their entries not synced.
+    relaxed = await acks_sent_unsynced(tmp_path / "relaxed", durable=False)
+    assert relaxed.unsynced >= BURST, (relaxed.acks, relaxed.unsynced)

@@ -9,6 +9,7 @@ bounds the proposals it holds in flight and refuses more with a retriable error.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import pickle
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from cluster.raft import (
     ProposalQueueFullError,
     RaftDriver,
     RaftGroup,
+    adapter,
+    journal,
 )
 from statemachine.errors import ErrorCode
 from tests.cluster.raft_harness import HashChain
@@ -52,11 +55,13 @@ async def started_group(
     host: str = HOST,
     peers: tuple[str, ...] = (),
     name: str = "entries",
+    compaction_entries: int = 1_000_000,
+    durable: bool = False,
 ) -> tuple[RaftDriver, RaftGroup]:
     """A replica of group `name` at `host:port` (peers: their addresses), on this loop."""
     address = f"{host}:{port}"
     settings = loopback_mesh(address, peers)
-    driver = RaftDriver(Timing(), settings, compaction_entries=1_000_000)
+    driver = RaftDriver(Timing(), settings, compaction_entries=compaction_entries, durable=durable)
     driver.start()
     spec = GroupSpec(name, address, peers, directory, name)
     group = await driver.add_group(spec, machine, max_pending=100)
@@ -143,35 +148,60 @@ async def test_a_full_proposal_queue_refuses_with_a_retriable_error_of_its_own(
         driver.stop()
 
 
-@pytest.mark.asyncio
-async def test_a_journal_that_grew_many_times_replays_every_entry_after_a_restart(
-    tmp_path: Path,
-) -> None:
-    """The journal file starts at 1 KiB and doubles as entries arrive; entries written in place
-    (without asking the file its size) and across each growth must all come back."""
-    port = free_port()
-    first = HashChain()
-    commands = [bytes([i % 251]) * (100 + 37 * i) for i in range(200)]  # ~750 KiB in all
-    driver, group = await started_group(tmp_path, first, port)
-    try:
-        await apoll_until(lambda: group.serving, 10, "the single replica to lead")
-        for start in range(0, len(commands), 20):
-            await asyncio.gather(*(group.propose(c, timeout_s=10) for c in commands[start:][:20]))
-        digest = first.digest
-    finally:
-        driver.stop()
-    assert (tmp_path / "raft.journal").stat().st_size > 512 * 1024, "it grew past 1 KiB"
+COMMANDS = [bytes([i % 251]) * (100 + 37 * i) for i in range(200)]  # ~750 KiB in all
 
-    replayed = HashChain()
-    driver, group = await started_group(tmp_path, replayed, port)
-    try:
-        await apoll_until(
-            lambda: replayed.count == len(commands), 10, "the journal to be applied again"
-        )
-        assert replayed.digest == digest
-    finally:
-        driver.stop()
+
+def digest_of(commands: list[bytes]) -> bytes:
     expected = HashChain()
     for command in commands:
         expected.apply(command)
-    assert digest == expected.digest, "each entry applied once, in order"
+    return expected.digest
+
+
+async def replayed_digest(directory: Path, port: int, count: int) -> bytes:
+    """The digest of what a restarted single replica applies from its journal."""
+    replayed = HashChain()
+    driver, _group = await started_group(directory, replayed, port)
+    try:
+        await apoll_until(lambda: replayed.count >= count, 10, "the journal to be applied again")
+        return replayed.digest
+    finally:
+        driver.stop()
+
+
+@pytest.mark.asyncio
+async def test_every_entry_is_replayed_after_a_restart(tmp_path: Path) -> None:
+    port = free_port()
+    first = HashChain()
+    driver, group = await started_group(tmp_path, first, port)
+    try:
+        await apoll_until(lambda: group.serving, 10, "the single replica to lead")
+        for start in range(0, len(COMMANDS), 20):
+            await asyncio.gather(*(group.propose(c, timeout_s=10) for c in COMMANDS[start:][:20]))
+        digest = first.digest
+    finally:
+        driver.stop()
+    assert (tmp_path / journal.LOG_NAME).stat().st_size > 512 * 1024
+    assert digest == digest_of(COMMANDS), "each entry applied once, in order"
+    assert await replayed_digest(tmp_path, port, len(COMMANDS)) == digest
+
+
+@pytest.mark.asyncio
+async def test_a_journal_that_pysyncobj_wrote_is_carried_over(tmp_path: Path) -> None:
+    """A data directory of an earlier raftbroker holds pysyncobj's own journal (`raft.journal`,
+    its pickled `.meta`): a restart carries its entries, term and vote into our files, applies
+    every entry, and removes the old files."""
+    stock = importlib.import_module("pysyncobj.journal").FileJournal(
+        str(tmp_path / adapter.STOCK_JOURNAL_NAME)
+    )
+    stock.add(adapter._NO_OP_ENTRY, 1, 3)
+    for index, command in enumerate(COMMANDS, start=2):
+        stock.add(adapter._ENTRY_PREFIX + command, index, 3)
+    stock.setCurrentTerm(4, HOST + ":1")
+    stock._destroy()
+    port = free_port()
+    assert await replayed_digest(tmp_path, port, len(COMMANDS)) == digest_of(COMMANDS)
+    assert not (tmp_path / adapter.STOCK_JOURNAL_NAME).exists()
+    assert not (tmp_path / (adapter.STOCK_JOURNAL_NAME + ".meta")).exists()
+    meta = journal.read_meta(tmp_path / journal.META_NAME)
+    assert meta.term >= 4, "the term carried over (and went on with the new election)"
