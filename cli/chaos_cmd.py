@@ -63,6 +63,15 @@ def run_command(
         help="Whose clients drive the workload: raftbroker's own, or Kafka's (confluent-kafka "
         "through the Kafka listener).",
     ),
+    fsync: bool = typer.Option(
+        False, "--fsync", help="Start the nodes with fsync = true (see the README's guarantees)."
+    ),
+    power_loss: bool = typer.Option(
+        False,
+        "--power-loss",
+        help="Add power cuts to the faults: a node (its partition's leader, any one, or every "
+        "node at once) killed and left with only what it had fsynced, then restarted.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     unsafe_disable_deduplication: bool = typer.Option(
         False,
@@ -88,6 +97,8 @@ def run_command(
         fault_interval_s=fault_interval,
         client=client.value,
         unsafe_disable_deduplication=unsafe_disable_deduplication,
+        fsync=fsync,
+        power_loss=power_loss,
         no_network_reason=None if inside else reason,
     )
     say = (lambda _: None) if as_json else (lambda line: typer.echo(f"chaos: {line}", err=True))

@@ -193,6 +193,9 @@ class NodeConfig:
     # A deliberate fault, for the chaos suite's negative control only: apply appends a retried
     # batch again instead of returning its original offsets.
     unsafe_disable_deduplication: bool = False
+    # A test-only instrument, for the chaos suite's power-loss fault (cluster/chaos/power.py):
+    # every fsync the node makes is recorded beside its data directory. Never in production.
+    unsafe_record_syncs: bool = False
     limits: Limits = field(default_factory=Limits)
     timing: Timing = field(default_factory=Timing)
 
@@ -219,7 +222,7 @@ class NodeConfig:
                 "authenticates and encrypts Raft links (whoever can send Raft messages can "
                 "rewrite the log)"
             )
-        for flag in ("fsync", "unsafe_disable_deduplication"):
+        for flag in ("fsync", "unsafe_disable_deduplication", "unsafe_record_syncs"):
             if type(getattr(self, flag)) is not bool:
                 raise ConfigError(f"{flag} must be true or false")
         if self.cluster_secret is not None:

@@ -12,6 +12,9 @@ pause-follower, kill-meta-leader, rolling-restart (SIGTERM and restart every nod
 and, when the run has its own network namespace (`links.py`), partition-leader (a partition's
 leader cut off from both peers while clients still reach it) and split (a random node cut off:
 a majority and a minority). Without a namespace those two are skipped, and reports say so.
+With `power` (the nodes record their fsyncs): lose-unsynced-leader, lose-unsynced (any node)
+and lose-unsynced-all (every node at once), each a SIGKILL after which the node's disk is
+left as a power cut would leave it (power.py), then a restart.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cluster.chaos import power
 from cluster.chaos.links import LinkCutter
 from cluster.client import Admin, ClientError, Cluster
 from cluster.local import launcher
@@ -37,6 +41,11 @@ PROCESS_FAULTS = (
     "kill-leader",
 )
 NETWORK_FAULTS = ("partition-leader", "split")
+# Power cuts (power.py): a node SIGKILLed and left with only what it had fsynced, then started
+# again: a partition's leader, any one node, or every node at once. Only in runs whose nodes
+# record their fsyncs (`power=True`).
+POWER_FAULTS = ("lose-unsynced-leader", "lose-unsynced-all", "lose-unsynced")
+TORN_TAIL_BYTES_MAX = 4_096  # a power cut may leave this much of a file's unsynced tail
 TARGET_WAIT_S = 5.0  # a fault whose target (a leader) does not exist by then is skipped
 DOWN_S = (1.0, 4.0)  # how long a killed node stays down
 SHORT_PAUSE_S = (0.2, 0.4)  # under the election timeout (500-1000 ms): no election
@@ -52,7 +61,13 @@ class Fault:
 
 
 def schedule(
-    seed: int, duration_s: float, partitions: int, interval_s: float, *, network: bool = False
+    seed: int,
+    duration_s: float,
+    partitions: int,
+    interval_s: float,
+    *,
+    network: bool = False,
+    power: bool = False,
 ) -> list[Fault]:
     """Faults every `interval_s` (with jitter), cycling through every fault kind available.
 
@@ -62,6 +77,7 @@ def schedule(
     faults: list[Fault] = []
     at = interval_s / 2
     kinds = list(PROCESS_FAULTS) + (list(NETWORK_FAULTS) if network else [])
+    kinds += list(POWER_FAULTS) * 2 if power else []  # as often as the other process faults
     rng.shuffle(kinds)
     i = 0
     while at < duration_s - interval_s / 2:
@@ -116,6 +132,9 @@ class Nemesis:
         if fault.kind == "rolling-restart":
             await self._rolling_restart()
             return
+        if fault.kind == "lose-unsynced-all":
+            await self._cut_power_everywhere(fault, rng)
+            return
         node = await self._target(fault, rng)
         deadline = asyncio.get_running_loop().time() + TARGET_WAIT_S
         while node is None and asyncio.get_running_loop().time() < deadline:
@@ -129,6 +148,8 @@ class Nemesis:
             await self._pause(node, fault.hold_s)
         elif fault.kind in NETWORK_FAULTS:
             await self._isolate(node, fault.hold_s)
+        elif fault.kind in POWER_FAULTS:
+            await self._kill(node, fault.hold_s, lambda: self._cut_power(fault, node, rng))
         else:
             await self._kill(node, fault.hold_s)
         self._event(fault, node, "end")
@@ -153,7 +174,7 @@ class Nemesis:
         )
         leader = await self._leader_of(group)
         ids = [n.node_id for n in self.cluster.nodes]
-        if fault.kind == "split":
+        if fault.kind in ("split", "lose-unsynced"):
             return rng.choice(ids)
         if fault.kind.endswith("follower"):
             followers = [i for i in ids if i != leader]
@@ -175,11 +196,38 @@ class Nemesis:
 
     # -- actions ---------------------------------------------------------------------------------
 
-    async def _kill(self, node_id: int, down_s: float) -> None:
+    async def _kill(
+        self, node_id: int, down_s: float, while_down: Callable[[], None] = lambda: None
+    ) -> None:
         pid = self._pid(node_id)
         await asyncio.to_thread(launcher.kill, pid, signal.SIGKILL, 10.0)
+        while_down()
         await asyncio.sleep(down_s)
         self.cluster = launcher.restart_node(self.cluster, node_id)
+
+    def _cut_power(self, fault: Fault, node_id: int, rng: random.Random) -> None:
+        """The killed node's disk as a power cut leaves it (power.py), in the history."""
+        data_dir = launcher.node_dir(self.cluster.data_dir, node_id)
+        cut = power.cut_power(data_dir, power.ledger_of(data_dir), rng, TORN_TAIL_BYTES_MAX)
+        note = (
+            f"{cut.bytes_lost} bytes not synced lost: {cut.truncated} files cut, "
+            f"{cut.removed} removed, {cut.restored} renames undone"
+        )
+        self._event(fault, node_id, "power-cut", note)
+
+    async def _cut_power_everywhere(self, fault: Fault, rng: random.Random) -> None:
+        """Every node loses power at once: all SIGKILLed, all cut, all started again."""
+        self._event(fault, None, "start")
+        ids = [n.node_id for n in self.cluster.nodes]
+        for node_id in ids:
+            await asyncio.to_thread(launcher.kill, self._pid(node_id), signal.SIGKILL, 10.0)
+        for node_id in ids:
+            self._cut_power(fault, node_id, rng)
+        await asyncio.sleep(fault.hold_s)
+        for node_id in ids:
+            self.cluster = launcher.restart_node(self.cluster, node_id)
+        self._event(fault, None, "end")
+        self.faults_done[fault.kind] = self.faults_done.get(fault.kind, 0) + 1
 
     async def _pause(self, node_id: int, pause_s: float) -> None:
         self._signal(node_id, signal.SIGSTOP)
@@ -221,9 +269,8 @@ class Nemesis:
         launcher.kill(self._pid(node_id), sig)
 
     def _event(self, fault: Fault, node: int | None, phase: str, note: str = "") -> None:
-        partition = (
-            None if fault.kind in ("kill-meta-leader", "rolling-restart") else fault.partition
-        )
+        node_wide = ("kill-meta-leader", "rolling-restart", "lose-unsynced", "lose-unsynced-all")
+        partition = None if fault.kind in node_wide else fault.partition
         event: dict[str, object] = {
             "type": "info",
             "process": "nemesis",

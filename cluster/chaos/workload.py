@@ -526,8 +526,7 @@ class NativeClients:
             try:
                 response = await self.cluster.send_to_leader(topic, partition, request, 6.0)
             except ClientError:
-                await self.cluster.refresh([topic])
-                await asyncio.sleep(0.05)
+                await self._refresh()
                 continue
             assert isinstance(response, p.ProduceResponse)
             result = response.results[0]
@@ -535,7 +534,14 @@ class NativeClients:
                 return Ack(result.base_offset, result.duplicate)
             if result.leader:
                 self.cluster.note_leader(topic, partition, result.leader)
+                await asyncio.sleep(0.05)
             else:
-                await self.cluster.refresh([topic])
-            await asyncio.sleep(0.05)
+                await self._refresh()
         return None
+
+    async def _refresh(self) -> None:
+        """Metadata again, after a pause; no node answering (every node down at once, as in a
+        power cut of them all) is one more thing to retry."""
+        with contextlib.suppress(ClientError):
+            await self.cluster.refresh([self.settings.topic])
+        await asyncio.sleep(0.05)

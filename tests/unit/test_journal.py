@@ -119,6 +119,7 @@ def test_sync_syncs_once_per_batch_of_writes_and_only_when_durable(
 ) -> None:
     synced: list[int] = []
     real = os.fdatasync
+
     def counted(fd: int) -> None:
         synced.append(fd)
         real(fd)
