@@ -75,6 +75,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import apply as apply_bench
+from bench import storage as storage_bench
 from cli.common import run as run_on_loop
 from cluster import protocol as p
 from cluster.client import (
@@ -625,6 +626,58 @@ async def throughput_scenario(settings: Settings) -> dict[str, Any]:
     }
 
 
+# -- fsync --------------------------------------------------------------------------------------
+
+FSYNC_TOML = "fsync = true\n"
+
+
+async def fsync_scenario(settings: Settings) -> dict[str, Any]:
+    """The compared throughput case (1 partition, 16 KiB batches, linger 2 ms) and the
+    sequential latency, both twice in alternation: nodes with `fsync = true` (every journal
+    fsynced before an acknowledgement, docs/design.md "Storage"), and with the default
+    (`fsync = false`), so the ratio compares neighbours in time on a noisy machine."""
+    case = ThroughputCase(1, *settings.batches[0])
+    runs: dict[str, list[dict[str, Any]]] = {"fsync": [], "no_fsync": []}
+    latencies: dict[str, list[dict[str, Any]]] = {"fsync": [], "no_fsync": []}
+    for _ in range(1 if settings.quick else 2):
+        for name, toml in (("fsync", FSYNC_TOML), ("no_fsync", "")):
+            async with fresh_cluster(toml) as bench:
+                await create_topic(bench, case.topic, case.partitions)
+                load = await throughput_load(
+                    bench, case, settings.throughput_ramp_s, settings.throughput_s
+                )
+                runs[name].append(throughput_report(case, load, {}))
+                latencies[name].append(
+                    await latency_case(bench, "sequential", 0.0, settings.latency_s, mesh=name)
+                )
+            progress(f"fsync: {name}: {runs[name][-1]['records_per_s']} acked records/s")
+    median = {name: statistics.median(r["records_per_s"] for r in rs) for name, rs in runs.items()}
+    p50 = {name: statistics.median(c["p50_ms"] for c in cs) for name, cs in latencies.items()}
+    return {
+        "fsync": {
+            "params": {
+                "case": "1 partition, 16 KiB batches, linger 2 ms (the compared throughput case)",
+                "alternation": "fsync, no fsync, fsync, no fsync: fresh cluster each",
+                "raw_fsync_per_s": raw_fsync_rate(settings.quick),
+            },
+            "throughput": runs,
+            "sequential": latencies,
+            "records_per_s_median": median,
+            "sequential_p50_ms_median": p50,
+            "throughput_ratio": round(median["fsync"] / median["no_fsync"], 3),
+        }
+    }
+
+
+def raw_fsync_rate(quick: bool) -> int:
+    """This machine's disk, as `bench.storage` measures it: one-record batches appended to a
+    segment store with `fsync=True`, each append fsynced (calls per second)."""
+    with tempfile.TemporaryDirectory(prefix="raftbroker-bench-fsync-") as tmp:
+        one = storage_bench.encode_batch(0, 1)
+        measured = storage_bench.fsync_appends(Path(tmp), one, 1, quick)
+    return int(measured["calls_per_s"])
+
+
 # -- latency --------------------------------------------------------------------------------------
 
 
@@ -1055,6 +1108,7 @@ SCENARIOS: dict[str, Scenario] = {
     "latency": latency_scenario,
     "failover": failover_scenario,
     "idle": idle_scenario,
+    "fsync": fsync_scenario,
 }
 
 

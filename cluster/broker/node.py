@@ -249,6 +249,7 @@ class Node:
             self.fatal,
             self.limits,
             deduplicate=not self.config.unsafe_disable_deduplication,
+            durable=self.config.fsync,
         )
         if replica.store.recovered_truncated_bytes:
             log.warning(
@@ -269,7 +270,9 @@ class Node:
             directory,
             segment_bytes_max=limits.segment_bytes_max,
             index_interval_bytes=limits.index_interval_bytes,
-            fsync=self.config.fsync,
+            # Not per append: the Raft journal holds every record until a snapshot, and the
+            # replica syncs its store before one is taken (PartitionReplica.snapshot).
+            fsync=False,
         )
 
     async def _stop_partition(self, key: PartitionKey, *, delete: bool) -> None:

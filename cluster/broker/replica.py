@@ -60,8 +60,10 @@ class PartitionReplica(_Notifying[PartitionResult]):
         on_applied: Callable[[PartitionResult], None] | None = None,
         *,
         deduplicate: bool = True,
+        durable: bool = False,
     ) -> None:
         super().__init__(on_applied)
+        self.durable = durable
         self.open_store = open_store
         self.log_dir = directory / "log"
         self.backfill_dir = directory / "backfill"
@@ -75,12 +77,10 @@ class PartitionReplica(_Notifying[PartitionResult]):
     def apply(self, command: bytes) -> PartitionResult:
         """Apply to the machine; its effect follows in `settle`, once this run of applies has
         told its proposers: an answer does not wait for a file write it does not need (the
-        entry is committed, and a restart applies it again from the journal). A store that
-        fsyncs is written at once: with `fsync = true` an answer waits for the disk."""
+        entry is committed, in the Raft journal, and a restart applies it again from there;
+        with `fsync = true` the journal is on disk before the entry is acknowledged)."""
         result = self.machine.apply(command)
         self._unsettled.append(result)
-        if self.store.fsync:
-            self.settle()
         return result
 
     def settle(self) -> None:
@@ -101,6 +101,12 @@ class PartitionReplica(_Notifying[PartitionResult]):
             self._notify(result)
 
     def snapshot(self) -> bytes:
+        """The machine's snapshot, which the Raft log is then compacted to. Its records leave
+        the journal with that compaction, so with `durable` the store is made durable first:
+        every record up to the snapshot is on disk before the journal forgets it."""
+        self.settle()
+        if self.durable:
+            self.store.sync()
         return self.machine.snapshot()
 
     def restore(self, data: bytes) -> None:
@@ -146,7 +152,7 @@ class PartitionReplica(_Notifying[PartitionResult]):
     def adopt_backfill(self, side: PartitionStore) -> None:
         """Between applies: splice restored records in front of the local log."""
         assert side.next_offset == self.store.log_start_offset, "backfill must end at the log"
-        side.flush()
+        side.sync()
         side.close()
         for segment in side.directory.glob("*.log"):
             segment.rename(self.log_dir / segment.name)

@@ -762,10 +762,12 @@ class PartitionStore:
 
     # -- durability and closing --------------------------------------------------------------
 
-    def flush(self) -> None:
-        """fsync the active segment (sealed ones were synced when rolled)."""
+    def sync(self) -> None:
+        """Make every append so far durable: the active segment fsynced (sealed ones were
+        synced when rolled), and the directory, which names every segment."""
         self._check_open()
         os.fsync(self._segments[-1].fd)
+        sync_directory(self.directory)
 
     def close(self) -> None:
         """Close every file. Closing twice is harmless."""

@@ -800,10 +800,12 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         heard: Callable[[PatchedSyncObj, Heard], None],
         commit_news: Callable[[PatchedSyncObj], None],
         durable: bool = False,
+        sync_soon: Callable[[PatchedSyncObj], None] = lambda _group: None,
     ) -> None:
         self.raftbroker_machine = machine
         self.raftbroker_mesh = mesh
         self.raftbroker_durable = durable
+        self.raftbroker_sync_soon = partial(sync_soon, self)
         self.raftbroker_group = spec.route
         self.raftbroker_tick_errors = 0
         self.raftbroker_refused_messages = 0
@@ -953,6 +955,11 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         index, term = previous[1] + 1, self._SyncObj__raftCurrentTerm
         sent = self._send_new_entry(log, (entry, index, term), previous)
         log.add(entry, index, term)
+        if self.raftbroker_durable:
+            # Synced at the end of this turn of the loop (one sync for every entry it
+            # appended), while the followers sync theirs: by the time their acknowledgements
+            # arrive the leader holds the entry on disk too, and commits without waiting.
+            self.raftbroker_sync_soon()
         self._SyncObj__commandsWaitingCommit[index].append((term, callback))
         if not sent:
             self._SyncObj__sendAppendEntries()

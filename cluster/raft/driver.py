@@ -106,6 +106,8 @@ class RaftDriver:
         self._news_timer: asyncio.TimerHandle | None = None
         self._late: set[PatchedSyncObj] = set()
         self._late_timer: asyncio.TimerHandle | None = None
+        self._unsynced: dict[PatchedSyncObj, None] = {}  # leaders' journals to sync this turn
+        self._sync_soon_handle: asyncio.Handle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.tick_s = min(timing.heartbeat_ms / 4000, 0.025)
 
@@ -122,7 +124,14 @@ class RaftDriver:
         self._timer = loop.call_later(self.tick_s, self._on_timer)
 
     def stop(self) -> None:
-        for handle in (self._timer, self._cycle_soon, self._news_timer, self._late_timer):
+        handles = (
+            self._timer,
+            self._cycle_soon,
+            self._news_timer,
+            self._late_timer,
+            self._sync_soon_handle,
+        )
+        for handle in handles:
             if handle is not None:
                 handle.cancel()
         if self._news and self._mesh is not None:
@@ -159,6 +168,20 @@ class RaftDriver:
         self._guarded_step(group, group.commit_now)
         if group.has_work:
             self._wake(group)
+
+    def _sync_soon(self, group: PatchedSyncObj) -> None:
+        """Sync `group`'s journal at the end of this turn of the loop, with every other one
+        that appended in it: one fsync per journal however many proposals it took."""
+        self._unsynced[group] = None
+        if self._sync_soon_handle is None and self._loop is not None:
+            self._sync_soon_handle = self._loop.call_soon(self._sync_unsynced)
+
+    def _sync_unsynced(self) -> None:
+        self._sync_soon_handle = None
+        unsynced, self._unsynced = self._unsynced, {}
+        for group in unsynced:
+            if group.raftbroker_live:
+                self._guarded_step(group, group.sync_journal)
 
     def _schedule(self) -> None:
         if self._cycle_soon is None and self._loop is not None:
@@ -259,6 +282,7 @@ class RaftDriver:
                 heard=self._heard,
                 commit_news=self._commit_news,
                 durable=self.durable,
+                sync_soon=self._sync_soon,
             )
         except BaseException:
             self.mesh.unregister(spec.route)  # pysyncobj may have readied its transport

@@ -437,7 +437,7 @@ def test_fsync_mode_and_close(tmp_path: Path) -> None:
     batches = fill(store, 10)
     store.truncate_to(batches[8].base_offset)
     store.delete_before(batches[4].base_offset)
-    store.flush()
+    store.sync()
     store.close()
     store.close()
     with pytest.raises(StorageError, match="closed") as info:
