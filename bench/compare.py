@@ -28,7 +28,19 @@ GOALS = {
     ),
     "kafka_sequential_p50": ("Kafka listener, librdkafka: sequential p50 latency, ms", 1.0, "max"),
     "kafka_consume": ("Kafka listener, librdkafka: consume records/s", 10.0, "min"),
+    # Issue 22: with every acknowledgement fsynced first (raftbroker `fsync = true`, JetStream
+    # `sync_interval: always`). The pipelined goal is against raftbroker's own figure without
+    # fsync in the same scenario (`OWN_BASELINE`), the latency goal against JetStream's.
+    "fsync_pipelined": (
+        "with fsync: acknowledged records/s, pipelined, one partition, against its own "
+        "without fsync",
+        0.5,
+        "min",
+    ),
+    "fsync_sequential_p50": ("with fsync: sequential publish p50 latency, ms", 1.0, "max"),
 }
+# Goals whose denominator is raftbroker's own figure (named here), not JetStream's.
+OWN_BASELINE = {"fsync_pipelined": "fsync_pipelined_without"}
 # Which JetStream figure each Kafka-listener goal is measured against.
 PEER_FIGURE = {
     "kafka_pipelined": "pipelined",
@@ -79,6 +91,11 @@ def ours_figures(ours: dict[str, Any]) -> dict[str, Any]:
         "failover_lost": dig(ours, "failover", "delivery", "lost"),
         "failover_duplicated": dig(ours, "failover", "delivery", "duplicated"),
         "consume": max((c["records_per_s"] for c in consume), default=None),
+        "fsync_pipelined": dig(ours, "fsync", "records_per_s_median", "fsync"),
+        "fsync_pipelined_without": dig(ours, "fsync", "records_per_s_median", "no_fsync"),
+        "fsync_sequential_p50": dig(ours, "fsync", "sequential_p50_ms_median", "fsync"),
+        "fsync_sequential_p50_without": dig(ours, "fsync", "sequential_p50_ms_median", "no_fsync"),
+        "raw_fsync_per_s": dig(ours, "fsync", "params", "raw_fsync_per_s"),
     }
 
 
@@ -115,6 +132,9 @@ def peer_figures(peer: dict[str, Any]) -> dict[str, Any]:
         # The peer's fastest consumer (nats-py's ordered push consumer reads 3x its pull one),
         # so the ratio is against the best a JetStream user gets, not the slowest mode.
         "consume": dig(peer, "consume", "fastest_msgs_per_s") or dig(peer, "consume", "msgs_per_s"),
+        "fsync_pipelined": dig(peer, "fsync", "pipelined", "msgs_per_s"),
+        "fsync_sequential_p50": dig(peer, "fsync", "sequential", "p50_ms"),
+        "fsync_server": dig(peer, "fsync", "server"),
     }
 
 
@@ -137,7 +157,10 @@ def combine(
         "machine": ours.get("machine") or peer.get("machine"),
         "raftbroker": {k: v for k, v in a.items() if not k.endswith("_case")},
         "jetstream": {k: v for k, v in b.items() if not k.endswith("_case")},
-        "goals": {name: goal(name, a[name], b[name]) for name in GOALS},
+        "goals": {
+            name: goal(name, a[name], a[OWN_BASELINE[name]] if name in OWN_BASELINE else b[name])
+            for name in GOALS
+        },
         "scaling": {
             str(p): (ours_pipelined(ours, p) or {}).get("records_per_s") for p in (1, 4, 16)
         },
@@ -196,6 +219,7 @@ def markdown(c: dict[str, Any]) -> str:
         ("Kafka listener, kcat: pipelined acked records/s (1 partition)", "kafka_pipelined", 0),
         ("Kafka listener, confluent-kafka: sequential p50, ms", "kafka_sequential_p50", 2),
         ("Kafka listener, kcat: consume records/s (1 partition)", "kafka_consume", 0),
+        ("with fsync: sequential publish p50, ms", "fsync_sequential_p50", 2),
     ]
     lines = [
         "# raftbroker vs NATS JetStream",
@@ -260,7 +284,24 @@ def markdown(c: dict[str, Any]) -> str:
         f"{_n(a.get('kafka_sequential_p99'), 2)} ms. Its goals are ratios to the same "
         "JetStream figures as above (one partition against one stream).",
         "",
+        _fsync_text(a, b, goals["fsync_pipelined"]),
+        "",
         "Errors: " + (json.dumps(c["errors"]) if any(c["errors"].values()) else "none") + ".",
         "",
     ]
     return "\n".join(lines)
+
+
+def _fsync_text(a: dict[str, Any], b: dict[str, Any], pipelined: dict[str, Any]) -> str:
+    met = {None: "not measured", True: "met", False: "**not met**"}[pipelined["met"]]
+    return (
+        "With fsync before every acknowledgement (raftbroker `fsync = true`, in alternation "
+        "with the default on fresh clusters; JetStream `sync_interval: always`, "
+        f"{_n(b.get('fsync_server'))}: NATS 2.9 has no such setting): pipelined, one partition, "
+        f"{_n(a.get('fsync_pipelined'))} acked records/s against "
+        f"{_n(a.get('fsync_pipelined_without'))} without fsync, ratio "
+        f"{_n(pipelined['ratio'], 2)} (goal >= {pipelined['target']}: {met}); JetStream "
+        f"{_n(b.get('fsync_pipelined'))}. Sequential p50 without fsync in the same scenario "
+        f"{_n(a.get('fsync_sequential_p50_without'), 2)} ms. This machine's disk: "
+        f"{_n(a.get('raw_fsync_per_s'))} fsynced one-record appends/s (`bench.storage`)."
+    )

