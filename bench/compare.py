@@ -171,7 +171,8 @@ def combine(
         },
         "versions": {"jetstream": peer.get("versions"), "python": dig(ours, "machine", "python")},
         "fsync_before_ack": {
-            "raftbroker": "no (default fsync = false; an ack means a majority's page cache)",
+            "raftbroker": "no (fsync = false, set for the comparison: an ack means a "
+            "majority's page cache; the default fsync = true is in the fsync row and note)",
             "jetstream": dig(peer, "config", "fsync") or "no (NATS 2.9 syncs every 2 min)",
         },
         "links_between_nodes": {

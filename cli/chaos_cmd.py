@@ -64,7 +64,10 @@ def run_command(
         "through the Kafka listener).",
     ),
     fsync: bool = typer.Option(
-        False, "--fsync", help="Start the nodes with fsync = true (see the README's guarantees)."
+        True,
+        "--fsync/--no-fsync",
+        help="The nodes' fsync setting (the default, true: see the README's guarantees); "
+        "--no-fsync with --power-loss is the power cuts' negative control.",
     ),
     power_loss: bool = typer.Option(
         False,

@@ -57,8 +57,9 @@ class ChaosOptions:
     client: str = "native"  # one of CLIENTS
     # The negative control: nodes append retried batches again (cluster/config.py).
     unsafe_disable_deduplication: bool = False
-    # Nodes fsync before they acknowledge (`fsync = true`).
-    fsync: bool = False
+    # Nodes fsync before they acknowledge (`fsync = true`, the default); False: the negative
+    # control of the power cuts.
+    fsync: bool = True
     # Power cuts among the faults (nemesis.POWER_FAULTS): the nodes record their fsyncs.
     power_loss: bool = False
     # Why there are no network faults (None: the run has its own namespace and cuts links).
@@ -103,11 +104,11 @@ async def run_chaos(options: ChaosOptions, progress: Progress = lambda _: None) 
 def _node_settings(options: ChaosOptions) -> str:
     """The nodes' configuration lines this run asks for (besides the launcher's own)."""
     flags = {
-        "fsync": options.fsync,
         "unsafe_record_syncs": options.power_loss,
         "unsafe_disable_deduplication": options.unsafe_disable_deduplication,
     }
-    return "".join(f"{name} = true\n" for name, on in flags.items() if on)
+    fsync = f"fsync = {'true' if options.fsync else 'false'}\n"
+    return fsync + "".join(f"{name} = true\n" for name, on in flags.items() if on)
 
 
 async def _run(

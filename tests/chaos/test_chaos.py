@@ -144,7 +144,7 @@ def test_the_power_schedule_has_every_power_cut() -> None:
 def test_with_fsync_power_cuts_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     """Nodes with `fsync = true` SIGKILLed and left with only what they fsynced (power.py),
     every node at once twice: nothing acknowledged is lost, nothing duplicated or diverged."""
-    code, report = power_run(tmp_path, "--fsync")
+    code, report = power_run(tmp_path, "--fsync")  # the default, said explicitly
     assert report["ok"], report["anomaly_examples"][:10]
     assert code == 0
     assert report["figures"]["operations"]["ok"] > 1_000
@@ -158,7 +158,7 @@ def test_with_fsync_power_cuts_lose_and_duplicate_nothing(tmp_path: Path) -> Non
 def test_without_fsync_the_same_power_cuts_lose_acknowledged_writes(tmp_path: Path) -> None:
     """The negative control: the same schedule against nodes that do not fsync. A fault that
     did not bite here would prove nothing above."""
-    code, report = power_run(tmp_path)
+    code, report = power_run(tmp_path, "--no-fsync")
     assert code == 1
     assert report["anomalies_by_kind"]["lost"] > 0, report["figures"]
 
