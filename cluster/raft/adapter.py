@@ -564,7 +564,7 @@ class _MeshTransport(Transport):  # type: ignore[misc]
             self._mesh.register(self._group, self)
 
     def send(self, node: Any, message: dict[str, Any]) -> bool:
-        if self._durable and message["type"] == "next_node_idx":
+        if self._durable and message.get("type") == "next_node_idx":
             # A follower's acknowledgement says it holds the entries: on disk, when durable
             # (one sync for everything this event appended or cut, however many entries).
             self._sync_obj.raftbroker_journal.file.sync()
@@ -876,7 +876,9 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         self._SyncObj__raftLog = journal
         self._SyncObj__raftCurrentTerm = max(journal.getCurrentTerm(), journal[-1][2])
         self._SyncObj__votedForNodeId = journal.getVotedForNodeId()
-        self._SyncObj__raftCommitIndex = journal.getRaftCommitIndex()
+        # Never past the log: a torn tail or a refused dump may have cut it below the commit
+        # index last stored (pysyncobj clamps so after loading a dump; here there may be none).
+        self._SyncObj__raftCommitIndex = min(journal.getRaftCommitIndex(), journal[-1][1])
 
     def sync_journal(self) -> None:
         """Make what this replica appended to its journal durable (with `durable`; at once
