@@ -189,3 +189,27 @@ def test_a_sealed_dump_opens_and_every_damage_is_refused(tmp_path: Path) -> None
 
 def test_a_dump_from_before_the_seal_is_read_as_it_is(tmp_path: Path) -> None:
     assert j.open_dump(b"\x95\x01", tmp_path) is None  # a format-1 dump: msgpack, no seal
+
+
+def test_a_zeroed_tail_or_file_is_never_read_as_entries(tmp_path: Path) -> None:
+    """What some file systems leave after a crash: the size grown, the data zeros."""
+    written(tmp_path).close()
+    path = tmp_path / j.LOG_NAME
+    whole = path.read_bytes()
+    path.write_bytes(whole + bytes(4096))
+    assert reopened(tmp_path).entries == ENTRIES
+    last_start = record_offsets(tmp_path)[-2]
+    path.write_bytes(whole[:last_start] + bytes(len(whole) - last_start))
+    assert reopened(tmp_path).entries == ENTRIES[:-1]
+    path.write_bytes(bytes(len(whole)))
+    with pytest.raises(j.JournalError, match="not a raftbroker journal"):
+        reopened(tmp_path)
+    j.write_meta(tmp_path / j.META_NAME, j.Meta(7, None, 1), durable=False)
+    size = (tmp_path / j.META_NAME).stat().st_size
+    (tmp_path / j.META_NAME).write_bytes(bytes(size))
+    with pytest.raises(j.JournalError):
+        j.read_meta(tmp_path / j.META_NAME)
+    sealed = j.seal_dump(b"\x95\x02")
+    zeroed = sealed[: len(j.DUMP_MAGIC)] + bytes(len(sealed) - len(j.DUMP_MAGIC))
+    with pytest.raises(j.JournalError, match="checksum"):
+        j.open_dump(zeroed, tmp_path)
