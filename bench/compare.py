@@ -296,8 +296,8 @@ def markdown(c: dict[str, Any]) -> str:
 def _fsync_text(a: dict[str, Any], b: dict[str, Any], pipelined: dict[str, Any]) -> str:
     met = {None: "not measured", True: "met", False: "**not met**"}[pipelined["met"]]
     return (
-        "With fsync before every acknowledgement (raftbroker `fsync = true`, in alternation "
-        "with the default on fresh clusters; JetStream `sync_interval: always`, "
+        "With fsync before every acknowledgement (raftbroker `fsync = true`, its default, in "
+        "alternation with `fsync = false` on fresh clusters; JetStream `sync_interval: always`, "
         f"{_n(b.get('fsync_server'))}: NATS 2.9 has no such setting): pipelined, one partition, "
         f"{_n(a.get('fsync_pipelined'))} acked records/s against "
         f"{_n(a.get('fsync_pipelined_without'))} without fsync, ratio "
