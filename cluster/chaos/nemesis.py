@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -116,7 +117,7 @@ class Nemesis:
         self._cutter = cutter
         self._client = Cluster(cluster.bootstrap, request_timeout_s=2.0)
         self._paused: set[int] = set()
-        self.faults_done: dict[str, int] = {}
+        self.faults_done: Counter[str] = Counter()
 
     async def close(self) -> None:
         await self._client.close()
@@ -153,7 +154,7 @@ class Nemesis:
         else:
             await self._kill(node, fault.hold_s)
         self._event(fault, node, "end")
-        self.faults_done[fault.kind] = self.faults_done.get(fault.kind, 0) + 1
+        self.faults_done[fault.kind] += 1
 
     async def heal(self) -> None:
         """Mend every cut link, SIGCONT every paused node and start every dead one."""
@@ -227,7 +228,7 @@ class Nemesis:
         for node_id in ids:
             self.cluster = launcher.restart_node(self.cluster, node_id)
         self._event(fault, None, "end")
-        self.faults_done[fault.kind] = self.faults_done.get(fault.kind, 0) + 1
+        self.faults_done[fault.kind] += 1
 
     async def _pause(self, node_id: int, pause_s: float) -> None:
         self._signal(node_id, signal.SIGSTOP)
@@ -260,7 +261,7 @@ class Nemesis:
             self.cluster = launcher.restart_node(self.cluster, node.node_id)
             await launcher.wait_ready(self.cluster, 60.0)
         self._event(fault, None, "end")
-        self.faults_done["rolling-restart"] = self.faults_done.get("rolling-restart", 0) + 1
+        self.faults_done["rolling-restart"] += 1
 
     def _pid(self, node_id: int) -> int:
         return next(n.pid for n in self.cluster.nodes if n.node_id == node_id)

@@ -57,9 +57,9 @@ from cluster.raft.journal import (
     JournalError,
     JournalFile,
     Meta,
+    install_log,
     open_dump,
     seal_dump,
-    write_log,
     write_meta,
 )
 from cluster.raft.mesh import Mesh
@@ -567,7 +567,7 @@ class _MeshTransport(Transport):  # type: ignore[misc]
         if self._durable and message.get("type") == "next_node_idx":
             # A follower's acknowledgement says it holds the entries: on disk, when durable
             # (one sync for everything this event appended or cut, however many entries).
-            self._sync_obj.raftbroker_journal.file.sync()
+            self._sync_obj.sync_journal()
         return self._mesh.send(node.address, self._group, message)
 
     def destroy(self) -> None:
@@ -773,11 +773,7 @@ def open_journal(directory: Path, *, durable: bool) -> JournalFile:
     finally:
         old._destroy()
     write_meta(directory / META_NAME, meta, durable=durable)
-    tmp = directory / (LOG_NAME + ".tmp")
-    write_log(tmp, entries, durable=durable)
-    os.replace(tmp, directory / LOG_NAME)
-    if durable:
-        sync_directory(directory)
+    install_log(directory, entries, durable=durable)
     for path in (stock, directory / (STOCK_JOURNAL_NAME + ".meta")):
         path.unlink(missing_ok=True)
     log.info(

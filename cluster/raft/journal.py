@@ -129,11 +129,7 @@ class JournalFile:
             # Renames before this one here (the dump this compaction follows) durable first:
             # the shorter log must never outlive the dump it relies on.
             sync_directory(self.directory)
-        tmp = self.path.with_name(LOG_NAME + ".tmp")
-        ends = write_log(tmp, kept, durable=self.durable)
-        os.replace(tmp, self.path)
-        if self.durable:
-            sync_directory(self.directory)
+        ends = install_log(self.directory, kept, durable=self.durable)
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_RDWR)
         self.entries, self._ends = kept, ends
@@ -221,6 +217,17 @@ def read_records(data: memoryview, offset: int) -> tuple[list[Entry], list[int]]
     finally:
         data.release()
     return entries, ends
+
+
+def install_log(directory: Path, entries: list[Entry], *, durable: bool) -> list[int]:
+    """`directory`'s log becomes `entries`, whole or not at all: written to `raft.wal.tmp`,
+    renamed over `raft.wal`, the directory synced when `durable`; where each record ends."""
+    tmp = directory / (LOG_NAME + ".tmp")
+    ends = write_log(tmp, entries, durable=durable)
+    os.replace(tmp, directory / LOG_NAME)
+    if durable:
+        sync_directory(directory)
+    return ends
 
 
 def write_log(path: Path, entries: list[Entry], *, durable: bool) -> list[int]:
