@@ -101,6 +101,10 @@ def test_the_checker_catches_a_broker_that_does_not_deduplicate(tmp_path: Path) 
         "3",
         "--no-network",
         "--unsafe-disable-deduplication",
+        # As this control ran before fsync = true became the nodes' default. Its s0- check
+        # needs the sink's reruns among the checker's 100 examples a kind, which the nodes'
+        # speed shifts; with fsync on it failed once in six runs here (the cause not kept).
+        "--no-fsync",
         timeout_s=220,
     )
     assert code == 1
