@@ -48,8 +48,12 @@ class Limits:
     pending_proposals_max: int = 10_000
     partitions_per_request_max: int = 1_024
     segment_bytes_max: int = 64 * MIB
-    # Raft entries a group keeps before compacting its log (pysyncobj holds them in memory).
+    # Raft entries a group keeps before compacting its log (pysyncobj holds them in memory),
+    # and the bytes of them: at 1 MB batches 2,000 entries would be 2 GB of memory, and a log
+    # that only grows takes fresh pages from the kernel for every batch (a page fault every
+    # 4 KiB: a quarter of a node's time under load, bench/HISTORY.md, tenth session).
     raft_log_entries_max: int = 2_000
+    raft_log_bytes_max: int = 32 * MIB
     index_interval_bytes: int = 4 * KIB
     # A Raft message between nodes carries entries up to half of this, and one more entry.
     raft_frame_bytes_max: int = 32 * MIB

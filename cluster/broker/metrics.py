@@ -125,13 +125,17 @@ class _RaftCollector(Collector):
         healthy = GaugeMetricFamily(
             "raftbroker_raft_healthy", "1 when applying normally", labels=["group"]
         )
+        log_bytes = GaugeMetricFamily(
+            "raftbroker_raft_log_bytes", "Raft log bytes not yet compacted", labels=["group"]
+        )
         for s in self._statuses():
             commit.add_metric([s.name], s.commit_index)
             applied.add_metric([s.name], s.last_applied)
             term.add_metric([s.name], s.term)
             leader.add_metric([s.name], int(s.is_leader))
             healthy.add_metric([s.name], int(s.healthy))
-        yield from (commit, applied, term, leader, healthy)
+            log_bytes.add_metric([s.name], s.log_bytes)
+        yield from (commit, applied, term, leader, healthy, log_bytes)
 
 
 class _ConnectionCollector(Collector):

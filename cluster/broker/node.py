@@ -130,6 +130,7 @@ class Node:
             config.timing,
             mesh_settings(config, peer_hosts),
             config.limits.raft_log_entries_max,
+            compaction_bytes=config.limits.raft_log_bytes_max,
             durable=config.fsync,
         )
         self.metadata_replica = MetadataReplica(self.limits, self._on_metadata_applied)

@@ -704,14 +704,22 @@ class _Journal(Journal):  # type: ignore[misc]
     term or vote (before the vote or the term is used, as Raft requires).
 
     The commit index is stored lazily, on pysyncobj's one-second timer, as stock does: a
-    replica that comes back with an older one only applies again what it had applied."""
+    replica that comes back with an older one only applies again what it had applied.
 
-    def __init__(self, file: JournalFile) -> None:
+    Past `bytes_max` in its file (and in memory: pysyncobj keeps the log as a list), an append
+    asks for a compaction (`on_full`), as pysyncobj's own bound asks by entry count and time
+    only."""
+
+    def __init__(self, file: JournalFile, bytes_max: int, on_full: Callable[[], None]) -> None:
         self.file = file
         self._commit_index = file.meta.commit_index
+        self._bytes_max = bytes_max
+        self._on_full = on_full
 
     def add(self, command: bytes, idx: int, term: int) -> None:
         self.file.append(command, idx, term)
+        if self.file.end > self._bytes_max:
+            self._on_full()
 
     def clear(self) -> None:
         self.file.rewrite(())
@@ -797,8 +805,10 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         commit_news: Callable[[PatchedSyncObj], None],
         durable: bool = False,
         sync_soon: Callable[[PatchedSyncObj], None] = lambda _group: None,
+        log_bytes_max: int = 32 * 1024 * 1024,
     ) -> None:
         self.raftbroker_machine = machine
+        self.raftbroker_log_bytes_max = log_bytes_max
         self.raftbroker_mesh = mesh
         self.raftbroker_durable = durable
         self.raftbroker_sync_soon = partial(sync_soon, self)
@@ -865,7 +875,7 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
                 self.raftbroker_group,
                 file.dropped_bytes,
             )
-        journal = _Journal(file)
+        journal = _Journal(file, self.raftbroker_log_bytes_max, self._log_full)
         if not len(journal):
             journal.add(_NO_OP_ENTRY, 1, 0)
         self.raftbroker_journal = journal
@@ -875,6 +885,17 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         # Never past the log: a torn tail or a refused dump may have cut it below the commit
         # index last stored (pysyncobj clamps so after loading a dump; here there may be none).
         self._SyncObj__raftCommitIndex = min(journal.getRaftCommitIndex(), journal[-1][1])
+
+    def _log_full(self) -> None:
+        """Compact at the next tick, which comes in this turn of the loop: the timer's ticks
+        are a heartbeat apart, time enough for a loaded leader to append a hundred batches."""
+        self.forceLogCompaction()
+        self.raftbroker_wake()
+
+    def journal_bytes(self) -> int:
+        """The size of the log not yet compacted (as it is in memory, with record heads). A
+        method: pysyncobj's constructor reads every attribute, before the journal exists."""
+        return int(self.raftbroker_journal.file.end)
 
     def sync_journal(self) -> None:
         """Make what this replica appended to its journal durable (with `durable`; at once

@@ -88,10 +88,13 @@ class RaftDriver:
         mesh: MeshSettings,
         compaction_entries: int = 2_000,
         *,
+        compaction_bytes: int = 32 * 1024 * 1024,
         durable: bool = False,
     ) -> None:
         self.timing = timing
         self.compaction_entries = compaction_entries
+        # A group compacts its log once its journal holds more than this (`_Journal`).
+        self.compaction_bytes = compaction_bytes
         # Journals fsynced before an entry is acknowledged or counted (a node's `fsync`).
         self.durable = durable
         # A message carries entries up to half a mesh frame, so one more entry still fits.
@@ -283,6 +286,7 @@ class RaftDriver:
                 commit_news=self._commit_news,
                 durable=self.durable,
                 sync_soon=self._sync_soon,
+                log_bytes_max=self.compaction_bytes,
             )
         except BaseException:
             self.mesh.unregister(spec.route)  # pysyncobj may have readied its transport

@@ -136,6 +136,7 @@ class RaftGroup:
             healthy,
             detail,
             self._in_sync(commit, time.monotonic()),
+            sync.journal_bytes(),
         )
 
     def _in_sync(self, commit: int, now: float) -> tuple[str, ...]:

@@ -86,3 +86,6 @@ class GroupStatus:
     # On a leader, the Raft addresses of the replicas in sync (its own first), as Kafka's ISR:
     # see `RaftGroup`. Empty on a follower, which cannot tell.
     in_sync: tuple[str, ...] = ()
+    # The bytes of its Raft log not yet compacted (its journal file; pysyncobj holds as many
+    # in memory), bounded by `Limits.raft_log_bytes_max` and one tick's appends.
+    log_bytes: int = 0

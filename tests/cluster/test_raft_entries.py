@@ -56,12 +56,19 @@ async def started_group(
     peers: tuple[str, ...] = (),
     name: str = "entries",
     compaction_entries: int = 1_000_000,
+    compaction_bytes: int = 1 << 30,
     durable: bool = False,
 ) -> tuple[RaftDriver, RaftGroup]:
     """A replica of group `name` at `host:port` (peers: their addresses), on this loop."""
     address = f"{host}:{port}"
     settings = loopback_mesh(address, peers)
-    driver = RaftDriver(Timing(), settings, compaction_entries=compaction_entries, durable=durable)
+    driver = RaftDriver(
+        Timing(),
+        settings,
+        compaction_entries=compaction_entries,
+        compaction_bytes=compaction_bytes,
+        durable=durable,
+    )
     driver.start()
     spec = GroupSpec(name, address, peers, directory, name)
     group = await driver.add_group(spec, machine, max_pending=100)
