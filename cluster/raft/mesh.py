@@ -238,7 +238,10 @@ class _Link:
         if end > len(self.inbuf):
             return None
         self.read_offset = end
-        return bytes(self.inbuf[start + _LENGTH.size : end])
+        # Through a view: slicing the bytearray itself would copy the frame twice (a bytearray,
+        # then bytes), and a frame carries a whole batch of records.
+        with memoryview(self.inbuf) as view:
+            return bytes(view[start + _LENGTH.size : end])
 
     def burst(self) -> bool:
         """Whether the input buffer holds more than the next frame: several arrived at once."""
