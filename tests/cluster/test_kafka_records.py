@@ -158,7 +158,8 @@ def test_confluent_kafka_round_trip(
 # -- kafka-python ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("codec", [None, "gzip"])  # the others need optional packages
+# snappy, lz4 and zstd through python-snappy, lz4 and zstandard (the dev extra)
+@pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])
 def test_kafka_python_round_trip(
     three_nodes: launcher.LocalCluster,
     kafka_bootstrap: list[str],
