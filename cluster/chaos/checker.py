@@ -165,13 +165,18 @@ def check(events: Sequence[Event]) -> Report:
         _check_partition(history, partition, found)
     _check_fencing(history, found)
     _check_clients(history, found)
-    return Report(tuple(found.examples), dict(found.counts), _figures(history))
+    figures = _figures(history)
+    # Every duplicated value counted by its writer (the value's prefix, `s0` for the sink),
+    # whatever the cap on examples: a control can ask which writers it duplicated.
+    figures["duplicates_by_writer"] = dict(sorted(found.duplicates_by_writer.items()))
+    return Report(tuple(found.examples), dict(found.counts), figures)
 
 
 @dataclass(slots=True)
 class _Found:
     counts: Counter[str] = field(default_factory=lambda: Counter(dict.fromkeys(KINDS, 0)))
     examples: list[Anomaly] = field(default_factory=list)
+    duplicates_by_writer: Counter[str] = field(default_factory=Counter)
 
     def add(self, kind: str, partition: int | None, detail: str) -> None:
         assert kind in KINDS, kind
@@ -266,6 +271,7 @@ def _check_duplicates(final: list[Record], partition: int, found: _Found) -> Non
     for value, at in offsets.items():
         if len(at) > 1:
             found.add("duplicate", partition, f"{value} at offsets {at}")
+            found.duplicates_by_writer[value.partition("-")[0]] += 1
     for (pid, epoch, seq), records in triples.items():
         if len({r.value for r in records}) > 1:  # the same value twice is reported above
             at = [r.offset for r in records]

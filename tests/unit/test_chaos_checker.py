@@ -163,6 +163,8 @@ def test_duplicate_a_retry_appended_twice() -> None:
     assert report.counts_by_kind["duplicate"] == 1
     assert report.anomalies[0].partition == 0
     assert "producer-order" in kinds_found(report)  # the sequence repeats in the log, too
+    writer = report.anomalies[0].detail.partition("-")[0]
+    assert report.to_json()["figures"]["duplicates_by_writer"] == {writer: 1}
 
 
 def test_duplicate_the_same_producer_sequence_at_two_offsets() -> None:
