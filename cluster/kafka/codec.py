@@ -378,45 +378,95 @@ _FROM_KIO: dict[str, Callable[[Any], Any]] = {
 }
 
 
+# How a field's value crosses between the two sides: as it is, each item of a nested array,
+# a nested entity, each item of an array converted, or converted.
+_AS_IS, _NESTED_ARRAY, _NESTED, _CONVERT_ARRAY, _CONVERT = range(5)
+_Plan = tuple[tuple[str, int, Any], ...]  # (field name, how, the nested class or converter)
+
+
+def _how(
+    nested: type[Any] | None, array: bool, convert: Callable[[Any], Any] | None
+) -> tuple[int, Any]:
+    if nested is not None:
+        return (_NESTED_ARRAY if array else _NESTED), nested
+    if convert is not None:
+        return (_CONVERT_ARRAY if array else _CONVERT), convert
+    return _AS_IS, None
+
+
+_TO_KIO_PLANS: dict[tuple[type, type], _Plan] = {}
+_FROM_KIO_PLANS: dict[tuple[type, type], _Plan] = {}
+
+
+def _to_kio_plan(kio_cls: type[Any], cls: type[Any]) -> _Plan:
+    found = _TO_KIO_PLANS.get((kio_cls, cls))
+    if found is None:
+        found = _TO_KIO_PLANS[kio_cls, cls] = _make_to_kio_plan(kio_cls, cls)
+    return found
+
+
+def _from_kio_plan(cls: type[Any], kio_cls: type[Any]) -> _Plan:
+    found = _FROM_KIO_PLANS.get((cls, kio_cls))
+    if found is None:
+        found = _FROM_KIO_PLANS[cls, kio_cls] = _make_from_kio_plan(cls, kio_cls)
+    return found
+
+
+def _make_to_kio_plan(kio_cls: type[Any], cls: type[Any]) -> _Plan:
+    """Once per pair of classes: which of kio's fields ours gives, and how. A field of kio's
+    that ours lacks is left to kio's default (it must have one)."""
+    ours = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    plan = []
+    for field in _kio_fields(kio_cls):
+        if field.name not in ours and not isinstance(getattr(cls, field.name, None), property):
+            assert not field.required, f"{cls.__name__} lacks {field.name}"
+            continue
+        how = _how(field.kind.nested, field.kind.array, _TO_KIO.get(field.kafka_type))
+        plan.append((field.name, *how))
+    return tuple(plan)
+
+
+def _make_from_kio_plan(cls: type[Any], kio_cls: type[Any]) -> _Plan:
+    """Once per pair of classes: which of our fields this version of kio's class carries (the
+    others take our defaults), and how."""
+    kio_fields = {f.name: f for f in _kio_fields(kio_cls)}
+    plan = []
+    for name, kind in _our_kinds(cls).items():
+        field = kio_fields.get(name)
+        if field is None:
+            continue
+        # A nested value is an array by our annotation, a converted one by kio's.
+        array = kind.array if kind.nested is not None else field.kind.array
+        plan.append((name, *_how(kind.nested, array, _FROM_KIO.get(field.kafka_type))))
+    return tuple(plan)
+
+
+def _convert(how: int, arg: Any, value: Any, nested: Callable[[Any, Any], Any]) -> Any:
+    if how == _NESTED_ARRAY:
+        return tuple([nested(arg, item) for item in value])
+    if how == _NESTED:
+        return nested(arg, value)
+    if how == _CONVERT_ARRAY:
+        return tuple(map(arg, value))
+    return arg(value)
+
+
 def _to_kio(kio_cls: type[Any], ours: object) -> Any:
     values: dict[str, Any] = {}
-    for field in _kio_fields(kio_cls):
-        if not hasattr(ours, field.name):
-            assert not field.required, f"{type(ours).__name__} lacks {field.name}"
-            continue
-        value = getattr(ours, field.name)
-        nested = field.kind.nested
-        if value is None:
-            pass
-        elif nested is not None and field.kind.array:
-            value = tuple(_to_kio(nested, item) for item in value)
-        elif nested is not None:
-            value = _to_kio(nested, value)
-        elif field.kafka_type in _TO_KIO:
-            convert = _TO_KIO[field.kafka_type]
-            value = tuple(map(convert, value)) if field.kind.array else convert(value)
-        values[field.name] = value
+    for name, how, arg in _to_kio_plan(kio_cls, type(ours)):
+        value = getattr(ours, name)
+        if how and value is not None:
+            value = _convert(how, arg, value, _to_kio)
+        values[name] = value
     return kio_cls(**values)
 
 
 def _from_kio(cls: type[Any], entity: object) -> Any:
-    kinds = _our_kinds(cls)
-    kio_fields = {f.name: f for f in _kio_fields(type(entity))}
     values: dict[str, Any] = {}
-    for name, kind in kinds.items():
-        field = kio_fields.get(name)
-        if field is None:
-            continue  # not in this version: our default
+    for name, how, arg in _from_kio_plan(cls, type(entity)):
         value = getattr(entity, name)
-        if value is None:
-            pass
-        elif kind.nested is not None and kind.array:
-            value = tuple(_from_kio(kind.nested, item) for item in value)
-        elif kind.nested is not None:
-            value = _from_kio(kind.nested, value)
-        elif field.kafka_type in _FROM_KIO:
-            convert = _FROM_KIO[field.kafka_type]
-            value = tuple(map(convert, value)) if field.kind.array else convert(value)
+        if how and value is not None:
+            value = _convert(how, arg, value, _from_kio)
         values[name] = value
     return cls(**values)
 
