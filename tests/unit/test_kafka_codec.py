@@ -322,3 +322,34 @@ def test_a_fetch_partition_in_error_carries_empty_records_never_null(version: in
     _, decoded = codec.decode_response(header(m.Api.FETCH, version), frame[4:])
     assert isinstance(decoded, m.FetchResponse)
     assert decoded.responses[0].partitions[0].records == b""
+
+
+@pytest.mark.parametrize(("api", "version"), VERSIONS, ids=IDS)
+def test_a_response_is_written_as_kio_writes_it(api: m.Api, version: int) -> None:
+    """The listener writes answers from our classes directly (`_frame`); kio's own writer, fed
+    kio's classes, is the reference: the same bytes, tagged fields included."""
+    kio_cls = codec._response_schema(api, version)
+    for response in (RESPONSES[api], *TAGGED_RESPONSES.get(api, ())):
+        assert codec._frame(7, kio_cls, response) == codec.kio_frame(7, kio_cls, response)
+
+
+# Answers whose tagged fields hold values other than their defaults (KIP-951's leader hints).
+TAGGED_RESPONSES: dict[m.Api, tuple[m.ResponseBody, ...]] = {
+    m.Api.PRODUCE: (
+        m.ProduceResponse(
+            (
+                m.TopicProduceResponse(
+                    "orders",
+                    (
+                        m.PartitionProduceResponse(
+                            0,
+                            int(ErrorCode.NOT_LEADER_OR_FOLLOWER),
+                            current_leader=m.LeaderIdAndEpoch(2, 5),
+                        ),
+                    ),
+                ),
+            ),
+            node_endpoints=(m.NodeEndpoint(2, "127.0.0.3", 9092, None),),
+        ),
+    ),
+}
