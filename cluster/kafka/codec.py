@@ -645,23 +645,24 @@ def _convert(how: int, arg: Any, value: Any, nested: Callable[[Any, Any], Any]) 
 
 
 def _to_kio(kio_cls: type[Any], ours: object) -> Any:
-    values: dict[str, Any] = {}
-    for name, how, arg in _to_kio_plan(kio_cls, type(ours)):
-        value = getattr(ours, name)
-        if how and value is not None:
-            value = _convert(how, arg, value, _to_kio)
-        values[name] = value
-    return kio_cls(**values)
+    return _mapped(kio_cls, ours, _to_kio_plan(kio_cls, type(ours)), _to_kio)
 
 
 def _from_kio(cls: type[Any], entity: object) -> Any:
+    return _mapped(cls, entity, _from_kio_plan(cls, type(entity)), _from_kio)
+
+
+def _mapped(
+    target: type[Any], source: object, plan: _Plan, nested: Callable[[Any, Any], Any]
+) -> Any:
+    """`target` built from `source`'s fields as `plan` says, nested ones through `nested`."""
     values: dict[str, Any] = {}
-    for name, how, arg in _from_kio_plan(cls, type(entity)):
-        value = getattr(entity, name)
+    for name, how, arg in plan:
+        value = getattr(source, name)
         if how and value is not None:
-            value = _convert(how, arg, value, _from_kio)
+            value = _convert(how, arg, value, nested)
         values[name] = value
-    return cls(**values)
+    return target(**values)
 
 
 # -- the walk: every length checked before kio allocates anything --------------------------------
