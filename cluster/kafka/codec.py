@@ -196,26 +196,30 @@ def encode_response(header: m.RequestHeader, response: m.ResponseBody) -> bytes:
 
 
 def _frame(correlation_id: int, kio_cls: type[Any], response: object) -> bytes:
-    out = io.BytesIO()
-    out.write(LENGTH_PREFIX.pack(0))
-    out.write(_CORRELATION_ID.pack(correlation_id))
-    if kio_cls.__header_schema__.__flexible__:
-        out.write(b"\x00")  # no tagged fields in the response header
-    _writer(kio_cls, type(response))(out, response)
-    frame = out.getbuffer()
-    LENGTH_PREFIX.pack_into(frame, 0, len(frame) - LENGTH_PREFIX.size)
-    return bytes(frame)
+    return _framed(
+        correlation_id, kio_cls, lambda out: _writer(kio_cls, type(response))(out, response)
+    )
 
 
 def kio_frame(correlation_id: int, kio_cls: type[Any], response: object) -> bytes:
     """The same frame as `_frame`, written by kio's own entity writer from kio's classes: the
     reference the tests hold `_frame` to, version by version."""
+    entity = _to_kio(kio_cls, response)
+    return _framed(
+        correlation_id, kio_cls, lambda out: kio.serial.entity_writer(kio_cls)(out, entity)
+    )
+
+
+def _framed(
+    correlation_id: int, kio_cls: type[Any], write_body: Callable[[io.BytesIO], None]
+) -> bytes:
+    """A response frame: length prefix, header (v0, or v1 for a flexible version), body."""
     out = io.BytesIO()
     out.write(LENGTH_PREFIX.pack(0))
     out.write(_CORRELATION_ID.pack(correlation_id))
     if kio_cls.__header_schema__.__flexible__:
-        out.write(b"\x00")
-    kio.serial.entity_writer(kio_cls)(out, _to_kio(kio_cls, response))
+        out.write(b"\x00")  # no tagged fields in the response header
+    write_body(out)
     frame = out.getbuffer()
     LENGTH_PREFIX.pack_into(frame, 0, len(frame) - LENGTH_PREFIX.size)
     return bytes(frame)
@@ -275,7 +279,7 @@ def _make_writer(kio_cls: type[Any], cls: type[Any]) -> _Write:
             tagged.append((field, ours, default))
             continue
         plain.append((ours, default, _field_writer(field, flexible, plan.get(field.name))))
-    tags = _tags_writer(kio_cls, cls, tagged) if flexible else None
+    tags = _tags_writer(tagged, plan) if flexible else None
 
     def write(out: Writable, value: object) -> None:
         for name, default, write_field in plain:
@@ -350,14 +354,13 @@ def _nested_writer(kind: _Kind, flexible: bool) -> _Write:
     return write_one
 
 
-def _tags_writer(kio_cls: type[Any], cls: type[Any], tagged: list[Any]) -> _Write:
+def _tags_writer(tagged: list[Any], plan: dict[str, tuple[int, Any]]) -> _Write:
     """The tagged-field section, as kio writes it: each field whose value is not its default,
-    in tag order, converted to kio's form and written by kio's writer (a count of 0 when none
-    is set, which is nearly always)."""
+    in tag order, converted to kio's form (as `plan` says) and written by kio's writer (a count
+    of 0 when none is set, which is nearly always)."""
     if not tagged:
         return _write_no_tags
     entries = sorted(tagged, key=lambda t: t[0].metadata["tag"])
-    plan = {name: (how, arg) for name, how, arg in _to_kio_plan(kio_cls, cls)}
 
     def write(out: Writable, value: object) -> None:
         written = []

@@ -805,7 +805,7 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         commit_news: Callable[[PatchedSyncObj], None],
         durable: bool = False,
         sync_soon: Callable[[PatchedSyncObj], None] = lambda _group: None,
-        log_bytes_max: int = 32 * 1024 * 1024,
+        log_bytes_max: int,
     ) -> None:
         self.raftbroker_machine = machine
         self.raftbroker_log_bytes_max = log_bytes_max
