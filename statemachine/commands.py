@@ -185,6 +185,57 @@ class ExpireTransactionalIds(Command):
     transactional_id_expiration_ms: int = _int(*_INTERVAL_MS)
 
 
+# -- Offsets partitions (consumer groups) ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOffsets(Command):
+    """A group's committed offsets. `offsets` is the msgpack list of
+    `[topic, partition, offset, leader_epoch, metadata]` (statemachine/offsets.py checks it);
+    the coordinator checked the committer's membership before proposing."""
+
+    TAG: ClassVar[int] = 20
+    group_id: str = _str()
+    now_ms: int = _int(*_TIME_MS)
+    offsets: bytes = _bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class StoreGroup(Command):
+    """A group's membership at the end of a rebalance (statemachine/group_records.py)."""
+
+    TAG: ClassVar[int] = 21
+    group_id: str = _str()
+    now_ms: int = _int(*_TIME_MS)
+    record: bytes = _bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroup(Command):
+    """DeleteGroups, or a reset's end: the group and its offsets go (the coordinator checked
+    that it has no members)."""
+
+    TAG: ClassVar[int] = 22
+    group_id: str = _str()
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireOffsets(Command):
+    """Offsets of groups without members, committed and left alone for `retention_ms`."""
+
+    TAG: ClassVar[int] = 23
+    now_ms: int = _int(*_TIME_MS)
+    retention_ms: int = _int(*_INTERVAL_MS)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicOffsets(Command):
+    """Every group's offsets of a deleted topic."""
+
+    TAG: ClassVar[int] = 24
+    topic: str = _str()
+
+
 PartitionCommand = Noop | AppendBatch | AppendFencedBatch | ExpireProducers | AdvanceLogStart
 MetadataCommand = (
     Noop
@@ -194,6 +245,9 @@ MetadataCommand = (
     | AllocatePidBlock
     | InitTransactionalProducer
     | ExpireTransactionalIds
+)
+OffsetsCommand = (
+    Noop | CommitOffsets | StoreGroup | DeleteGroup | ExpireOffsets | DeleteTopicOffsets
 )
 COMMAND_TYPES: tuple[type[Command], ...] = (
     Noop,
@@ -207,6 +261,11 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     AllocatePidBlock,
     InitTransactionalProducer,
     ExpireTransactionalIds,
+    CommitOffsets,
+    StoreGroup,
+    DeleteGroup,
+    ExpireOffsets,
+    DeleteTopicOffsets,
 )
 
 

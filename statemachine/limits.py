@@ -38,6 +38,9 @@ class StateLimits:
     pid_block_size_max: int = 1_000_000
     name_length_max: int = 249
     address_length_max: int = 261  # a DNS name (253) + ":" + a port
+    groups_per_partition_max: int = 10_000  # consumer groups an offsets partition holds
+    group_offsets_max: int = 10_000  # committed partitions per group
+    offset_metadata_bytes_max: int = 4_096  # Kafka's offset.metadata.max.bytes
 
     def __post_init__(self) -> None:
         check_positive_ints(self)
