@@ -6,6 +6,11 @@ namespace of its own where the machine allows) against a real 3-node cluster, ch
 anomaly kind. The negative control runs the same command against nodes whose apply appends
 retried batches again: a checker that stayed green there would be worthless.
 
+The two negative controls (this one and the power cuts' without fsync, below) run under
+`-m slow` (`.venv/bin/pytest -m slow tests/chaos`, about 50 s): they prove the checker and the
+fault can fail a run, which a change to either must show again; the default run keeps the
+positive runs within its 15-minute budget.
+
 `--client kafka` runs the same workload through the Kafka listener (confluent-kafka, and our
 codec for the fenced zombie and the resender) for a short seeded schedule (20 s: two partition
 leaders and the metadata leader killed, two pauses; process faults only): no anomaly, no fatal
@@ -89,6 +94,7 @@ def test_a_seeded_run_of_leader_kills_and_pauses_loses_and_duplicates_nothing(
         assert done.get("partition-leader", 0) + done.get("split", 0) >= 2, done
 
 
+@pytest.mark.slow  # a negative control: see the module's docstring
 @pytest.mark.timeout(240)
 def test_the_checker_catches_a_broker_that_does_not_deduplicate(tmp_path: Path) -> None:
     code, report = chaos_run(
@@ -156,6 +162,7 @@ def test_with_fsync_power_cuts_lose_and_duplicate_nothing(tmp_path: Path) -> Non
     assert any(not e["note"].startswith("0 bytes") for e in cuts), "no cut lost anything"
 
 
+@pytest.mark.slow  # a negative control: see the module's docstring
 @pytest.mark.timeout(220)
 def test_without_fsync_the_same_power_cuts_lose_acknowledged_writes(tmp_path: Path) -> None:
     """The negative control: the same schedule against nodes that do not fsync. A fault that
