@@ -70,6 +70,10 @@ class Limits:
     http_headers_max: int = 64
     http_connections_max: int = 64
     http_connections_per_address_max: int = 8
+    # Consumer groups: the members of one group (Kafka's group.max.size), and the partitions of
+    # the offsets topic, which groups hash over (read when the first group creates the topic).
+    group_members_max: int = 1_000
+    offsets_topic_partitions: int = 8
 
     def __post_init__(self) -> None:
         check_positive_ints(self, ConfigError)
@@ -134,6 +138,15 @@ class Timing:
     producer_id_expiration_ms: int = 86_400_000
     transactional_id_expiration_ms: int = 604_800_000
     pid_block_size: int = 1_000
+    # Consumer groups, as Kafka's settings of the same names (group.*, offsets.*): a new
+    # group waits this long for more members before its first rebalance; the session timeouts
+    # a member may ask for; how long offsets outlive their group's last member, and how often
+    # coordinators look for them.
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_session_timeout_ms_min: int = 6_000
+    group_session_timeout_ms_max: int = 1_800_000
+    offsets_retention_ms: int = 604_800_000
+    offsets_retention_check_interval_ms: int = 600_000
 
     def __post_init__(self) -> None:
         check_positive_ints(self, ConfigError)
@@ -151,6 +164,10 @@ class Timing:
             )
         if self.answer_timeout_ms <= self.request_timeout_ms:
             raise ConfigError("Timing.answer_timeout_ms must exceed request_timeout_ms")
+        if self.group_session_timeout_ms_min > self.group_session_timeout_ms_max:
+            raise ConfigError(
+                "Timing.group_session_timeout_ms_min must not exceed group_session_timeout_ms_max"
+            )
 
 
 @dataclass(frozen=True, slots=True)

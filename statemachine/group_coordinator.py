@@ -285,12 +285,47 @@ class Coordinator:
             members,
         )
 
-    def group_ids(self) -> list[str]:
-        return sorted(self._groups)
-
     def generation(self, group_id: str) -> int:
         group = self._groups.get(group_id)
         return NO_GENERATION if group is None else group.generation
+
+    def commit_refusal(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None, now_ms: int
+    ) -> ErrorCode:
+        """Why an OffsetCommit may not be written now (NONE: it may), as Kafka decides:
+        generation -1 with no member id is a commit from outside the group, taken while the
+        group has no members; a member commits in its generation, Stable or while the group
+        rebalances (a consumer commits what it read before it rejoins), not between the join
+        and the assignment."""
+        group = self._groups.get(group_id)
+        if group is None or not group.members:
+            if generation < 0 and member_id == NO_MEMBER:
+                return ErrorCode.NONE
+            return ErrorCode.UNKNOWN_MEMBER_ID if group is None else ErrorCode.ILLEGAL_GENERATION
+        error = self._fenced(group, member_id, instance_id)
+        if error is not ErrorCode.NONE:
+            return error
+        if generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        member = group.members[member_id]
+        member.session_deadline_ms = now_ms + member.session_timeout_ms
+        return ErrorCode.NONE
+
+    def rebalance_timeout_ms(self, group_id: str) -> int:
+        """The longest rebalance timeout of the group's members (0 for an unknown group)."""
+        group = self._groups.get(group_id)
+        return 0 if group is None else self._rebalance_timeout_ms(group)
+
+    def forget(self, group_id: str) -> None:
+        """DeleteGroups: the group (Empty, which the caller checked) is gone."""
+        group = self._groups.pop(group_id, None)
+        assert group is None or not group.members, "a group with members deleted"
+
+    def listing(self) -> list[tuple[str, str, GroupState]]:
+        """ListGroups: (group id, protocol type, state) of every group, by id."""
+        return [(g.group_id, g.protocol_type, g.state) for _, g in sorted(self._groups.items())]
 
     # -- JoinGroup ---------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ SNAPSHOT_VERSION = 1
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 NO_LEADER_EPOCH = -1
+NO_OFFSET = -1  # Kafka stores a commit of -1 as it stores any other: OffsetFetch gives it back
 
 TopicPartition = tuple[str, int]
 
@@ -178,7 +179,7 @@ class OffsetsStateMachine:
                 and type(partition) is int
                 and 0 <= partition <= INT32_MAX
                 and type(offset) is int
-                and 0 <= offset <= INT64_MAX
+                and NO_OFFSET <= offset <= INT64_MAX
                 and type(epoch) is int
                 and NO_LEADER_EPOCH <= epoch <= INT32_MAX
                 and type(metadata) is str

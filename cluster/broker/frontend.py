@@ -17,7 +17,7 @@ from functools import partial
 
 from cluster import protocol as p
 from cluster.broker.metrics import Metrics
-from cluster.broker.node import Node, PartitionHandle
+from cluster.broker.node import OFFSETS_TOPIC, Node, PartitionHandle, client_topics
 from cluster.broker.peers import PeerWatcher
 from cluster.broker.server import Respond
 from cluster.broker.storage import StorageError
@@ -80,6 +80,9 @@ class RequestFrontend:
             return fetch_answer_bytes_bound(request, self.node.config.limits, self.node.limits)
         return 0
 
+    def answer_wait_s(self, request: p.Request) -> float:  # noqa: ARG002 - no request waits
+        return 0.0
+
     def _observe(self, op: str, error: str, started: float) -> None:
         self.metrics.request_done(op, error, time.perf_counter() - started)
 
@@ -135,7 +138,7 @@ class RequestFrontend:
         if handle is not None:
             return handle
         info = self.node.metadata_replica.machine.topics.get(topic)
-        if info is None or partition >= info.partitions:
+        if info is None or partition >= info.partitions or topic == OFFSETS_TOPIC:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
@@ -401,7 +404,7 @@ class RequestFrontend:
             raise RequestRefusedError(exc.error) from exc
 
     async def create_topic(self, request: p.CreateTopic) -> p.CreateTopicResponse:
-        problem = topic_name_error(request.name, self.node.limits)
+        problem = topic_name_error(request.name, self.node.limits) or _internal(request.name)
         if problem:
             raise RequestRefusedError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
         command = CreateTopic(
@@ -418,6 +421,9 @@ class RequestFrontend:
         return p.CreateTopicResponse(result.topic.topic_id)
 
     async def delete_topic(self, request: p.DeleteTopic) -> p.DeleteTopicResponse:
+        problem = _internal(request.name)
+        if problem:
+            raise RequestRefusedError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
         result = await self._propose_metadata(DeleteTopic(request.name).encode())
         if isinstance(result, Rejected):
             raise RequestRefusedError(result.error)
@@ -447,7 +453,7 @@ class RequestFrontend:
     async def metadata(self, request: p.Metadata) -> p.MetadataResponse:
         machine = self.node.metadata_replica
         topics, brokers = await self.node.metadata.read(
-            lambda: (dict(machine.machine.topics), dict(machine.machine.brokers))
+            lambda: (client_topics(machine.machine.topics), dict(machine.machine.brokers))
         )
         names = request.topics or tuple(sorted(topics))
         leader = self.node.metadata_leader()
@@ -561,3 +567,10 @@ def _refuse_duplicates(request: p.Fetch) -> None:
                 f"Fetch lists partition {fp.topic}-{fp.partition} more than once",
             )
         seen.add(key)
+
+
+def _internal(name: str) -> str | None:
+    """Why a client may not create or delete `name`, or None."""
+    if name == OFFSETS_TOPIC:
+        return f"{OFFSETS_TOPIC} is the consumer groups' internal topic"
+    return None

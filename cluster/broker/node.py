@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster.broker import layout
-from cluster.broker.replica import Fatal, MetadataReplica, PartitionReplica
+from cluster.broker.replica import Fatal, MetadataReplica, OffsetsReplica, PartitionReplica
 from cluster.broker.storage import PartitionStore
 from cluster.config import NodeConfig, Peer
 from cluster.raft import GroupSpec, GroupStatus, RaftDriver, RaftGroup
@@ -37,6 +37,17 @@ from statemachine.pid_allocator import PidBlockLease
 
 log = logging.getLogger(__name__)
 METADATA_GROUP = "__metadata"
+# The internal topic whose partitions hold consumer groups (Kafka's name): created by the
+# metadata group on the first need of a group coordinator, never by a client.
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def client_topics(topics: dict[str, TopicInfo]) -> dict[str, TopicInfo]:
+    """The topics clients see: every one but the internal offsets topic, which no client lists,
+    produces to, reads or deletes (its partitions are not record logs)."""
+    return {name: info for name, info in topics.items() if name != OFFSETS_TOPIC}
+
+
 RECONCILE_INTERVAL_S = 1.0
 # A partition group that failed to start is tried again after this, doubled after each failure
 # up to the maximum: a lasting fault (an unwritable disk) costs a line a few minutes, not a
@@ -117,6 +128,16 @@ class PartitionHandle:
         self.new_data = asyncio.Event()
 
 
+@dataclass
+class OffsetsHandle:
+    """One offsets partition replica hosted here (consumer groups: cluster/broker/groups.py)."""
+
+    topic: TopicInfo
+    partition: int
+    group: RaftGroup
+    replica: OffsetsReplica
+
+
 class Node:
     """Everything one broker process runs, except its sockets."""
 
@@ -135,6 +156,7 @@ class Node:
         )
         self.metadata_replica = MetadataReplica(self.limits, self._on_metadata_applied)
         self.partitions: dict[PartitionKey, PartitionHandle] = {}
+        self.offsets: dict[PartitionKey, OffsetsHandle] = {}
         self.lease = PidBlockLease()
         self.pid_block_wanted = asyncio.Event()
         self._metadata: RaftGroup | None = None
@@ -175,6 +197,7 @@ class Node:
         for handle in self.partitions.values():
             handle.replica.store.close()
         self.partitions.clear()
+        self.offsets.clear()
 
     async def reconcile_forever(self) -> None:
         while True:
@@ -192,7 +215,11 @@ class Node:
             for p in range(t.partitions)
             if self.config.node_id in t.replicas[p]
         }
-        for key in [k for k, h in self.partitions.items() if wanted.get(k) != h.topic]:
+        hosted: dict[PartitionKey, PartitionHandle | OffsetsHandle] = {
+            **self.partitions,
+            **self.offsets,
+        }
+        for key in [k for k, h in hosted.items() if wanted.get(k) != h.topic]:
             await self._stop_partition(key, delete=True)
         self._start_failures = {
             k: f for k, f in self._start_failures.items() if wanted.get(k) == f.topic
@@ -200,7 +227,7 @@ class Node:
         now = time.monotonic()
         for key, topic in wanted.items():
             failure = self._start_failures.get(key)
-            if key in self.partitions or (failure is not None and failure.retry_at > now):
+            if key in hosted or (failure is not None and failure.retry_at > now):
                 continue
             try:
                 await self._start_partition(topic, key[1])
@@ -230,20 +257,15 @@ class Node:
 
     async def _start_partition(self, topic: TopicInfo, partition: int) -> None:
         directory = layout.prepare_partition_dir(self.config.data_dir, topic, partition)
-        replicas = [self._peers[n] for n in topic.replicas[partition] if n in self._peers]
-        by_address = {p.raft_address: p for p in replicas}
-        me = self.config.self_peer
-        spec = GroupSpec(
-            f"{topic.name}-{partition}",
-            me.raft_address,
-            tuple(a for a, p in by_address.items() if p.node_id != me.node_id),
-            directory / "raft",
-            f"{topic.name}-{partition}.{topic.topic_id}",
-            self._labels(),
-            # The first assigned replica, which placement rotates over partitions
-            # (statemachine/metadata.py: place_replicas): a new topic's leaders spread.
-            preferred_leader=replicas[0].raft_address if replicas else None,
-        )
+        spec, by_address = self._partition_spec(topic, partition, directory)
+        if topic.name == OFFSETS_TOPIC:
+            offsets = OffsetsReplica(self.limits)
+            group = await self.driver.add_group(
+                spec, offsets, self.config.limits.pending_proposals_max
+            )
+            self.offsets[(topic.name, partition)] = OffsetsHandle(topic, partition, group, offsets)
+            log.info("started offsets partition %s", spec.name)
+            return
         replica = PartitionReplica(
             self.open_store,
             directory,
@@ -265,6 +287,25 @@ class Node:
         self.partitions[handle.key] = handle
         log.info("started partition %s", spec.name)
 
+    def _partition_spec(
+        self, topic: TopicInfo, partition: int, directory: Path
+    ) -> tuple[GroupSpec, dict[str, Peer]]:
+        replicas = [self._peers[n] for n in topic.replicas[partition] if n in self._peers]
+        by_address = {p.raft_address: p for p in replicas}
+        me = self.config.self_peer
+        spec = GroupSpec(
+            f"{topic.name}-{partition}",
+            me.raft_address,
+            tuple(a for a, p in by_address.items() if p.node_id != me.node_id),
+            directory / "raft",
+            f"{topic.name}-{partition}.{topic.topic_id}",
+            self._labels(),
+            # The first assigned replica, which placement rotates over partitions
+            # (statemachine/metadata.py: place_replicas): a new topic's leaders spread.
+            preferred_leader=replicas[0].raft_address if replicas else None,
+        )
+        return spec, by_address
+
     def open_store(self, directory: Path) -> PartitionStore:
         limits = self.config.limits
         return PartitionStore(
@@ -277,9 +318,14 @@ class Node:
         )
 
     async def _stop_partition(self, key: PartitionKey, *, delete: bool) -> None:
-        handle = self.partitions.pop(key)
-        await self.driver.remove_group(handle.group.name)
-        handle.replica.store.close()
+        handle: PartitionHandle | OffsetsHandle
+        if key in self.offsets:
+            handle = self.offsets.pop(key)
+            await self.driver.remove_group(handle.group.name)
+        else:
+            handle = self.partitions.pop(key)
+            await self.driver.remove_group(handle.group.name)
+            handle.replica.store.close()
         if delete:
             directory = layout.partition_dir(
                 self.config.data_dir, handle.topic.topic_id, handle.partition
@@ -307,6 +353,7 @@ class Node:
     def group_statuses(self) -> list[GroupStatus]:
         statuses = [self.metadata.status()]
         statuses += [h.group.status() for h in self.partitions.values()]
+        statuses += [h.group.status() for h in self.offsets.values()]
         statuses += [
             GroupStatus(
                 name=f"{name}-{partition}",

@@ -3,7 +3,8 @@
 `PartitionReplica` applies an entry to the `PartitionStateMachine` and, in `settle`, once the
 run of applies has answered its proposers, carries out the effect it returned (append the batch
 to the segment store, move the log start); `MetadataReplica`
-applies to the `MetadataStateMachine`. Both run only in the Raft driver's ticks, on the loop,
+applies to the `MetadataStateMachine`, `OffsetsReplica` to an offsets partition's
+`OffsetsStateMachine` (consumer groups). Both run only in the Raft driver's ticks, on the loop,
 and report every result to `on_applied`, which the node uses to wake long-polls and to start or
 stop groups.
 
@@ -22,6 +23,7 @@ from typing import Generic, TypeVar
 from cluster.broker.storage import PartitionStore
 from statemachine.limits import DEFAULT_LIMITS, StateLimits
 from statemachine.metadata import MetadataResult, MetadataStateMachine
+from statemachine.offsets import OffsetsResult, OffsetsStateMachine
 from statemachine.partition import (
     Appended,
     LogStartAdvanced,
@@ -186,3 +188,30 @@ class MetadataReplica(_Notifying[MetadataResult]):
 
     def restore(self, data: bytes) -> None:
         self.machine = MetadataStateMachine.restore(data, self._limits)
+
+
+class OffsetsReplica(_Notifying[OffsetsResult]):
+    """An offsets partition's state machine on this node: its groups' offsets and records."""
+
+    def __init__(
+        self,
+        limits: StateLimits = DEFAULT_LIMITS,
+        on_applied: Callable[[OffsetsResult], None] | None = None,
+    ) -> None:
+        super().__init__(on_applied)
+        self.machine = OffsetsStateMachine(limits)
+        self._limits = limits
+
+    def apply(self, command: bytes) -> OffsetsResult:
+        result = self.machine.apply(command)
+        self._notify(result)
+        return result
+
+    def settle(self) -> None:
+        pass  # its applies have no effects outside the machine
+
+    def snapshot(self) -> bytes:
+        return self.machine.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        self.machine = OffsetsStateMachine.restore(data, self._limits)

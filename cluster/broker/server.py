@@ -146,6 +146,11 @@ class RequestHandler(Protocol[Q_contra, A_co]):
         bound where it may be large; 0 where it is small)."""
         ...
 
+    def answer_wait_s(self, request: Q_contra) -> float:
+        """How long `request` may wait for its answer by design, beyond `answer_timeout_ms`
+        (a JoinGroup parked for its rebalance timeout); 0 for every other request."""
+        ...
+
     async def handle(self, request: Q_contra) -> A_co: ...
 
 
@@ -465,7 +470,12 @@ class _Connection(asyncio.Protocol, Generic[Q, A]):
             self._undecodable(exc)
             return
         handler = self._server.handler
-        slot = self._new_slot(correlation_id, request, handler.answer_bytes_reserved(request))
+        slot = self._new_slot(
+            correlation_id,
+            request,
+            handler.answer_bytes_reserved(request),
+            handler.answer_wait_s(request),
+        )
         respond = partial(self._respond, slot)
         try:
             if handler.answer_now(request, respond):
@@ -495,8 +505,10 @@ class _Connection(asyncio.Protocol, Generic[Q, A]):
 
     # -- answers out ---------------------------------------------------------------------------
 
-    def _new_slot(self, correlation_id: int, request: Q | None, reserved: int = 0) -> _Slot[Q]:
-        deadline = self._loop.time() + self._server.answer_timeout_s
+    def _new_slot(
+        self, correlation_id: int, request: Q | None, reserved: int = 0, wait_s: float = 0.0
+    ) -> _Slot[Q]:
+        deadline = self._loop.time() + self._server.answer_timeout_s + wait_s
         slot = _Slot(correlation_id, request, reserved, deadline)
         self._slots.append(slot)
         self._held_bytes += reserved
@@ -567,16 +579,16 @@ class _Connection(asyncio.Protocol, Generic[Q, A]):
             self._reading = True
 
     def _answer_overdue(self) -> None:
-        """Answer REQUEST_TIMED_OUT to every request past its deadline (only the oldest ones
-        can be: every slot gets the same timeout), cancelling the task that serves it."""
+        """Answer REQUEST_TIMED_OUT to every request past its deadline from the oldest on (a
+        later one with an earlier deadline waits for the answers before it anyway: answers go
+        out in order), cancelling the task that serves it."""
         self._deadline_timer = None
         slots, now = self._slots, self._loop.time()
         while slots and slots[0].frame is None and slots[0].deadline <= now:
             slot = slots[0]
             log.error(
-                "request %d got no answer within %.0f s; answered REQUEST_TIMED_OUT",
+                "request %d got no answer in time; answered REQUEST_TIMED_OUT",
                 slot.correlation_id,
-                self._server.answer_timeout_s,
             )
             if slot.task is not None:
                 slot.task.cancel()

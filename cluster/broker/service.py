@@ -1,5 +1,5 @@
-"""A whole broker process, composed: node, its periodic duties, peers, the client listeners
-(the native protocol's, and Kafka's when `kafka_port` is set), HTTP endpoint.
+"""A whole broker process, composed: node, its periodic duties, consumer groups, peers, the
+client listeners (the native protocol's, and Kafka's when `kafka_port` is set), HTTP endpoint.
 
 `run_node` runs until cancelled, in one TaskGroup (structured concurrency: no task outlives
 the node), and stops the Raft driver and closes every store on the way out.
@@ -12,6 +12,7 @@ import logging
 
 from cluster.broker.duties import NodeDuties
 from cluster.broker.frontend import RequestFrontend
+from cluster.broker.groups import GroupService
 from cluster.broker.metrics import HttpEndpoint, Metrics, RaftPortStats
 from cluster.broker.node import Node
 from cluster.broker.peers import PeerWatcher
@@ -37,6 +38,7 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
     peers = PeerWatcher(config)
     duties = NodeDuties(node)
     frontend = RequestFrontend(node, peers, metrics)
+    groups = GroupService(node)
     server = Server(
         frontend,
         config.host,
@@ -49,7 +51,7 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
     kafka: Server[KafkaRequest, ResponseBody] | None = None
     if config.kafka_port is not None:
         kafka = Server(
-            KafkaFrontend(node, frontend, peers, metrics),
+            KafkaFrontend(node, frontend, peers, metrics, groups),
             config.host,
             config.kafka_port,
             config.limits,
@@ -71,6 +73,7 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
             tasks.create_task(http.serve())
             tasks.create_task(node.reconcile_forever())
             tasks.create_task(duties.run())
+            tasks.create_task(groups.run())
             tasks.create_task(peers.run())
             tasks.create_task(hosts.run())
             tasks.create_task(_watch_leaders(node, metrics))

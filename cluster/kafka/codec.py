@@ -21,8 +21,9 @@ Rules:
   against its schema (`_Walk`): every length and count must fit in the bytes left, every array
   holds at most `Limits.partitions_per_request_max` items and a request at most
   `ITEMS_PER_PARTITION_BOUND` times that many in all, and only then does kio decode it. An
-  unknown tagged field is malformed (kio cannot skip one). Bytes after the request are ignored,
-  as Kafka's parser ignores them (librdkafka's all-topics Metadata v9+ leaves three).
+  unknown tagged field is malformed (kio cannot skip one), and so is a null array in a version
+  that allows none (kio would read it as None). Bytes after the request are ignored, as
+  Kafka's parser ignores them (librdkafka's all-topics Metadata v9+ leaves three).
 - Fields map by name between kio's class of the version on the wire and ours (messages.py):
   a field a version lacks is dropped on encode and takes our default on decode. Durations and
   times are ms on our side, error codes integers.
@@ -72,7 +73,9 @@ Versions = Mapping[int, m.VersionRange]
 _R = m.VersionRange
 # What this listener serves, each API from the oldest to the newest version we answer. Produce
 # from v3 and Fetch from v4: record batch v2 only (magic 2, the log's one format); up to v12,
-# the last versions that name topics (v13 names them by topic id). Every version here exists in
+# the last versions that name topics (v13 names them by topic id). OffsetCommit from v2 and
+# OffsetFetch from v1, kio's oldest and the oldest a client sends (kafka-python 2.0, aiokafka
+# 0.11); both up to v8, the last before KIP-848's member epochs. Every version here exists in
 # kio both ways (tests/unit/test_kafka_codec.py); docs: README, "Using Kafka clients".
 SUPPORTED: Versions = MappingProxyType(
     {
@@ -80,11 +83,20 @@ SUPPORTED: Versions = MappingProxyType(
         m.Api.FETCH: _R(4, 12),
         m.Api.LIST_OFFSETS: _R(1, 6),
         m.Api.METADATA: _R(0, 13),
+        m.Api.OFFSET_COMMIT: _R(2, 8),
+        m.Api.OFFSET_FETCH: _R(1, 8),
         m.Api.FIND_COORDINATOR: _R(0, 6),
+        m.Api.JOIN_GROUP: _R(0, 9),
+        m.Api.HEARTBEAT: _R(0, 4),
+        m.Api.LEAVE_GROUP: _R(0, 5),
+        m.Api.SYNC_GROUP: _R(0, 5),
+        m.Api.DESCRIBE_GROUPS: _R(0, 5),
+        m.Api.LIST_GROUPS: _R(0, 4),
         m.Api.API_VERSIONS: _R(0, 3),
         m.Api.CREATE_TOPICS: _R(2, 7),
         m.Api.DELETE_TOPICS: _R(1, 6),
         m.Api.INIT_PRODUCER_ID: _R(0, 5),
+        m.Api.DELETE_GROUPS: _R(0, 2),
         m.Api.DESCRIBE_CLUSTER: _R(0, 2),
         m.Api.DESCRIBE_PRODUCERS: _R(0, 0),
     }
@@ -753,7 +765,10 @@ class _Walk:
             return self._item(field, flexible, pos, end)
         count, pos = self._length(flexible, pos, end, legacy=_INT32)
         if count < 0:
-            return pos  # null: kio says whether this field may be
+            # kio reads a null array as None whatever the schema says, as Kafka does not.
+            if not kind.nullable:
+                raise _MalformedError(f"{field.name}: a null array where none may be")
+            return pos
         if count > self._count_max:
             raise _MalformedError(f"{field.name}: {count} items, at most {self._count_max}")
         self._take_items(count, end - pos)

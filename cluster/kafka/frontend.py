@@ -31,12 +31,14 @@ from functools import partial
 from cluster import protocol as p
 from cluster.addresses import parse_address
 from cluster.broker.frontend import RequestFrontend, fetch_answer_bytes_bound
+from cluster.broker.groups import GroupService, partition_of
 from cluster.broker.metrics import Metrics
-from cluster.broker.node import Node
+from cluster.broker.node import OFFSETS_TOPIC, Node, client_topics
 from cluster.broker.peers import PeerWatcher
 from cluster.errors import RaftbrokerError, RequestRefusedError
 from cluster.kafka import codec
 from cluster.kafka import messages as m
+from cluster.kafka.groups import KafkaGroups
 from statemachine.errors import ErrorCode
 from statemachine.metadata import BrokerInfo, TopicInfo, topic_name_error
 
@@ -73,9 +75,13 @@ class KafkaFrontend:
         native: RequestFrontend,
         peers: PeerWatcher,
         metrics: Metrics,
+        groups: GroupService,
+        *,
         versions: codec.Versions = codec.SUPPORTED,
     ) -> None:
         self.node = node
+        self.groups = groups
+        self.group_apis = KafkaGroups(groups)
         self.native = native
         self.peers = peers
         self.metrics = metrics
@@ -110,6 +116,10 @@ class KafkaFrontend:
             _native_fetch(body), self.node.config.limits, self.node.limits
         )
 
+    def answer_wait_s(self, request: m.KafkaRequest) -> float:
+        """A JoinGroup or SyncGroup waits for its rebalance by design."""
+        return self.group_apis.answer_wait_s(request.body)
+
     async def handle(self, request: m.KafkaRequest) -> m.ResponseBody:
         with self.metrics.timed(f"kafka.{m.Api(request.api_key).name}"):
             return await self._dispatch(request)
@@ -134,9 +144,33 @@ class KafkaFrontend:
             case m.DescribeProducersRequest():
                 return await self.describe_producers(body)
             case m.FindCoordinatorRequest():
-                return self.find_coordinator(body, version)
+                return await self.find_coordinator(body, version)
             case m.FetchRequest():
                 return await self.fetch(body)
+        return await self._group_api(request)
+
+    async def _group_api(self, request: m.KafkaRequest) -> m.ResponseBody:
+        version, body, groups = request.api_version, request.body, self.group_apis
+        match body:
+            case m.JoinGroupRequest():
+                # No peer address reaches a handler: DescribeGroups shows the client id alone.
+                return await groups.join(body, version, request.header.client_id, "")
+            case m.SyncGroupRequest():
+                return await groups.sync(body)
+            case m.HeartbeatRequest():
+                return groups.heartbeat(body)
+            case m.LeaveGroupRequest():
+                return groups.leave(body, version)
+            case m.OffsetCommitRequest():
+                return await groups.commit(body)
+            case m.OffsetFetchRequest():
+                return groups.fetch(body, version)
+            case m.DescribeGroupsRequest():
+                return groups.describe(body)
+            case m.ListGroupsRequest():
+                return groups.list(body)
+            case m.DeleteGroupsRequest():
+                return await groups.delete(body)
         raise RequestRefusedError(ErrorCode.INVALID_REQUEST, f"{type(body).__name__} not served")
 
     # -- the cluster: brokers, topics, partitions --------------------------------------------
@@ -145,7 +179,7 @@ class KafkaFrontend:
         """Topics and brokers, read between two applies of the metadata replica."""
         replica = self.node.metadata_replica
         return await self.node.metadata.read(
-            lambda: (dict(replica.machine.topics), dict(replica.machine.brokers))
+            lambda: (client_topics(replica.machine.topics), dict(replica.machine.brokers))
         )
 
     def _brokers(self, registered: Mapping[int, BrokerInfo]) -> list[tuple[int, str, int]]:
@@ -589,13 +623,16 @@ class KafkaFrontend:
             return m.InitProducerIdResponse(error)
         return m.InitProducerIdResponse(ErrorCode.NONE, answer.producer_id, answer.epoch)
 
-    def find_coordinator(
+    async def find_coordinator(
         self, request: m.FindCoordinatorRequest, version: int
     ) -> m.FindCoordinatorResponse:
         """Transactions (key type 1): this node, which serves InitProducerId for any
-        transactional id (the metadata group forwards it). Groups (key type 0): none, since
-        raftbroker has no consumer groups yet: COORDINATOR_NOT_AVAILABLE."""
+        transactional id (the metadata group forwards it). Groups (key type 0): the leader of
+        the group's offsets partition (cluster/broker/groups.py), the offsets topic created
+        on the first ask (COORDINATOR_NOT_AVAILABLE until it has leaders)."""
         keys = request.coordinator_keys if version >= 4 else (request.key,)
+        if request.key_type == m.COORDINATOR_GROUP and keys:
+            await self.groups.ensure_offsets_topic()
         answers = tuple(self._coordinator(key, request.key_type) for key in keys)
         first = answers[0] if answers else m.Coordinator("", -1, "", -1, ErrorCode.NONE)
         return m.FindCoordinatorResponse(
@@ -608,10 +645,28 @@ class KafkaFrontend:
             host, port = self._addresses[me]
             return m.Coordinator(key, me, host, port, ErrorCode.NONE)
         if key_type == m.COORDINATOR_GROUP:
-            error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "no consumer groups yet"
+            node_id = self._group_coordinator(key)
+            if node_id is not None and node_id in self._addresses:
+                host, port = self._addresses[node_id]
+                return m.Coordinator(key, node_id, host, port, ErrorCode.NONE)
+            error, message = (
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "the group's coordinator is not known yet",
+            )
         else:
             error, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
         return m.Coordinator(key, -1, "", -1, error, message)
+
+    def _group_coordinator(self, group_id: str) -> int | None:
+        """The node leading the group's offsets partition: known here when this node hosts a
+        replica of it, else from the peers' status reports."""
+        topic = self.groups.offsets_topic()
+        if topic is None:
+            return None
+        address = self.groups.coordinator_raft_address(group_id)
+        if address is not None:
+            return self.peers.node_of_raft_address(address)
+        return self.peers.leader_of(OFFSETS_TOPIC, partition_of(group_id, topic.partitions))
 
 
 def _native_fetch(request: m.FetchRequest) -> p.Fetch:

@@ -32,11 +32,20 @@ class Api(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    DELETE_GROUPS = 42
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
 
@@ -391,6 +400,291 @@ class FindCoordinatorResponse:
     throttle_time: int = 0
 
 
+# -- JoinGroup (11), SyncGroup (14), Heartbeat (12), LeaveGroup (13) -----------------------------
+
+NO_GENERATION = -1
+UNKNOWN_MEMBER_ID = ""  # a member's first JoinGroup: the coordinator names it
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupRequestProtocol:
+    name: str  # the assignor ("range", "roundrobin", "cooperative-sticky", ...)
+    metadata: bytes  # opaque to the coordinator (the consumer's subscription)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupRequest:
+    group_id: str
+    session_timeout: int
+    member_id: str
+    protocol_type: str  # "consumer" for Kafka's consumers
+    protocols: tuple[JoinGroupRequestProtocol, ...]
+    rebalance_timeout: int = -1  # v1+; v0 has none: Kafka takes the session timeout
+    group_instance_id: str | None = None  # v5+: a static member's id (KIP-345)
+    reason: str | None = None  # v8+: why the member (re)joins (KIP-800)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResponseMember:
+    member_id: str
+    metadata: bytes
+    group_instance_id: str | None = None  # v5+
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResponse:
+    error_code: int
+    generation_id: int = NO_GENERATION
+    protocol_type: str | None = None  # v7+
+    # Nullable in v7+ only: "" where none was chosen, as Kafka writes it before v7.
+    protocol_name: str | None = ""
+    leader: str = ""
+    skip_assignment: bool = False  # v9+
+    member_id: str = UNKNOWN_MEMBER_ID
+    members: tuple[JoinGroupResponseMember, ...] = ()  # the leader's answer only
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupRequestAssignment:
+    member_id: str
+    assignment: bytes  # opaque to the coordinator (the consumer's partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    assignments: tuple[SyncGroupRequestAssignment, ...] = ()  # the leader's only
+    group_instance_id: str | None = None  # v3+
+    protocol_type: str | None = None  # v5+
+    protocol_name: str | None = None  # v5+
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupResponse:
+    error_code: int
+    assignment: bytes = b""
+    protocol_type: str | None = None  # v5+
+    protocol_name: str | None = None  # v5+
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None  # v3+
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    error_code: int
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MemberIdentity:
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str | None = None  # v5+
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupRequest:
+    group_id: str
+    member_id: str = ""  # v0-v2: one member
+    members: tuple[MemberIdentity, ...] = ()  # v3+: several at once (KIP-345)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberResponse:
+    member_id: str
+    group_instance_id: str | None
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupResponse:
+    error_code: int
+    members: tuple[MemberResponse, ...] = ()  # v3+: each member's outcome
+    throttle_time: int = 0
+
+
+# -- OffsetCommit (8) and OffsetFetch (9) --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRequestPartition:
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int = -1  # v6+
+    committed_metadata: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRequestTopic:
+    name: str
+    partitions: tuple[OffsetCommitRequestPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRequest:
+    group_id: str
+    topics: tuple[OffsetCommitRequestTopic, ...]
+    # The member's generation; -1 with an empty member id: a commit from outside the group
+    # (a consumer with manual assignment, the admin client).
+    generation_id_or_member_epoch: int = NO_GENERATION
+    member_id: str = UNKNOWN_MEMBER_ID
+    group_instance_id: str | None = None  # v7+
+    retention_time: int = -1  # v2-v4; -1: the broker's retention
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponsePartition:
+    partition_index: int
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponseTopic:
+    name: str
+    partitions: tuple[OffsetCommitResponsePartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponse:
+    topics: tuple[OffsetCommitResponseTopic, ...]
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchRequestTopic:
+    name: str
+    partition_indexes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchRequestGroup:
+    group_id: str
+    topics: tuple[OffsetFetchRequestTopic, ...] | None = None  # None: every committed partition
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchRequest:
+    # v1-v7 ask for one group in these fields; v8+ for several in `groups` (KIP-709).
+    group_id: str = ""
+    topics: tuple[OffsetFetchRequestTopic, ...] | None = None  # None (v2+): every partition
+    groups: tuple[OffsetFetchRequestGroup, ...] = ()
+    require_stable: bool = False  # v7+ (KIP-447)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponsePartition:
+    partition_index: int
+    error_code: int
+    committed_offset: int = -1  # -1: nothing committed
+    committed_leader_epoch: int = -1  # v5+
+    metadata: str | None = ""  # "" where nothing was committed, as Kafka answers
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponseTopic:
+    name: str
+    partitions: tuple[OffsetFetchResponsePartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponseGroup:
+    group_id: str
+    error_code: int
+    topics: tuple[OffsetFetchResponseTopic, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponse:
+    # v1-v7 answer one group in these fields (its error code from v2); v8+ every group in
+    # `groups`.
+    topics: tuple[OffsetFetchResponseTopic, ...] = ()
+    error_code: int = 0
+    groups: tuple[OffsetFetchResponseGroup, ...] = ()
+    throttle_time: int = 0
+
+
+# -- DescribeGroups (15), ListGroups (16), DeleteGroups (42) -------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsRequest:
+    groups: tuple[str, ...]
+    include_authorized_operations: bool = False  # v3+
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroupMember:
+    member_id: str
+    client_id: str
+    client_host: str
+    member_metadata: bytes = b""
+    member_assignment: bytes = b""
+    group_instance_id: str | None = None  # v4+
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    group_id: str
+    error_code: int
+    group_state: str = ""  # "Stable", "Empty", "Dead", ... ("" with an error)
+    protocol_type: str = ""
+    protocol_data: str = ""  # the chosen protocol (the assignor) while the group is stable
+    members: tuple[DescribedGroupMember, ...] = ()
+    authorized_operations: int = -(2**31)  # v3+; -2^31: not asked for
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsResponse:
+    groups: tuple[DescribedGroup, ...]
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsRequest:
+    states_filter: tuple[str, ...] = ()  # v4+: only groups in these states; () for every group
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    group_state: str = ""  # v4+
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsResponse:
+    error_code: int
+    groups: tuple[ListedGroup, ...] = ()
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupsRequest:
+    groups_names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeletableGroupResult:
+    group_id: str
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupsResponse:
+    results: tuple[DeletableGroupResult, ...]
+    throttle_time: int = 0
+
+
 # -- Produce (0) ---------------------------------------------------------------------------------
 
 
@@ -546,6 +840,15 @@ RequestBody = (
     | InitProducerIdRequest
     | DescribeProducersRequest
     | FindCoordinatorRequest
+    | JoinGroupRequest
+    | SyncGroupRequest
+    | HeartbeatRequest
+    | LeaveGroupRequest
+    | OffsetCommitRequest
+    | OffsetFetchRequest
+    | DescribeGroupsRequest
+    | ListGroupsRequest
+    | DeleteGroupsRequest
     | ProduceRequest
     | FetchRequest
 )
@@ -559,6 +862,15 @@ ResponseBody = (
     | InitProducerIdResponse
     | DescribeProducersResponse
     | FindCoordinatorResponse
+    | JoinGroupResponse
+    | SyncGroupResponse
+    | HeartbeatResponse
+    | LeaveGroupResponse
+    | OffsetCommitResponse
+    | OffsetFetchResponse
+    | DescribeGroupsResponse
+    | ListGroupsResponse
+    | DeleteGroupsResponse
     | ProduceResponse
     | FetchResponse
 )
@@ -569,7 +881,16 @@ MESSAGES: dict[Api, tuple[type[RequestBody], type[ResponseBody]]] = {
     Api.FETCH: (FetchRequest, FetchResponse),
     Api.LIST_OFFSETS: (ListOffsetsRequest, ListOffsetsResponse),
     Api.METADATA: (MetadataRequest, MetadataResponse),
+    Api.OFFSET_COMMIT: (OffsetCommitRequest, OffsetCommitResponse),
+    Api.OFFSET_FETCH: (OffsetFetchRequest, OffsetFetchResponse),
     Api.FIND_COORDINATOR: (FindCoordinatorRequest, FindCoordinatorResponse),
+    Api.JOIN_GROUP: (JoinGroupRequest, JoinGroupResponse),
+    Api.HEARTBEAT: (HeartbeatRequest, HeartbeatResponse),
+    Api.LEAVE_GROUP: (LeaveGroupRequest, LeaveGroupResponse),
+    Api.SYNC_GROUP: (SyncGroupRequest, SyncGroupResponse),
+    Api.DESCRIBE_GROUPS: (DescribeGroupsRequest, DescribeGroupsResponse),
+    Api.LIST_GROUPS: (ListGroupsRequest, ListGroupsResponse),
+    Api.DELETE_GROUPS: (DeleteGroupsRequest, DeleteGroupsResponse),
     Api.API_VERSIONS: (ApiVersionsRequest, ApiVersionsResponse),
     Api.CREATE_TOPICS: (CreateTopicsRequest, CreateTopicsResponse),
     Api.DELETE_TOPICS: (DeleteTopicsRequest, DeleteTopicsResponse),

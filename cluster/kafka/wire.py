@@ -12,7 +12,7 @@ Rules:
   than ours, which is answered in v0 format (the codec builds that answer, KIP-511).
 - Kafka has no generic error response: a request refused whole (`RaftbrokerError`: a deadline,
   a bug answered UNKNOWN_SERVER_ERROR) is answered with its API's own response carrying the
-  code where that API carries codes, per topic and partition (`refusal`).
+  code where that API carries codes, per topic and partition, group or member (`refusal`).
 - A Produce with acks=0 is never answered, whatever its outcome.
 """
 
@@ -124,6 +124,18 @@ def refusal(body: m.RequestBody, error: RaftbrokerError) -> m.ResponseBody:
                 message,
                 coordinators=tuple(m.Coordinator(k, -1, "", -1, code, message) for k in keys),
             )
+        case (
+            m.JoinGroupRequest()
+            | m.SyncGroupRequest()
+            | m.HeartbeatRequest()
+            | m.LeaveGroupRequest()
+            | m.OffsetCommitRequest()
+            | m.OffsetFetchRequest()
+            | m.DescribeGroupsRequest()
+            | m.ListGroupsRequest()
+            | m.DeleteGroupsRequest()
+        ):
+            return _group_refusal(body, code)
         case m.ProduceRequest(topic_data=topics):
             return m.ProduceResponse(
                 tuple(
@@ -147,4 +159,64 @@ def refusal(body: m.RequestBody, error: RaftbrokerError) -> m.ResponseBody:
                 ),
                 error_code=code,
             )
+    raise AssertionError(f"no refusal for {type(body).__name__}")
+
+
+_GroupRequest = (
+    m.JoinGroupRequest
+    | m.SyncGroupRequest
+    | m.HeartbeatRequest
+    | m.LeaveGroupRequest
+    | m.OffsetCommitRequest
+    | m.OffsetFetchRequest
+    | m.DescribeGroupsRequest
+    | m.ListGroupsRequest
+    | m.DeleteGroupsRequest
+)
+
+
+def _group_refusal(body: _GroupRequest, code: int) -> m.ResponseBody:
+    """`refusal` of the consumer-group APIs: the code per group, member or partition, where
+    Kafka's response carries it."""
+    match body:
+        case m.JoinGroupRequest(member_id=member_id):
+            return m.JoinGroupResponse(code, member_id=member_id)
+        case m.SyncGroupRequest():
+            return m.SyncGroupResponse(code)
+        case m.HeartbeatRequest():
+            return m.HeartbeatResponse(code)
+        case m.LeaveGroupRequest():
+            return m.LeaveGroupResponse(code)  # as Kafka refuses it: no member's outcome
+        case m.OffsetCommitRequest(topics=topics):
+            return m.OffsetCommitResponse(
+                tuple(
+                    m.OffsetCommitResponseTopic(
+                        t.name,
+                        tuple(
+                            m.OffsetCommitResponsePartition(p.partition_index, code)
+                            for p in t.partitions
+                        ),
+                    )
+                    for t in topics
+                )
+            )
+        case m.OffsetFetchRequest():
+            # v1 carries codes per partition only, v2-v7 the group's too, v8+ one per group.
+            return m.OffsetFetchResponse(
+                tuple(
+                    m.OffsetFetchResponseTopic(
+                        t.name,
+                        tuple(m.OffsetFetchResponsePartition(i, code) for i in t.partition_indexes),
+                    )
+                    for t in body.topics or ()
+                ),
+                code,
+                tuple(m.OffsetFetchResponseGroup(g.group_id, code) for g in body.groups),
+            )
+        case m.DescribeGroupsRequest(groups=groups):
+            return m.DescribeGroupsResponse(tuple(m.DescribedGroup(g, code) for g in groups))
+        case m.ListGroupsRequest():
+            return m.ListGroupsResponse(code)
+        case m.DeleteGroupsRequest(groups_names=groups):
+            return m.DeleteGroupsResponse(tuple(m.DeletableGroupResult(g, code) for g in groups))
     raise AssertionError(f"no refusal for {type(body).__name__}")

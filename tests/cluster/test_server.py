@@ -53,6 +53,9 @@ class NeverAnswersProduce:
     def answer_bytes_reserved(self, request: p.Request) -> int:  # noqa: ARG002
         return 0
 
+    def answer_wait_s(self, request: p.Request) -> float:  # noqa: ARG002
+        return 0.0
+
     async def handle(self, request: p.Request) -> p.Response:  # noqa: ARG002
         return STATUS
 
@@ -73,6 +76,9 @@ class LargeFetchAnswers:
 
     def answer_bytes_reserved(self, request: p.Request) -> int:  # noqa: ARG002
         return 0
+
+    def answer_wait_s(self, request: p.Request) -> float:  # noqa: ARG002
+        return 0.0
 
     async def handle(self, request: p.Request) -> p.Response:
         return LARGE_ANSWER if isinstance(request, p.Fetch) else STATUS

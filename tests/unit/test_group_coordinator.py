@@ -388,3 +388,20 @@ def test_a_member_id_issued_but_not_used_holds_the_rebalance_until_its_session_e
     assert deadline is not None and deadline > h.now  # not a deadline passed: no busy loop
     h.advance(deadline - h.now)
     assert h.joined(ta).generation == 1
+
+
+def test_who_may_commit_offsets_and_when() -> None:
+    h = Harness()
+    check = h.coordinator.commit_refusal
+    assert check("fresh", -1, "", None, h.now) is ErrorCode.NONE  # from outside any group
+    assert check("fresh", 1, "m", None, h.now) is ErrorCode.UNKNOWN_MEMBER_ID
+    (a, b), generation = h.stable_group(2)
+    assert check("g", generation, a, None, h.now) is ErrorCode.NONE
+    assert check("g", -1, "", None, h.now) is ErrorCode.UNKNOWN_MEMBER_ID  # it has members
+    assert check("g", generation - 1, a, None, h.now) is ErrorCode.ILLEGAL_GENERATION
+    h.join(h.new_member())  # a rebalance starts: the old generation may still commit
+    assert check("g", generation, b, None, h.now) is ErrorCode.NONE
+    h.join(a)
+    h.join(b)  # everyone rejoined: the next generation waits for its assignment
+    assert check("g", generation + 1, a, None, h.now) is ErrorCode.REBALANCE_IN_PROGRESS
+    assert check("g", generation, a, None, h.now) is ErrorCode.ILLEGAL_GENERATION

@@ -7,13 +7,22 @@ frames, and lengths that claim more than there is: kio's native reader would all
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import struct
+import typing
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from aiokafka.protocol import commit as aio_commit
+from aiokafka.protocol import group as aio_group
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kafka.protocol.admin import groups as kp3_admin
+from kafka.protocol.consumer import group as kp3_group
+from kafka.protocol.old import commit as kp2_commit
+from kafka.protocol.old import group as kp2_group
 
 from cluster.config import Limits
 from cluster.kafka import codec
@@ -22,6 +31,13 @@ from statemachine.errors import ErrorCode
 
 LIMITS = Limits()
 TOPIC_ID = uuid.UUID("5f1c2b6e-9b1e-4c1e-8a52-6d0a4f0b7e11")
+
+# A consumer's subscription to "orders" and its assignment of partition 0 (ConsumerProtocol v0):
+# opaque bytes to the coordinator, carried as they are.
+SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x06orders\xff\xff\xff\xff"
+ASSIGNMENT = (
+    b"\x00\x00\x00\x00\x00\x01\x00\x06orders\x00\x00\x00\x01\x00\x00\x00\x00\xff\xff\xff\xff"
+)
 
 REQUESTS: dict[m.Api, m.RequestBody] = {
     m.Api.API_VERSIONS: m.ApiVersionsRequest("librdkafka", "2.16.0"),
@@ -52,6 +68,57 @@ REQUESTS: dict[m.Api, m.RequestBody] = {
     m.Api.INIT_PRODUCER_ID: m.InitProducerIdRequest("txn", 60_000, 1_000, 3),
     m.Api.DESCRIBE_PRODUCERS: m.DescribeProducersRequest((m.TopicRequest("orders", (0, 1)),)),
     m.Api.FIND_COORDINATOR: m.FindCoordinatorRequest("txn", 1, ("txn", "other")),
+    m.Api.JOIN_GROUP: m.JoinGroupRequest(
+        "g",
+        45_000,
+        "m-1",
+        "consumer",
+        (m.JoinGroupRequestProtocol("range", SUBSCRIPTION), m.JoinGroupRequestProtocol("rr", b"")),
+        rebalance_timeout=300_000,
+        group_instance_id="i-1",
+        reason="rebalance",
+    ),
+    m.Api.SYNC_GROUP: m.SyncGroupRequest(
+        "g",
+        5,
+        "m-1",
+        (m.SyncGroupRequestAssignment("m-1", ASSIGNMENT), m.SyncGroupRequestAssignment("m-2", b"")),
+        "i-1",
+        "consumer",
+        "range",
+    ),
+    m.Api.HEARTBEAT: m.HeartbeatRequest("g", 5, "m-1", "i-1"),
+    m.Api.LEAVE_GROUP: m.LeaveGroupRequest(
+        "g", "m-1", (m.MemberIdentity("m-1", "i-1", "closing"), m.MemberIdentity("m-2"))
+    ),
+    m.Api.OFFSET_COMMIT: m.OffsetCommitRequest(
+        "g",
+        (
+            m.OffsetCommitRequestTopic(
+                "orders",
+                (
+                    m.OffsetCommitRequestPartition(0, 42, 3, "meta"),
+                    m.OffsetCommitRequestPartition(1, 7, -1, None),
+                ),
+            ),
+        ),
+        5,
+        "m-1",
+        "i-1",
+        86_400_000,
+    ),
+    m.Api.OFFSET_FETCH: m.OffsetFetchRequest(
+        "g",
+        (m.OffsetFetchRequestTopic("orders", (0, 1)),),
+        (
+            m.OffsetFetchRequestGroup("g", (m.OffsetFetchRequestTopic("orders", (0, 1)),)),
+            m.OffsetFetchRequestGroup("h", None),
+        ),
+        require_stable=True,
+    ),
+    m.Api.DESCRIBE_GROUPS: m.DescribeGroupsRequest(("g", "h"), True),
+    m.Api.LIST_GROUPS: m.ListGroupsRequest(("Stable", "Empty")),
+    m.Api.DELETE_GROUPS: m.DeleteGroupsRequest(("g", "h")),
     m.Api.PRODUCE: m.ProduceRequest(
         -1, 30_000, (m.TopicProduceData("orders", (m.PartitionProduceData(0, b"batch"),)),)
     ),
@@ -64,6 +131,14 @@ REQUESTS: dict[m.Api, m.RequestBody] = {
     ),
 }
 
+_COMMITTED = m.OffsetFetchResponseTopic(
+    "orders",
+    (
+        m.OffsetFetchResponsePartition(0, 0, 42, 3, "meta"),
+        m.OffsetFetchResponsePartition(1, 0),  # nothing committed
+        m.OffsetFetchResponsePartition(2, ErrorCode.UNSTABLE_OFFSET_COMMIT, metadata=None),
+    ),
+)
 _PARTITION = m.MetadataResponsePartition(0, 0, 2, 7, (2, 1, 3), (2, 1), (3,))
 RESPONSES: dict[m.Api, m.ResponseBody] = {
     m.Api.API_VERSIONS: m.ApiVersionsResponse(0, (m.ApiVersion(3, 0, 13),), 0),
@@ -101,6 +176,78 @@ RESPONSES: dict[m.Api, m.ResponseBody] = {
     ),
     m.Api.FIND_COORDINATOR: m.FindCoordinatorResponse(
         0, None, 1, "127.0.0.2", 9092, (m.Coordinator("txn", 1, "127.0.0.2", 9092, 0),)
+    ),
+    m.Api.JOIN_GROUP: m.JoinGroupResponse(
+        0,
+        5,
+        "consumer",
+        "range",
+        "m-1",
+        True,
+        "m-1",
+        (
+            m.JoinGroupResponseMember("m-1", SUBSCRIPTION, "i-1"),
+            m.JoinGroupResponseMember("m-2", b"\x00\x01", None),
+        ),
+        throttle_time=10,
+    ),
+    m.Api.SYNC_GROUP: m.SyncGroupResponse(0, ASSIGNMENT, "consumer", "range", 10),
+    m.Api.HEARTBEAT: m.HeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS, 10),
+    m.Api.LEAVE_GROUP: m.LeaveGroupResponse(
+        0,
+        (
+            m.MemberResponse("m-1", "i-1", 0),
+            m.MemberResponse("m-2", None, ErrorCode.UNKNOWN_MEMBER_ID),
+        ),
+        10,
+    ),
+    m.Api.OFFSET_COMMIT: m.OffsetCommitResponse(
+        (
+            m.OffsetCommitResponseTopic(
+                "orders",
+                (
+                    m.OffsetCommitResponsePartition(0, 0),
+                    m.OffsetCommitResponsePartition(1, ErrorCode.OFFSET_METADATA_TOO_LARGE),
+                ),
+            ),
+        ),
+        10,
+    ),
+    m.Api.OFFSET_FETCH: m.OffsetFetchResponse(
+        (_COMMITTED,),
+        ErrorCode.NONE,
+        (
+            m.OffsetFetchResponseGroup("g", 0, (_COMMITTED,)),
+            m.OffsetFetchResponseGroup("h", ErrorCode.GROUP_ID_NOT_FOUND),
+        ),
+        10,
+    ),
+    m.Api.DESCRIBE_GROUPS: m.DescribeGroupsResponse(
+        (
+            m.DescribedGroup(
+                "g",
+                0,
+                "Stable",
+                "consumer",
+                "range",
+                (
+                    m.DescribedGroupMember(
+                        "m-1", "rdkafka", "/127.0.0.1", SUBSCRIPTION, ASSIGNMENT, "i-1"
+                    ),
+                    m.DescribedGroupMember("m-2", "kafka-python", "/127.0.0.2"),
+                ),
+                0b1_1000,
+            ),
+            m.DescribedGroup("h", ErrorCode.GROUP_ID_NOT_FOUND, "Dead"),
+        ),
+        10,
+    ),
+    m.Api.LIST_GROUPS: m.ListGroupsResponse(
+        0, (m.ListedGroup("g", "consumer", "Stable"), m.ListedGroup("h", "", "Empty")), 10
+    ),
+    m.Api.DELETE_GROUPS: m.DeleteGroupsResponse(
+        (m.DeletableGroupResult("g", 0), m.DeletableGroupResult("h", ErrorCode.NON_EMPTY_GROUP)),
+        10,
     ),
     m.Api.PRODUCE: m.ProduceResponse(
         (
@@ -214,11 +361,19 @@ def test_api_versions_newer_than_ours_is_answered_in_v0_with_our_versions() -> N
         (struct.pack(">hhih", 3, 12, 1, -1) + b"\x00\xff\xff\xff\xff\x0f", "length or count"),
         (struct.pack(">hhih", 3, 12, 1, -1) + b"\x00\x80\x80\x80\x80\x80\x01", "longer than 5"),
         (struct.pack(">hhih", 3, 12, 1, -1) + b"\x00\x01\x00\x00\x01\x05\x00", "tagged"),
+        # a null array where the version allows none: OffsetFetch v1's topics (v2+ may be null)
+        (struct.pack(">hhih", 9, 1, 1, -1) + b"\x00\x01g" + struct.pack(">i", -1), "null array"),
+        (struct.pack(">hhih", 42, 0, 1, -1) + struct.pack(">i", -1), "null array"),
     ],
 )
 def test_malformed_requests_raise_the_one_error(body: bytes, why: str) -> None:
     with pytest.raises(codec.KafkaProtocolError, match=why):
         codec.decode_request(body, LIMITS)
+
+
+def test_a_null_array_is_read_where_the_version_allows_one() -> None:
+    body = struct.pack(">hhih", 9, 2, 1, -1) + b"\x00\x01g" + struct.pack(">i", -1)
+    assert codec.decode_request(body, LIMITS).body == m.OffsetFetchRequest("g", None)
 
 
 def test_bytes_after_the_request_are_ignored_as_kafka_ignores_them() -> None:
@@ -353,3 +508,299 @@ TAGGED_RESPONSES: dict[m.Api, tuple[m.ResponseBody, ...]] = {
         ),
     ),
 }
+
+
+# -- our names are kio's -------------------------------------------------------------------------
+
+
+def unknown_to_kio(ours: type[Any], kio_classes: list[type[Any]], path: str) -> Iterator[str]:
+    """Our fields, nested ones too, that no version of kio's class has: the codec maps by name,
+    so a misnamed field would silently keep its default both ways."""
+    hints = typing.get_type_hints(ours)
+    for field in dataclasses.fields(ours):
+        theirs = [f for k in kio_classes for f in dataclasses.fields(k) if f.name == field.name]
+        if not theirs:
+            yield f"{path}.{field.name}"
+            continue
+        nested = codec._kind(hints[field.name]).nested
+        if nested is not None:
+            kio_nested = [codec._kind(f.type).nested for f in theirs]
+            yield from unknown_to_kio(
+                nested, [k for k in kio_nested if k is not None], f"{path}.{field.name}"
+            )
+
+
+# Fields of versions newer than we serve: written by none of ours (Fetch v16+, KIP-951).
+BEYOND_OUR_VERSIONS = {"FetchResponse.node_endpoints"}
+
+
+@pytest.mark.parametrize("api", sorted(codec.SUPPORTED), ids=lambda api: m.Api(api).name)
+def test_every_field_of_ours_is_named_as_kio_names_it(api: int) -> None:
+    low, high = codec.SUPPORTED[api]
+    request, response = m.MESSAGES[m.Api(api)]
+    requests = [codec._request_schema(api, v) for v in range(low, high + 1)]
+    responses = [codec._response_schema(api, v) for v in range(low, high + 1)]
+    assert set(unknown_to_kio(request, requests, request.__name__)) == set()
+    unknown = set(unknown_to_kio(response, responses, response.__name__))
+    assert unknown - BEYOND_OUR_VERSIONS == set()
+
+
+# -- the group APIs as Kafka's Python clients write and read them --------------------------------
+#
+# Each client's own classes, fed the values of REQUESTS and RESPONSES, must write our bytes
+# (kio's): then what we decode is what the client meant, and what we answer is what it reads.
+
+GROUP_APIS = (
+    m.Api.JOIN_GROUP,
+    m.Api.SYNC_GROUP,
+    m.Api.HEARTBEAT,
+    m.Api.LEAVE_GROUP,
+    m.Api.OFFSET_COMMIT,
+    m.Api.OFFSET_FETCH,
+    m.Api.DESCRIBE_GROUPS,
+    m.Api.LIST_GROUPS,
+    m.Api.DELETE_GROUPS,
+)
+GROUP_VERSIONS = [(api, v) for api, v in VERSIONS if api in GROUP_APIS]
+GROUP_IDS = [f"{api.name}-v{version}" for api, version in GROUP_VERSIONS]
+
+# kafka-python 3.0: one class per message, every version, built by field name (Kafka's, as
+# kio's but with `_ms` on durations).
+KAFKA_PYTHON_3: dict[m.Api, tuple[Any, Any]] = {
+    m.Api.JOIN_GROUP: (kp3_group.JoinGroupRequest, kp3_group.JoinGroupResponse),
+    m.Api.SYNC_GROUP: (kp3_group.SyncGroupRequest, kp3_group.SyncGroupResponse),
+    m.Api.HEARTBEAT: (kp3_group.HeartbeatRequest, kp3_group.HeartbeatResponse),
+    m.Api.LEAVE_GROUP: (kp3_group.LeaveGroupRequest, kp3_group.LeaveGroupResponse),
+    m.Api.OFFSET_COMMIT: (kp3_group.OffsetCommitRequest, kp3_group.OffsetCommitResponse),
+    m.Api.OFFSET_FETCH: (kp3_group.OffsetFetchRequest, kp3_group.OffsetFetchResponse),
+    m.Api.DESCRIBE_GROUPS: (kp3_admin.DescribeGroupsRequest, kp3_admin.DescribeGroupsResponse),
+    m.Api.LIST_GROUPS: (kp3_admin.ListGroupsRequest, kp3_admin.ListGroupsResponse),
+    m.Api.DELETE_GROUPS: (kp3_admin.DeleteGroupsRequest, kp3_admin.DeleteGroupsResponse),
+}
+
+
+def kafka_python_3(cls: Any, ours: object, version: int | None = None) -> Any:
+    """kafka-python 3.0's message of `cls` holding our values (a field it lacks: KeyError)."""
+    fields = cls.fields
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(ours):  # type: ignore[arg-type]
+        name = field.name if field.name in fields else f"{field.name}_ms"
+        value = getattr(ours, field.name)
+        if value is not None and fields[name].is_struct_array():
+            value = [kafka_python_3(fields[name].data_class, item) for item in value]
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif name == "authorized_operations":  # a set of bit numbers to kafka-python
+            value = {bit for bit in range(32) if value >> bit & 1}
+        values[name] = value
+    return cls(version=version, **values)
+
+
+@pytest.mark.parametrize(("api", "version"), GROUP_VERSIONS, ids=GROUP_IDS)
+def test_kafka_python_3_writes_our_requests_and_reads_our_responses(
+    api: m.Api, version: int
+) -> None:
+    request_cls, response_cls = KAFKA_PYTHON_3[api]
+    sent = kafka_python_3(request_cls, REQUESTS[api], version)
+    sent.with_header(correlation_id=7, client_id="test-client")
+    frame = bytes(sent.encode(header=True))
+    assert frame == codec.encode_request(header(api, version), REQUESTS[api])[4:]
+    read_by_us = codec.decode_request(frame, LIMITS)
+    assert codec.encode_request(read_by_us.header, read_by_us.body)[4:] == frame
+    answer = codec.encode_response(header(api, version), RESPONSES[api])[4:]
+    expected = kafka_python_3(response_cls, RESPONSES[api], version)
+    expected.with_header(correlation_id=7)
+    assert bytes(expected.encode(header=True)) == answer
+    read = response_cls.decode(answer, version=version, header=True)
+    assert bytes(read.encode(header=True)) == answer
+
+
+def legacy_fields(api: m.Api, version: int) -> tuple[Any, ...]:
+    """REQUESTS[api] as kafka-python 2.x's and aiokafka's classes take it: the fields of
+    `version` in Kafka's order, nested ones as tuples."""
+
+    def since(first: int, *values: object) -> tuple[object, ...]:
+        return values if version >= first else ()
+
+    body = REQUESTS[api]
+    match body:
+        case m.JoinGroupRequest():
+            protocols = [(p.name, p.metadata) for p in body.protocols]
+            return (
+                body.group_id,
+                body.session_timeout,
+                *since(1, body.rebalance_timeout),
+                body.member_id,
+                *since(5, body.group_instance_id),
+                body.protocol_type,
+                protocols,
+            )
+        case m.SyncGroupRequest():
+            assignments = [(a.member_id, a.assignment) for a in body.assignments]
+            fixed = (body.group_id, body.generation_id, body.member_id)
+            return (*fixed, *since(3, body.group_instance_id), assignments)
+        case m.HeartbeatRequest():
+            fixed = (body.group_id, body.generation_id, body.member_id)
+            return (*fixed, *since(3, body.group_instance_id))
+        case m.LeaveGroupRequest():
+            if version < 3:
+                return (body.group_id, body.member_id)
+            return (body.group_id, [(i.member_id, i.group_instance_id) for i in body.members])
+        case m.OffsetCommitRequest():
+            topics = [
+                (
+                    t.name,
+                    [
+                        (
+                            p.partition_index,
+                            p.committed_offset,
+                            *since(6, p.committed_leader_epoch),
+                            p.committed_metadata,
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in body.topics
+            ]
+            return (
+                body.group_id,
+                body.generation_id_or_member_epoch,
+                body.member_id,
+                *(() if version > 4 else (body.retention_time,)),
+                *since(7, body.group_instance_id),
+                topics,
+            )
+        case m.OffsetFetchRequest(topics=topics) if topics is not None:
+            return (body.group_id, [(t.name, list(t.partition_indexes)) for t in topics])
+    raise AssertionError(f"no legacy fields for {api.name}")
+
+
+# kafka-python 2.x's classes (kafka-python 3.0 keeps them, under Kafka's field names, as
+# kafka.protocol.old), request and response of each version; aiokafka's request classes (each
+# names its response).
+KAFKA_PYTHON_2 = {
+    m.Api.JOIN_GROUP: (kp2_group.JoinGroupRequest, kp2_group.JoinGroupResponse),
+    m.Api.SYNC_GROUP: (kp2_group.SyncGroupRequest, kp2_group.SyncGroupResponse),
+    m.Api.HEARTBEAT: (kp2_group.HeartbeatRequest, kp2_group.HeartbeatResponse),
+    m.Api.LEAVE_GROUP: (kp2_group.LeaveGroupRequest, kp2_group.LeaveGroupResponse),
+    m.Api.OFFSET_COMMIT: (kp2_commit.OffsetCommitRequest, kp2_commit.OffsetCommitResponse),
+    m.Api.OFFSET_FETCH: (kp2_commit.OffsetFetchRequest, kp2_commit.OffsetFetchResponse),
+}
+AIOKAFKA = {
+    m.Api.JOIN_GROUP: aio_group.JoinGroupRequest,
+    m.Api.SYNC_GROUP: aio_group.SyncGroupRequest,
+    m.Api.HEARTBEAT: aio_group.HeartbeatRequest,
+    m.Api.LEAVE_GROUP: aio_group.LeaveGroupRequest,
+    m.Api.OFFSET_COMMIT: aio_commit.OffsetCommitRequest,
+    m.Api.OFFSET_FETCH: aio_commit.OffsetFetchRequest,
+}
+
+
+def served(api: m.Api, version: int) -> bool:
+    low, high = codec.SUPPORTED[api]
+    return low <= version <= high
+
+
+LEGACY = [
+    *(
+        ("kafka-python-2", api, request, response)
+        for api, (requests, responses) in KAFKA_PYTHON_2.items()
+        for request, response in zip(requests, responses, strict=True)
+        if served(api, request.API_VERSION)
+    ),
+    *(
+        ("aiokafka", api, request, request.RESPONSE_TYPE)
+        for api, builder in AIOKAFKA.items()
+        for request in builder._CLASSES
+        if served(api, request.API_VERSION)
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("client", "api", "request_cls", "response_cls"),
+    LEGACY,
+    ids=[f"{c}-{api.name}-v{r.API_VERSION}" for c, api, r, _ in LEGACY],
+)
+def test_kafka_python_2_and_aiokafka_write_our_requests_and_read_our_responses(
+    client: str, api: m.Api, request_cls: Any, response_cls: Any
+) -> None:
+    version = request_cls.API_VERSION
+    assert version == response_cls.API_VERSION
+    body = request_cls(*legacy_fields(api, version)).encode()
+    frame = codec.encode_request(header(api, version), REQUESTS[api])[4:]
+    head = struct.pack(">hhih", api, version, 7, len("test-client")) + b"test-client"
+    assert head + body == frame, f"{client} writes other bytes"
+    read_by_us = codec.decode_request(head + body, LIMITS)
+    assert codec.encode_request(read_by_us.header, read_by_us.body)[4:] == head + body
+    answer = codec.encode_response(header(api, version), RESPONSES[api])[8:]  # past header v0
+    assert response_cls.decode(answer).encode() == answer, f"{client} reads other fields"
+
+
+# The newest version of each group API each client sends (it takes the newest both sides know):
+# librdkafka 2.0-2.15's src/rdkafka_request.c (confluent-kafka bundles 2.16), kafka-python
+# 2.3's coordinator and admin client (2.1+ negotiate; 2.0 picks by the broker version it infers:
+# JoinGroup v0-v2, SyncGroup, Heartbeat and LeaveGroup v0-v1, OffsetCommit v2, OffsetFetch v1),
+# kafka-python 3.0's (the caps it passes, else every version its schemas have), aiokafka 0.14's
+# classes (0.11 sends OffsetCommit v2 and OffsetFetch v1 only).
+NEWEST_SENT = {
+    "librdkafka": {
+        m.Api.JOIN_GROUP: 5,
+        m.Api.SYNC_GROUP: 3,
+        m.Api.HEARTBEAT: 3,
+        m.Api.LEAVE_GROUP: 1,
+        m.Api.OFFSET_COMMIT: 9,
+        m.Api.OFFSET_FETCH: 9,
+        m.Api.DESCRIBE_GROUPS: 5,
+        m.Api.LIST_GROUPS: 5,
+        m.Api.DELETE_GROUPS: 2,
+    },
+    "kafka-python-2": {
+        m.Api.JOIN_GROUP: 5,
+        m.Api.SYNC_GROUP: 3,
+        m.Api.HEARTBEAT: 3,
+        m.Api.LEAVE_GROUP: 3,
+        m.Api.OFFSET_COMMIT: 7,
+        m.Api.OFFSET_FETCH: 5,
+        m.Api.DESCRIBE_GROUPS: 3,
+        m.Api.LIST_GROUPS: 2,
+        m.Api.DELETE_GROUPS: 1,
+    },
+    "kafka-python-3": {
+        m.Api.JOIN_GROUP: 7,
+        m.Api.SYNC_GROUP: 5,
+        m.Api.HEARTBEAT: 4,
+        m.Api.LEAVE_GROUP: 5,
+        m.Api.OFFSET_COMMIT: 8,
+        m.Api.OFFSET_FETCH: 8,
+        m.Api.DESCRIBE_GROUPS: 6,
+        m.Api.LIST_GROUPS: 5,
+        m.Api.DELETE_GROUPS: 2,
+    },
+    "aiokafka": {
+        **{api: max(c.API_VERSION for c in builder._CLASSES) for api, builder in AIOKAFKA.items()},
+        m.Api.DESCRIBE_GROUPS: 3,
+        m.Api.LIST_GROUPS: 2,
+        m.Api.DELETE_GROUPS: 1,
+    },
+}
+OLDEST_SENT = {  # kafka-python 2.0 and aiokafka 0.11, by the broker version they infer
+    m.Api.JOIN_GROUP: 0,
+    m.Api.SYNC_GROUP: 0,
+    m.Api.HEARTBEAT: 0,
+    m.Api.LEAVE_GROUP: 0,
+    m.Api.OFFSET_COMMIT: 2,
+    m.Api.OFFSET_FETCH: 1,
+}
+
+
+@pytest.mark.parametrize("client", sorted(NEWEST_SENT))
+def test_every_group_api_version_a_client_picks_is_served(client: str) -> None:
+    for api, newest in NEWEST_SENT[client].items():
+        low, high = codec.SUPPORTED[api]
+        assert low <= min(newest, high), f"{client} can pick no {api.name} we serve"
+
+
+def test_the_oldest_group_api_versions_a_client_sends_are_served() -> None:
+    for api, oldest in OLDEST_SENT.items():
+        assert served(api, oldest), f"{api.name} v{oldest}"

@@ -82,3 +82,50 @@ def test_acks_0_is_never_answered() -> None:
     request = m.KafkaRequest(m.RequestHeader(m.Api.PRODUCE, 9, 1, None), produce)
     assert WIRE.encode(1, request, m.ProduceResponse(())) is None
     assert WIRE.encode(1, request, RaftbrokerError(ErrorCode.REQUEST_TIMED_OUT)) is None
+
+
+def refused(api: m.Api, version: int) -> m.ResponseBody:
+    """REQUESTS[api] refused whole at `version`, as the client reads the answer."""
+    header = m.RequestHeader(api, version, 31, "t")
+    refusal = RaftbrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "loading")
+    frame = WIRE.encode(31, m.KafkaRequest(header, REQUESTS[api]), refusal)
+    assert frame is not None
+    return codec.decode_response(header, frame[4:])[1]
+
+
+def test_group_refusals_carry_the_code_per_group_member_and_partition() -> None:
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    join = refused(m.Api.JOIN_GROUP, 9)
+    assert isinstance(join, m.JoinGroupResponse)
+    assert (join.error_code, join.member_id, join.members) == (code, "m-1", ())
+    assert refused(m.Api.JOIN_GROUP, 6) == m.JoinGroupResponse(code, member_id="m-1")
+    # OffsetFetch: per partition in v1, the group's code from v2, per group in v8
+    v1, v2, v8 = (refused(m.Api.OFFSET_FETCH, v) for v in (1, 2, 8))
+    assert isinstance(v1, m.OffsetFetchResponse)
+    assert [(p.partition_index, p.error_code) for p in v1.topics[0].partitions] == [
+        (0, code),
+        (1, code),
+    ]
+    assert (v1.topics[0].partitions[0].committed_offset, v1.error_code) == (-1, 0)
+    assert isinstance(v2, m.OffsetFetchResponse)
+    assert v2.error_code == code
+    assert isinstance(v8, m.OffsetFetchResponse)
+    assert [(g.group_id, g.error_code, g.topics) for g in v8.groups] == [
+        ("g", code, ()),
+        ("h", code, ()),
+    ]
+    commit = refused(m.Api.OFFSET_COMMIT, 8)
+    assert isinstance(commit, m.OffsetCommitResponse)
+    assert [(p.partition_index, p.error_code) for p in commit.topics[0].partitions] == [
+        (0, code),
+        (1, code),
+    ]
+    described = refused(m.Api.DESCRIBE_GROUPS, 5)
+    assert isinstance(described, m.DescribeGroupsResponse)
+    assert [(g.group_id, g.error_code) for g in described.groups] == [("g", code), ("h", code)]
+    deleted = refused(m.Api.DELETE_GROUPS, 2)
+    assert deleted == m.DeleteGroupsResponse(
+        (m.DeletableGroupResult("g", code), m.DeletableGroupResult("h", code))
+    )
+    assert refused(m.Api.LEAVE_GROUP, 5) == m.LeaveGroupResponse(code)  # no member's outcome
+    assert refused(m.Api.LIST_GROUPS, 4) == m.ListGroupsResponse(code)

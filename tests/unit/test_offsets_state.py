@@ -57,7 +57,7 @@ def test_commits_and_group_records_are_kept_per_group() -> None:
     "entry",
     [
         CommitOffsets("g", 1, b"\xc1").encode(),  # not msgpack
-        CommitOffsets("g", 1, pack([["t", 0, -5, -1, ""]])).encode(),  # negative offset
+        CommitOffsets("g", 1, pack([["t", 0, -2, -1, ""]])).encode(),  # below -1
         CommitOffsets("g", 1, pack([["", 0, 5, -1, ""]])).encode(),  # no topic
         CommitOffsets("g", 1, pack([["t", 0, 5, -1, "x" * 4097]])).encode(),  # metadata
         CommitOffsets("g", 1, pack([["t", 0, 5]])).encode(),  # a short item

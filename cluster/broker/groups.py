@@ -1,0 +1,524 @@
+"""Consumer groups on this node: the coordinators of the offsets partitions it leads.
+
+Role: a group lives in one partition of the internal topic `__consumer_offsets`
+(`partition_of`: a CRC of its id over the topic's partitions), and its coordinator is that
+partition's Raft leader, as in Kafka and Redpanda. `GroupService` keeps one `Coordinator`
+(statemachine/group_coordinator.py, the protocol's decisions, sans I/O) per offsets partition
+this node leads, feeds it requests and the monotonic clock, parks JoinGroup and SyncGroup on
+futures until the rebalance moves on, proposes the records it asks to persist and the committed
+offsets, and answers once they are committed. Both client listeners call it.
+
+Rules:
+- A node that does not lead the group's partition answers NOT_COORDINATOR; a leader whose
+  term-start barrier has not applied yet (its machine may lack entries of earlier terms)
+  answers COORDINATOR_LOAD_IN_PROGRESS. A new term loads the coordinator afresh from the
+  replicated records (members keep their generation, session timers restart); a lost one
+  answers every parked request NOT_COORDINATOR.
+- What must outlive the coordinator goes through the log before it is acknowledged: an
+  OffsetCommit is answered after its entry commits, a rebalance ends (SyncGroup answers) after
+  its record commits. Entries carry the leader's wall clock (expiry reads it); timers run on
+  the monotonic clock and reach replicas only through records.
+- The topic is created through the metadata group on the first need of a coordinator; until
+  its partitions have leaders, FindCoordinator answers COORDINATOR_NOT_AVAILABLE (retriable).
+- Offsets of deleted topics, and of groups empty for `offsets_retention_ms`, are removed by
+  entries the coordinators propose (`run`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from cluster.broker.node import OFFSETS_TOPIC, Node, OffsetsHandle
+from cluster.clock import wall_ms
+from cluster.raft import ProposalError
+from statemachine.codec import pack
+from statemachine.commands import (
+    CommitOffsets,
+    CreateTopic,
+    DeleteGroup,
+    DeleteTopicOffsets,
+    ExpireOffsets,
+    StoreGroup,
+)
+from statemachine.errors import ErrorCode, Rejected
+from statemachine.group_coordinator import (
+    Coordinator,
+    CoordinatorLimits,
+    Effect,
+    GroupState,
+    GroupView,
+    JoinRequest,
+    JoinResult,
+    MemberRef,
+    Persist,
+    Reply,
+    SyncRequest,
+    SyncResult,
+)
+from statemachine.group_records import GroupRecord
+from statemachine.metadata import TopicInfo
+from statemachine.offsets import GroupStored, OffsetsStateMachine, group_id_error
+
+log = logging.getLogger(__name__)
+WATCH_INTERVAL_S = 0.1  # how often leadership of the offsets partitions is looked at
+OFFSETS_TOPIC_REPLICATION = 3  # or every broker, if fewer
+# A parked JoinGroup waits for the rebalance, bounded by the rebalance timeout it asked for
+# and the initial delay, plus this; a SyncGroup by the group's rebalance timeout, plus this.
+PARK_MARGIN_S = 5.0
+NO_OFFSET = -1
+
+
+def partition_of(group_id: str, partitions: int) -> int:
+    """The offsets partition that holds `group_id`: the same on every node."""
+    return zlib.crc32(group_id.encode()) % partitions
+
+
+class CommitPartition(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+
+
+class FetchedOffset(NamedTuple):
+    topic: str
+    partition: int
+    offset: int  # -1: none committed
+    leader_epoch: int
+    metadata: str
+    error: ErrorCode = ErrorCode.NONE
+
+
+class Listing(NamedTuple):
+    group_id: str
+    protocol_type: str
+    state: GroupState
+
+
+_Parked = asyncio.Future[JoinResult | SyncResult]
+
+
+@dataclass
+class _Seat:
+    """One offsets partition hosted here, and its coordinator while this node leads it."""
+
+    handle: OffsetsHandle
+    coordinator: Coordinator | None = None
+    term: int = -1
+    waiting: dict[int, _Parked] = field(default_factory=dict)
+
+
+class GroupService:
+    """Every consumer-group request this node answers."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        timing, limits = node.config.timing, node.config.limits
+        self._limits = CoordinatorLimits(
+            session_timeout_ms_min=timing.group_session_timeout_ms_min,
+            session_timeout_ms_max=timing.group_session_timeout_ms_max,
+            initial_rebalance_delay_ms=timing.group_initial_rebalance_delay_ms,
+            group_members_max=limits.group_members_max,
+            groups_max=node.limits.groups_per_partition_max,
+        )
+        self._timeout_s = timing.request_timeout_ms / 1000
+        self._seats: dict[int, _Seat] = {}
+        self._tokens = 0
+        self._wake = asyncio.Event()
+        self._creating: asyncio.Task[None] | None = None
+
+    # -- where a group lives -------------------------------------------------------------------
+
+    def offsets_topic(self) -> TopicInfo | None:
+        return self.node.metadata_replica.machine.topics.get(OFFSETS_TOPIC)
+
+    async def ensure_offsets_topic(self) -> ErrorCode:
+        """NONE once the offsets topic exists; else its creation is proposed (once at a
+        time) and COORDINATOR_NOT_AVAILABLE is the answer meanwhile, as Kafka's."""
+        if self.offsets_topic() is not None:
+            return ErrorCode.NONE
+        brokers = len(self.node.metadata_replica.machine.brokers)
+        if brokers == 0:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        command = CreateTopic(
+            OFFSETS_TOPIC,
+            self.node.config.limits.offsets_topic_partitions,
+            min(OFFSETS_TOPIC_REPLICATION, brokers),
+            -1,
+            -1,
+        ).encode()
+        with contextlib.suppress(ProposalError):
+            result = await self.node.metadata.propose(command, self._timeout_s, forward=True)
+            if isinstance(result, Rejected) and result.error != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("could not create %s: %s", OFFSETS_TOPIC, result.error.name)
+        return ErrorCode.NONE if self.offsets_topic() else ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+    def coordinator_raft_address(self, group_id: str) -> str | None:
+        """The Raft address of the group's coordinator, when this node knows it."""
+        topic = self.offsets_topic()
+        if topic is None:
+            return None
+        handle = self.node.offsets.get((OFFSETS_TOPIC, partition_of(group_id, topic.partitions)))
+        return None if handle is None else handle.group.leader_address
+
+    def _seat_for(self, group_id: str) -> _Seat | ErrorCode:
+        if group_id_error(group_id, self.node.limits):
+            return ErrorCode.INVALID_GROUP_ID
+        topic = self.offsets_topic()
+        if topic is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        partition = partition_of(group_id, topic.partitions)
+        handle = self.node.offsets.get((OFFSETS_TOPIC, partition))
+        if handle is None:
+            return ErrorCode.NOT_COORDINATOR
+        seat = self._refresh(partition, handle)
+        if seat.coordinator is None:
+            return (
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                if handle.group.is_leader
+                else ErrorCode.NOT_COORDINATOR
+            )
+        return seat
+
+    def _refresh(self, partition: int, handle: OffsetsHandle) -> _Seat:
+        """The seat of `partition`, its coordinator loaded or dropped as its leadership is."""
+        seat = self._seats.get(partition)
+        if seat is None or seat.handle is not handle:
+            if seat is not None:
+                self._drop(seat)
+            seat = self._seats[partition] = _Seat(handle)
+        group = handle.group
+        if not group.serving:
+            self._drop(seat)
+            return seat
+        term = group.status().term
+        if seat.coordinator is None or seat.term != term:
+            self._drop(seat)
+            seat.coordinator = Coordinator(self._limits, _new_member_id)
+            seat.coordinator.load(_records(handle.replica.machine), _now_ms())
+            seat.term = term
+            log.info("coordinating the groups of %s-%d (term %d)", OFFSETS_TOPIC, partition, term)
+        return seat
+
+    def _drop(self, seat: _Seat) -> None:
+        if seat.coordinator is None:
+            return
+        self._settle(seat, seat.coordinator.abandon())
+        seat.coordinator = None
+        for future in seat.waiting.values():
+            if not future.done():
+                future.set_result(JoinResult(ErrorCode.NOT_COORDINATOR))
+        seat.waiting.clear()
+
+    # -- the coordinator's effects -------------------------------------------------------------
+
+    def _settle(self, seat: _Seat, effects: Iterable[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Reply):
+                future = seat.waiting.pop(effect.token, None)
+                if future is not None and not future.done():
+                    future.set_result(effect.result)
+            else:
+                self._persist(seat, effect)
+        self._wake.set()  # the next deadline may have moved
+
+    def _persist(self, seat: _Seat, persist: Persist) -> None:
+        coordinator = seat.coordinator
+        assert coordinator is not None, "a record to persist without a coordinator"
+        generation = persist.record.generation
+        command = StoreGroup(persist.group_id, wall_ms(), persist.record.encode()).encode()
+
+        def done(result: object, error: Exception | None) -> None:  # in the apply, on the loop
+            if seat.coordinator is not coordinator:
+                return  # leadership moved meanwhile: the parked requests were answered
+            if error is None and isinstance(result, GroupStored):
+                effects = coordinator.persisted(persist.group_id, generation, _now_ms())
+            else:
+                log.warning("group %s: its record did not commit (%s)", persist.group_id,
+                            error or result)  # fmt: skip
+                effects = coordinator.persist_failed(persist.group_id, generation, _now_ms())
+            self._settle(seat, effects)
+
+        try:
+            seat.handle.group.submit(command, self._timeout_s, done)
+        except ProposalError as exc:
+            asyncio.get_running_loop().call_soon(done, None, exc)
+
+    def _park(self, seat: _Seat) -> tuple[int, asyncio.Future[JoinResult | SyncResult]]:
+        self._tokens += 1
+        future: asyncio.Future[JoinResult | SyncResult] = asyncio.get_running_loop().create_future()
+        seat.waiting[self._tokens] = future
+        return self._tokens, future
+
+    async def _await(
+        self,
+        seat: _Seat,
+        token: int,
+        future: asyncio.Future[JoinResult | SyncResult],
+        wait_s: float,
+    ) -> JoinResult | SyncResult | None:
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), wait_s)
+        except TimeoutError:
+            seat.waiting.pop(token, None)  # the coordinator's late answer goes nowhere
+            return None
+
+    # -- the protocol ----------------------------------------------------------------------------
+
+    async def join(self, request: JoinRequest) -> JoinResult:
+        seat = self._seat_for(request.group_id)
+        if isinstance(seat, ErrorCode):
+            return JoinResult(seat, member_id=request.member_id)
+        assert seat.coordinator is not None
+        token, future = self._park(seat)
+        self._settle(seat, seat.coordinator.join(request, token, _now_ms()))
+        wait_s = self.join_wait_s(request.rebalance_timeout_ms)
+        result = await self._await(seat, token, future, wait_s)
+        if not isinstance(result, JoinResult):
+            return JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=request.member_id)
+        return result
+
+    def join_wait_s(self, rebalance_timeout_ms: int) -> float:
+        """How long a JoinGroup may be parked: its rebalance timeout, the initial delay, and a
+        margin."""
+        delay_ms = self._limits.initial_rebalance_delay_ms
+        return (rebalance_timeout_ms + delay_ms) / 1000 + PARK_MARGIN_S
+
+    def sync_wait_s(self, group_id: str) -> float:
+        """How long a SyncGroup may be parked: the group's rebalance timeout, and a margin
+        (the session timeout's maximum while the group is unknown here)."""
+        seat = self._seat_for(group_id)
+        if isinstance(seat, ErrorCode) or seat.coordinator is None:
+            return PARK_MARGIN_S
+        timeout_ms = seat.coordinator.rebalance_timeout_ms(group_id)
+        return timeout_ms / 1000 + PARK_MARGIN_S
+
+    async def sync(self, request: SyncRequest) -> SyncResult:
+        seat = self._seat_for(request.group_id)
+        if isinstance(seat, ErrorCode):
+            return SyncResult(seat)
+        assert seat.coordinator is not None
+        wait_s = self.sync_wait_s(request.group_id)
+        token, future = self._park(seat)
+        self._settle(seat, seat.coordinator.sync(request, token, _now_ms()))
+        result = await self._await(seat, token, future, wait_s)
+        if isinstance(result, JoinResult):  # NOT_COORDINATOR from _drop
+            return SyncResult(result.error)
+        return result if result is not None else SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+
+    def heartbeat(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode:
+        seat = self._seat_for(group_id)
+        if isinstance(seat, ErrorCode):
+            return seat
+        assert seat.coordinator is not None
+        return seat.coordinator.heartbeat(group_id, generation, member_id, instance_id, _now_ms())
+
+    def leave(
+        self, group_id: str, members: tuple[MemberRef, ...]
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        seat = self._seat_for(group_id)
+        if isinstance(seat, ErrorCode):
+            return seat, [seat] * len(members)
+        assert seat.coordinator is not None
+        error, errors, effects = seat.coordinator.leave(group_id, members, _now_ms())
+        self._settle(seat, effects)
+        return error, errors
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    async def commit(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        partitions: list[CommitPartition],
+    ) -> list[ErrorCode]:
+        """One error per partition, in order: NONE for each committed."""
+        seat = self._seat_for(group_id)
+        if isinstance(seat, ErrorCode):
+            return [seat] * len(partitions)
+        assert seat.coordinator is not None
+        refusal = seat.coordinator.commit_refusal(
+            group_id, generation, member_id, instance_id, _now_ms()
+        )
+        if refusal is not ErrorCode.NONE:
+            return [refusal] * len(partitions)
+        errors = [self._commit_refusal(p) for p in partitions]
+        taken = [p for p, e in zip(partitions, errors, strict=True) if e is ErrorCode.NONE]
+        if not taken:
+            return errors
+        error = await self._propose(
+            seat, CommitOffsets(group_id, wall_ms(), pack([list(p) for p in taken])).encode()
+        )
+        return [error if e is ErrorCode.NONE else e for e in errors]
+
+    def _commit_refusal(self, partition: CommitPartition) -> ErrorCode:
+        topic = self.node.metadata_replica.machine.topics.get(partition.topic)
+        if (
+            topic is None
+            or topic.name == OFFSETS_TOPIC
+            or not (0 <= partition.partition < topic.partitions)
+        ):
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if len(partition.metadata.encode()) > self.node.limits.offset_metadata_bytes_max:
+            return ErrorCode.OFFSET_METADATA_TOO_LARGE
+        return ErrorCode.NONE
+
+    async def _propose(self, seat: _Seat, command: bytes) -> ErrorCode:
+        try:
+            result = await seat.handle.group.propose(command, self._timeout_s)
+        except ProposalError as exc:
+            # The entry may yet commit: a retry commits the same offsets again, harmlessly.
+            return (
+                ErrorCode.NOT_COORDINATOR
+                if exc.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+                else exc.error
+            )
+        return result.error if isinstance(result, Rejected) else ErrorCode.NONE
+
+    def fetch(
+        self, group_id: str, asked: list[tuple[str, int]] | None
+    ) -> tuple[ErrorCode, list[FetchedOffset]]:
+        """The group's committed offsets of `asked` (every one it has: None), -1 where none."""
+        seat = self._seat_for(group_id)
+        if isinstance(seat, ErrorCode):
+            return seat, []
+        entry = seat.handle.replica.machine.groups.get(group_id)
+        committed = entry.offsets if entry is not None else {}
+        keys = sorted(committed) if asked is None else asked
+        fetched = []
+        for topic, partition in keys:
+            c = committed.get((topic, partition))
+            if c is None:
+                fetched.append(FetchedOffset(topic, partition, NO_OFFSET, -1, ""))
+            else:
+                fetched.append(FetchedOffset(topic, partition, c.offset, c.leader_epoch,
+                                             c.metadata))  # fmt: skip
+        return ErrorCode.NONE, fetched
+
+    # -- administration ----------------------------------------------------------------------
+
+    def describe(self, group_id: str) -> tuple[ErrorCode, GroupView]:
+        seat = self._seat_for(group_id)
+        if isinstance(seat, ErrorCode):
+            return seat, GroupView(group_id, GroupState.DEAD, "", "", ())
+        assert seat.coordinator is not None
+        view = seat.coordinator.describe(group_id)
+        if view.state is GroupState.DEAD and group_id in seat.handle.replica.machine.groups:
+            view = view._replace(state=GroupState.EMPTY)  # offsets, no members
+        return ErrorCode.NONE, view
+
+    def listing(self) -> list[Listing]:
+        """Every group whose coordinator is this node (ListGroups asks each broker)."""
+        found: dict[str, Listing] = {}
+        for partition, handle in self._hosted():
+            seat = self._refresh(partition, handle)
+            if seat.coordinator is None:
+                continue
+            for group_id in handle.replica.machine.groups:
+                found[group_id] = Listing(group_id, "", GroupState.EMPTY)
+            for group_id, protocol_type, state in seat.coordinator.listing():
+                found[group_id] = Listing(group_id, protocol_type, state)
+        return [found[g] for g in sorted(found)]
+
+    async def delete(self, group_id: str) -> ErrorCode:
+        seat = self._seat_for(group_id)
+        if isinstance(seat, ErrorCode):
+            return seat
+        assert seat.coordinator is not None
+        state = seat.coordinator.state(group_id)
+        if state not in (GroupState.EMPTY, GroupState.DEAD):
+            return ErrorCode.NON_EMPTY_GROUP
+        if group_id not in seat.handle.replica.machine.groups:
+            seat.coordinator.forget(group_id)
+            return ErrorCode.GROUP_ID_NOT_FOUND if state is GroupState.DEAD else ErrorCode.NONE
+        error = await self._propose(seat, DeleteGroup(group_id).encode())
+        if error is ErrorCode.NONE and seat.coordinator is not None:
+            seat.coordinator.forget(group_id)
+        return error
+
+    # -- timers and housekeeping -------------------------------------------------------------
+
+    def _hosted(self) -> list[tuple[int, OffsetsHandle]]:
+        return [(key[1], handle) for key, handle in self.node.offsets.items()]
+
+    async def run(self) -> None:
+        """Tick every coordinator at its next deadline; follow leadership; sweep offsets."""
+        timing = self.node.config.timing
+        next_expiry = time.monotonic() + timing.offsets_retention_check_interval_ms / 1000
+        next_sweep = time.monotonic()
+        while True:
+            now_ms = _now_ms()
+            for partition, handle in self._hosted():
+                seat = self._refresh(partition, handle)
+                if seat.coordinator is not None:
+                    self._settle(seat, seat.coordinator.tick(now_ms))
+            for partition in [
+                p for p in self._seats if (OFFSETS_TOPIC, p) not in self.node.offsets
+            ]:
+                self._drop(self._seats.pop(partition))
+            if time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + timing.expiry_tick_interval_ms / 1000
+                await self._sweep_deleted_topics()
+            if time.monotonic() >= next_expiry:
+                next_expiry = time.monotonic() + timing.offsets_retention_check_interval_ms / 1000
+                await self._expire_offsets(timing.offsets_retention_ms)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._sleep_s())
+
+    def _sleep_s(self) -> float:
+        deadlines = [
+            d
+            for s in self._seats.values()
+            if s.coordinator is not None
+            for d in [s.coordinator.next_deadline_ms()]
+            if d is not None
+        ]
+        if not deadlines:
+            return WATCH_INTERVAL_S
+        return min(WATCH_INTERVAL_S, max(0.0, (min(deadlines) - _now_ms()) / 1000))
+
+    async def _sweep_deleted_topics(self) -> None:
+        topics = self.node.metadata_replica.machine.topics
+        for seat in list(self._seats.values()):
+            if seat.coordinator is None:
+                continue
+            gone = {
+                c.topic
+                for entry in seat.handle.replica.machine.groups.values()
+                for c in entry.offsets.values()
+                if c.topic not in topics
+            }
+            for topic in sorted(gone):
+                await self._propose(seat, DeleteTopicOffsets(topic).encode())
+
+    async def _expire_offsets(self, retention_ms: int) -> None:
+        for seat in list(self._seats.values()):
+            if seat.coordinator is not None:
+                await self._propose(seat, ExpireOffsets(wall_ms(), retention_ms).encode())
+
+
+def _records(machine: OffsetsStateMachine) -> list[tuple[str, GroupRecord]]:
+    return [(g, e.record) for g, e in sorted(machine.groups.items()) if e.record is not None]
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def _new_member_id(prefix: str) -> str:
+    """Kafka's form: the client id (or static instance id), a dash, a random UUID."""
+    return f"{prefix}-{uuid.uuid4()}"
