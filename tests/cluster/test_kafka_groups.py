@@ -1,12 +1,13 @@
 """Consumer groups through the Kafka listener, with Kafka's own clients against a real 3-node
-cluster (one per module, its initial rebalance delay cut to 200 ms so that tests do not wait
-3 s per new group).
+cluster (one per module, its initial rebalance delay cut to 200 ms so that a new group does
+not wait 3 s).
 
-confluent-kafka (librdkafka), kafka-python and aiokafka each: two members of one group split a
-topic's partitions between them and every record is read once; a consumer that commits and
-closes is followed by one that resumes exactly after the last commit; a member SIGKILLed has
-its partitions taken over by the other within its session timeout. The coordinator's node is
-killed while a group commits: no committed offset is lost, and the group goes on.
+Each of confluent-kafka (librdkafka), kafka-python and aiokafka (tests/kafka_group_clients.py):
+two members of one group split a topic's partitions and read every record once, each from
+its own partitions; a consumer that commits and closes is followed by one that resumes exactly
+after the last commit; a member SIGKILLed has its partitions taken over by the other within
+its session timeout. Then the coordinator's node is killed while a group commits: no
+committed offset is lost, and the group goes on.
 """
 
 from __future__ import annotations
@@ -15,27 +16,26 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from cluster.local import launcher
 from tests.cluster.conftest import running_cluster
+from tests.cluster.procs import REPO
+from tests.kafka_group_clients import KINDS, SESSION_TIMEOUT_MS, Member, member
 from tests.polling import poll_until
 
 GROUP_TOML = """
 [timing]
 group_initial_rebalance_delay_ms = 200
 """
-SESSION_TIMEOUT_MS = 6_000
 RECORDS = 400
 PARTITIONS = 4
 TIMEOUT_S = 60.0
@@ -52,8 +52,8 @@ def bootstrap(group_cluster: launcher.LocalCluster) -> str:
     return ",".join(group_cluster.kafka_bootstrap)
 
 
-def new_topic(bootstrap: str, partitions: int = PARTITIONS, records: int = RECORDS) -> str:
-    """A topic holding `records` records, spread over every partition."""
+def new_topic(bootstrap: str, partitions: int = PARTITIONS, records: int = 0) -> str:
+    """A new topic holding `records` records, spread over every partition."""
     topic = f"grp-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 3)])[topic].result(TIMEOUT_S)
@@ -68,143 +68,110 @@ def produce(bootstrap: str, topic: str, records: int, partitions: int) -> None:
     assert producer.flush(TIMEOUT_S) == 0
 
 
-def consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": SESSION_TIMEOUT_MS,
-            "heartbeat.interval.ms": 500,
-            **extra,
-        }
-    )
-
-
-def drain(consumers: list[Consumer], want: int) -> dict[tuple[int, int], Consumer]:
-    """Poll `consumers` in turn until `want` records are read: who read each, by (partition,
-    offset); a record read twice fails at once."""
-    seen: dict[tuple[int, int], Consumer] = {}
+def drain(members: list[Member], want: int) -> dict[tuple[int, int], int]:
+    """Poll `members` in turn until `want` records are read: which member read each, by
+    (partition, offset); a record read twice fails at once."""
+    seen: dict[tuple[int, int], int] = {}
     deadline = time.monotonic() + TIMEOUT_S
     while len(seen) < want:
         assert time.monotonic() < deadline, f"{len(seen)} of {want} records read"
-        for c in consumers:
-            message = c.poll(0.1)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            key = (message.partition() or 0, message.offset() or 0)
-            assert key not in seen, f"{key} read twice"
-            seen[key] = c
+        for index, one in enumerate(members):
+            for key in one.poll():
+                assert key not in seen, f"{key} read twice"
+                seen[key] = index
     return seen
 
 
-def assigned(members: list[Consumer]) -> list[set[int]]:
-    """Each member's partitions, once every member has some (polling them meanwhile)."""
+def assigned(members: list[Member]) -> list[set[int]]:
+    """Each member's partitions, once they split the topic's between them (polling them
+    meanwhile). A member may hold every partition for a moment first: the one of a generation
+    that the next, the others' join, is about to end."""
 
-    def ready() -> bool:
-        for c in members:
-            assert c.poll(0.1) is None, "a record before the topic had any"
-        return all(c.assignment() for c in members)
+    def split() -> bool:
+        for one in members:
+            assert one.poll() == [], "a record before the topic had any"
+        owned = [one.assignment() for one in members]
+        return all(owned) and sum(map(len, owned)) == PARTITIONS
 
-    poll_until(ready, TIMEOUT_S, "every member assigned")
-    return [{tp.partition for tp in c.assignment()} for c in members]
+    poll_until(split, TIMEOUT_S, "the members splitting the partitions")
+    return [one.assignment() for one in members]
 
 
-def test_two_confluent_consumers_split_the_partitions_and_read_every_record_once(
-    bootstrap: str,
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_members_split_the_partitions_and_read_every_record_once(
+    bootstrap: str, kind: str
 ) -> None:
-    topic = new_topic(bootstrap, records=0)
+    topic = new_topic(bootstrap)
     group = f"g-{uuid.uuid4().hex[:6]}"
-    members = [consumer(bootstrap, group), consumer(bootstrap, group)]
+    members = [member(kind, bootstrap, group), member(kind, bootstrap, group)]
     try:
-        for c in members:
-            c.subscribe([topic])
+        for one in members:
+            one.subscribe(topic)
         owned = assigned(members)
         assert owned[0] and owned[1] and not owned[0] & owned[1], owned
         assert owned[0] | owned[1] == set(range(PARTITIONS))
         produce(bootstrap, topic, RECORDS, PARTITIONS)
-        seen = drain(members, RECORDS)
-        for (partition, _), reader in seen.items():
-            assert partition in owned[members.index(reader)]
+        for (partition, _), reader in drain(members, RECORDS).items():
+            assert partition in owned[reader]
     finally:
-        for c in members:
-            c.close()
+        for one in members:
+            one.close()
 
 
-def test_a_consumer_resumes_exactly_after_its_groups_last_commit(bootstrap: str) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_consumer_resumes_exactly_after_its_groups_last_commit(bootstrap: str, kind: str) -> None:
     topic = new_topic(bootstrap, partitions=1, records=200)
     group = f"g-{uuid.uuid4().hex[:6]}"
-    first = consumer(bootstrap, group)
-    first.subscribe([topic])
-    seen = drain([first], 120)
-    last = max(offset for _, offset in seen)
-    first.commit(offsets=[TopicPartition(topic, 0, last + 1)], asynchronous=False)
+    first = member(kind, bootstrap, group)
+    first.subscribe(topic)
+    drain([first], 120)  # or more: a poll may return many
+    first.commit(topic, 0, 120)
     first.close()
-    second = consumer(bootstrap, group)
+    second = member(kind, bootstrap, group)
     try:
-        committed = second.committed([TopicPartition(topic, 0)], timeout=TIMEOUT_S)
-        assert committed[0].offset == last + 1
-        second.subscribe([topic])
-        rest = drain([second], 200 - (last + 1))
-        assert min(offset for _, offset in rest) == last + 1
+        assert second.committed(topic, 0) == 120
+        second.subscribe(topic)
+        assert sorted(offset for _, offset in drain([second], 80)) == list(range(120, 200))
     finally:
         second.close()
 
 
-MEMBER_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    from confluent_kafka import Consumer
-    bootstrap, group, topic, ready = sys.argv[1:]
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                  "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500,
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
-    while True:
-        c.poll(0.2)
-        if c.assignment():
-            open(ready, "w").write(",".join(str(tp.partition) for tp in c.assignment()))
-    """
-).replace("SESSION_MS", str(SESSION_TIMEOUT_MS))
-
-
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_killed_members_partitions_move_to_the_survivor_within_its_session_timeout(
-    bootstrap: str, tmp_path: Path
+    bootstrap: str, kind: str, tmp_path: Path
 ) -> None:
-    topic = new_topic(bootstrap, records=0)
+    topic = new_topic(bootstrap)
     group = f"g-{uuid.uuid4().hex[:6]}"
     ready = tmp_path / "assigned"
-    member = subprocess.Popen(
-        [sys.executable, "-c", MEMBER_SCRIPT, bootstrap, group, topic, str(ready)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    survivor = consumer(bootstrap, group)
+    doomed = subprocess.Popen(
+        [sys.executable, "-m", "tests.kafka_group_clients", kind, bootstrap, group, topic,
+         str(ready)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    survivor = member(kind, bootstrap, group)
     try:
-        survivor.subscribe([topic])
+        survivor.subscribe(topic)
 
         def split() -> bool:
-            survivor.poll(0.1)
+            survivor.poll()
             theirs = ready.read_text() if ready.exists() else ""
             return bool(survivor.assignment()) and bool(theirs)
 
         poll_until(split, TIMEOUT_S, "the partitions split between the two members")
         killed_at = time.monotonic()
-        os.kill(member.pid, signal.SIGKILL)
-        member.wait()
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.wait()
 
         def all_mine() -> bool:
-            survivor.poll(0.1)
-            return {tp.partition for tp in survivor.assignment()} == set(range(PARTITIONS))
+            survivor.poll()
+            return survivor.assignment() == set(range(PARTITIONS))
 
         poll_until(all_mine, TIMEOUT_S, "the survivor owning every partition")
         took_s = time.monotonic() - killed_at
-        # Its session, then one rebalance (the survivor's rejoin, its heartbeat apart).
+        # Its session, then one rebalance (the survivor rejoins at its next heartbeat).
         assert took_s < SESSION_TIMEOUT_MS / 1000 + 5, took_s
     finally:
-        if member.poll() is None:
-            member.kill()
-            member.wait()
+        if doomed.poll() is None:
+            doomed.kill()
+            doomed.wait()
         survivor.close()
