@@ -12,6 +12,8 @@ committed offset is lost, and the group goes on.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -22,14 +24,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from cluster.kafka import messages as m
 from cluster.local import launcher
 from tests.cluster.conftest import running_cluster
 from tests.cluster.procs import REPO
 from tests.kafka_group_clients import KINDS, SESSION_TIMEOUT_MS, Member, member
+from tests.kafka_wire import kafka_call
 from tests.polling import poll_until
 
 GROUP_TOML = """
@@ -175,3 +179,102 @@ def test_a_killed_members_partitions_move_to_the_survivor_within_its_session_tim
             doomed.kill()
             doomed.wait()
         survivor.close()
+
+
+# -- the coordinator's node killed --------------------------------------------------------------
+
+
+def current(cluster: launcher.LocalCluster) -> launcher.LocalCluster:
+    """The cluster as cluster.json has it now (restarted nodes have new pids)."""
+    return launcher.LocalCluster.load(cluster.data_dir) or cluster
+
+
+def coordinator_of(cluster: launcher.LocalCluster, group: str) -> int:
+    """The node id FindCoordinator names for `group`, asking the live nodes in turn."""
+
+    def ask() -> int:
+        for node in current(cluster).nodes:
+            if not launcher.alive(node.pid):
+                continue
+            try:
+                answer = asyncio.run(
+                    kafka_call(
+                        node.kafka_address,
+                        m.Api.FIND_COORDINATOR,
+                        3,
+                        m.FindCoordinatorRequest(group),
+                    )
+                )
+            except OSError:
+                continue
+            assert isinstance(answer, m.FindCoordinatorResponse)
+            if answer.error_code == 0:
+                return answer.node_id
+        return 0
+
+    found = 0
+
+    def known() -> bool:
+        nonlocal found
+        found = ask()
+        return found > 0
+
+    poll_until(known, TIMEOUT_S, f"a coordinator for {group}")
+    return found
+
+
+def test_killing_the_coordinators_node_loses_no_committed_offset(
+    group_cluster: launcher.LocalCluster, bootstrap: str
+) -> None:
+    """Two members consume and commit what they read while the coordinator's node is
+    SIGKILLed, twice (restarted in between): every record is read, a commit once acknowledged
+    is never lost (OffsetFetch gives it, or a later one, back), and the group goes on."""
+    topic = new_topic(bootstrap)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    members = [member("confluent-kafka", bootstrap, group) for _ in range(2)]
+    read: dict[tuple[int, int], int] = {}
+    acked: dict[int, int] = {}  # partition -> the highest commit acknowledged
+
+    def consume(until: int) -> None:
+        deadline = time.monotonic() + TIMEOUT_S * 2
+        while len(read) < until:
+            assert time.monotonic() < deadline, f"{len(read)} of {until} records read"
+            for one in members:
+                mine: dict[int, int] = {}
+                for partition, offset in one.poll():
+                    read[(partition, offset)] = read.get((partition, offset), 0) + 1
+                    mine[partition] = max(mine.get(partition, -1), offset)
+                for partition, offset in mine.items():
+                    try:
+                        one.commit(topic, partition, offset + 1)
+                    except KafkaException:
+                        continue  # a coordinator moving, a rebalance: the next one commits
+                    acked[partition] = max(acked.get(partition, 0), offset + 1)
+
+    def check_commits() -> None:
+        for partition, offset in acked.items():
+            found = members[0].committed(topic, partition)
+            assert found is not None and found >= offset, (partition, found, offset)
+
+    try:
+        for one in members:
+            one.subscribe(topic)
+        for phase in range(3):
+            doomed = coordinator_of(group_cluster, group) if phase else None
+            for node in current(group_cluster).nodes:
+                if node.node_id == doomed:
+                    launcher.kill(node.pid, signal.SIGKILL, wait_s=10)
+            produce(bootstrap, topic, RECORDS, PARTITIONS)  # the coordinator's node down
+            consume((phase + 1) * RECORDS)
+            check_commits()
+            if doomed is not None:
+                restarted = launcher.restart_node(current(group_cluster), doomed)
+                asyncio.run(launcher.wait_ready(restarted, TIMEOUT_S))
+        per_partition = 3 * RECORDS // PARTITIONS
+        assert set(read) == {(p, o) for p in range(PARTITIONS) for o in range(per_partition)}
+        again = sum(n - 1 for n in read.values())
+        logging.getLogger(__name__).info("records read again after a failover: %d", again)
+        check_commits()
+    finally:
+        for one in members:
+            one.close()
