@@ -30,6 +30,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from cluster.kafka import messages as m
 from cluster.local import launcher
+from statemachine.errors import ErrorCode
 from tests.cluster.conftest import running_cluster
 from tests.cluster.procs import REPO
 from tests.kafka_group_clients import KINDS, SESSION_TIMEOUT_MS, Member, member
@@ -148,10 +149,20 @@ def test_a_killed_members_partitions_move_to_the_survivor_within_its_session_tim
     group = f"g-{uuid.uuid4().hex[:6]}"
     ready = tmp_path / "assigned"
     doomed = subprocess.Popen(
-        [sys.executable, "-m", "tests.kafka_group_clients", kind, bootstrap, group, topic,
-         str(ready)],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tests.kafka_group_clients",
+            kind,
+            bootstrap,
+            group,
+            topic,
+            str(ready),
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     survivor = member(kind, bootstrap, group)
     try:
         survivor.subscribe(topic)
@@ -278,3 +289,118 @@ def test_killing_the_coordinators_node_loses_no_committed_offset(
     finally:
         for one in members:
             one.close()
+
+
+# -- the protocol's error paths, at the request level ------------------------------------------
+
+
+def call(cluster: launcher.LocalCluster, node_id: int, api: m.Api, version: int,
+         body: m.RequestBody) -> m.ResponseBody:  # fmt: skip
+    node = next(n for n in current(cluster).nodes if n.node_id == node_id)
+    return asyncio.run(kafka_call(node.kafka_address, api, version, body))
+
+
+def join(cluster: launcher.LocalCluster, coordinator: int, group: str, *, version: int = 5,
+         member_id: str = "", instance: str | None = None) -> m.JoinGroupResponse:  # fmt: skip
+    protocols = (m.JoinGroupRequestProtocol("range", b"sub"),)
+    body = m.JoinGroupRequest(
+        group, SESSION_TIMEOUT_MS, member_id, "consumer", protocols, 10_000, instance
+    )
+    answer = call(cluster, coordinator, m.Api.JOIN_GROUP, version, body)
+    assert isinstance(answer, m.JoinGroupResponse)
+    return answer
+
+
+def stable_member(cluster: launcher.LocalCluster, coordinator: int, group: str,
+                  instance: str | None = None) -> tuple[str, int]:  # fmt: skip
+    """A member alone in a new group, synced: its id and generation."""
+    first = join(cluster, coordinator, group, instance=instance)
+    if first.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+        first = join(cluster, coordinator, group, member_id=first.member_id)
+    assert first.error_code == 0, first
+    sync = m.SyncGroupRequest(
+        group,
+        first.generation_id,
+        first.member_id,
+        (m.SyncGroupRequestAssignment(first.member_id, b"all"),),
+        instance,
+    )
+    synced = call(cluster, coordinator, m.Api.SYNC_GROUP, 3, sync)
+    assert isinstance(synced, m.SyncGroupResponse) and synced.error_code == 0, synced
+    assert synced.assignment == b"all"
+    return first.member_id, first.generation_id
+
+
+def test_a_new_dynamic_member_is_given_its_id_first_from_join_group_v4(
+    group_cluster: launcher.LocalCluster,
+) -> None:
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    coordinator = coordinator_of(group_cluster, group)
+    required = join(group_cluster, coordinator, group, version=4)
+    assert required.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    assert required.member_id.startswith("raftbroker-tests-")  # the client id, then a UUID
+    joined = join(group_cluster, coordinator, group, version=4, member_id=required.member_id)
+    assert (joined.error_code, joined.member_id) == (0, required.member_id)
+    older = f"{group}-v3"
+    old = join(group_cluster, coordinator_of(group_cluster, older), older, version=3)
+    assert old.error_code == 0 and old.member_id
+
+
+def test_stale_generations_unknown_members_and_other_nodes_are_refused(
+    group_cluster: launcher.LocalCluster,
+) -> None:
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    coordinator = coordinator_of(group_cluster, group)
+    member_id, generation = stable_member(group_cluster, coordinator, group)
+
+    def heartbeat(node: int, generation: int, member_id: str) -> int:
+        answer = call(
+            group_cluster,
+            node,
+            m.Api.HEARTBEAT,
+            3,
+            m.HeartbeatRequest(group, generation, member_id),
+        )
+        assert isinstance(answer, m.HeartbeatResponse)
+        return answer.error_code
+
+    assert heartbeat(coordinator, generation, member_id) == 0
+    assert heartbeat(coordinator, generation - 1, member_id) == ErrorCode.ILLEGAL_GENERATION
+    assert heartbeat(coordinator, generation, "nobody") == ErrorCode.UNKNOWN_MEMBER_ID
+    other = next(n.node_id for n in current(group_cluster).nodes if n.node_id != coordinator)
+    assert heartbeat(other, generation, member_id) == ErrorCode.NOT_COORDINATOR
+    topic = new_topic(",".join(group_cluster.kafka_bootstrap), partitions=1)
+    commit = m.OffsetCommitRequest(
+        group,
+        (m.OffsetCommitRequestTopic(topic, (m.OffsetCommitRequestPartition(0, 5),)),),
+        generation - 1,
+        member_id,
+    )
+    answer = call(group_cluster, coordinator, m.Api.OFFSET_COMMIT, 7, commit)
+    assert isinstance(answer, m.OffsetCommitResponse)
+    assert answer.topics[0].partitions[0].error_code == ErrorCode.ILLEGAL_GENERATION
+
+
+def test_a_static_member_rejoins_without_a_rebalance_and_fences_its_old_id(
+    group_cluster: launcher.LocalCluster,
+) -> None:
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    coordinator = coordinator_of(group_cluster, group)
+    old_id, generation = stable_member(group_cluster, coordinator, group, instance="static-1")
+    again = join(group_cluster, coordinator, group, instance="static-1")  # restarted: no id
+    assert again.error_code == 0, again
+    assert again.generation_id == generation  # no rebalance
+    assert again.member_id != old_id
+    sync = m.SyncGroupRequest(group, generation, again.member_id, (), "static-1")
+    synced = call(group_cluster, coordinator, m.Api.SYNC_GROUP, 3, sync)
+    assert isinstance(synced, m.SyncGroupResponse)
+    assert (synced.error_code, synced.assignment) == (0, b"all")  # its assignment, kept
+    stale = call(
+        group_cluster,
+        coordinator,
+        m.Api.HEARTBEAT,
+        3,
+        m.HeartbeatRequest(group, generation, old_id, "static-1"),
+    )
+    assert isinstance(stale, m.HeartbeatResponse)
+    assert stale.error_code == ErrorCode.FENCED_INSTANCE_ID
