@@ -1,17 +1,17 @@
 """A broker process: the metadata group, this node's partition groups, and their lifecycle.
 
 `Node` owns the Raft driver, the metadata replica (every configured node is a voter), one
-`PartitionHandle` per partition whose replica set includes this node, and one `OffsetsHandle`
-per partition of the internal offsets topic it holds (consumer groups: `groups.py`). The set
-of running partition groups follows the metadata state: `reconcile()` starts the groups of new topics and
-stops those of deleted ones, at runtime, without a restart; a group that cannot start (an
-unwritable directory) is logged in one line, shown unhealthy, and retried ever less often.
-Where each group keeps its files is `layout.py`'s. What each request is answered with
-lives in `frontend.py` (the server in `server.py` only frames and orders), periodic duties in
-`duties.py`; both reach the node through this class.
+`PartitionHandle` per partition whose replica set includes this node, and one `OffsetsHandle` per
+partition of the internal offsets topic it holds (consumer groups: `groups.py`). The set of running
+partition groups follows the metadata state: `reconcile()` starts the groups of new topics and stops
+those of deleted ones, at runtime, without a restart; a group that cannot start (an unwritable
+directory) is logged in one line, shown unhealthy, and retried ever less often. Where each group
+keeps its files is `layout.py`'s. What each request is answered with lives in `frontend.py` (the
+server in `server.py` only frames and orders), periodic duties in `duties.py`; both reach the node
+through this class.
 
-Every group of a node, the metadata group included, talks to its peers over the node's one Raft
-port (`cluster/raft/mesh.py`): a replica's Raft address is its node's.
+Every group of a node, the metadata group included, talks to its peers over the node's one Raft port
+(`cluster/raft/mesh.py`): a replica's Raft address is its node's.
 """
 
 from __future__ import annotations
