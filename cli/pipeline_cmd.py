@@ -104,6 +104,7 @@ def audit_command(
 ) -> None:
     """Read TOPIC completely; report duplicates, gaps and producers; exit 1 unless clean."""
     addresses = resolve_bootstrap(bootstrap, data_dir)
+    run(_existing_topics(addresses, [topic]))  # a missing topic: one line, and no Spark started
     with _spark_job("raftbroker-audit") as spark:
         from pipeline.jobs.audit import audit  # noqa: PLC0415 - needs PySpark
 

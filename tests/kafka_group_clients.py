@@ -10,6 +10,7 @@ BOOTSTRAP GROUP TOPIC FILE`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import sys
 import threading
@@ -19,7 +20,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol
 
-SESSION_TIMEOUT_MS = 6_000
+SESSION_TIMEOUT_MS = 3_000  # the test cluster allows it (group_session_timeout_ms_min)
 HEARTBEAT_INTERVAL_MS = 500
 POLL_MS = 100
 KINDS = ("confluent-kafka", "kafka-python", "aiokafka")
@@ -43,7 +44,7 @@ class Member(Protocol):
 
 
 class ConfluentMember:
-    def __init__(self, bootstrap: str, group: str, instance: str | None = None) -> None:
+    def __init__(self, bootstrap: str, group: str, instance: str | None, session_ms: int) -> None:
         from confluent_kafka import Consumer  # noqa: PLC0415 - only where used
 
         config: dict[str, Any] = {
@@ -51,11 +52,14 @@ class ConfluentMember:
             "group.id": group,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
-            "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "session.timeout.ms": session_ms,
             "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
         }
         if instance is not None:
             config["group.instance.id"] = instance
+        if logging.getLogger("librdkafka").isEnabledFor(logging.DEBUG):
+            # Its requests and their versions, to the logger a test captures (`captured`).
+            config |= {"debug": "protocol,cgrp", "logger": logging.getLogger("librdkafka")}
         self._c = Consumer(config)
 
     def subscribe(self, topic: str) -> None:
@@ -87,7 +91,7 @@ class ConfluentMember:
 
 
 class KafkaPythonMember:
-    def __init__(self, bootstrap: str, group: str, instance: str | None = None) -> None:
+    def __init__(self, bootstrap: str, group: str, instance: str | None, session_ms: int) -> None:
         from kafka import KafkaConsumer  # noqa: PLC0415
 
         extra = {} if instance is None else {"group_instance_id": instance}
@@ -96,7 +100,7 @@ class KafkaPythonMember:
             group_id=group,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
-            session_timeout_ms=SESSION_TIMEOUT_MS,
+            session_timeout_ms=session_ms,
             heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
             **extra,
         )
@@ -131,7 +135,7 @@ class AioMember:
     """aiokafka's consumer on a loop of its own, which runs during each call (its heartbeats
     too: `Threaded` calls its poll without pause)."""
 
-    def __init__(self, bootstrap: str, group: str, instance: str | None = None) -> None:
+    def __init__(self, bootstrap: str, group: str, instance: str | None, session_ms: int) -> None:
         from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
 
         self._loop = asyncio.new_event_loop()
@@ -143,7 +147,7 @@ class AioMember:
                 group_id=group,
                 auto_offset_reset="earliest",
                 enable_auto_commit=False,
-                session_timeout_ms=SESSION_TIMEOUT_MS,
+                session_timeout_ms=session_ms,
                 heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
                 **extra,
             )
@@ -190,6 +194,7 @@ class Threaded:
         self._lock = threading.Lock()
         self._read: list[tuple[int, int]] = []
         self._owned: set[int] = set()
+        self.history: list[set[int]] = []  # each assignment it held, in turn
         self._stop = threading.Event()
         self._subscribed = threading.Event()
         started: Future[None] = Future()
@@ -219,6 +224,8 @@ class Threaded:
                 with self._lock:
                     self._read += read
                     self._owned = owned
+                    if not self.history or self.history[-1] != owned:
+                        self.history.append(owned)
         finally:
             client.close()
 
@@ -253,13 +260,19 @@ class Threaded:
         self._thread.join(CALL_TIMEOUT_S)
 
 
-def member(kind: str, bootstrap: str, group: str, instance: str | None = None) -> Member:
+def member(
+    kind: str,
+    bootstrap: str,
+    group: str,
+    instance: str | None = None,
+    session_ms: int = SESSION_TIMEOUT_MS,
+) -> Threaded:
     makers: dict[str, type[ConfluentMember | KafkaPythonMember | AioMember]] = {
         "confluent-kafka": ConfluentMember,
         "kafka-python": KafkaPythonMember,
         "aiokafka": AioMember,
     }
-    return Threaded(lambda: makers[kind](bootstrap, group, instance))
+    return Threaded(lambda: makers[kind](bootstrap, group, instance, session_ms))
 
 
 def main(argv: list[str]) -> None:

@@ -1,6 +1,6 @@
 """Consumer groups through the Kafka listener, with Kafka's own clients against a real 3-node
 cluster (one per module, its initial rebalance delay cut to 200 ms so that a new group does
-not wait 3 s).
+not wait 3 s, and sessions of 3 s allowed, which members use: a crash is seen in 3 s).
 
 Each of confluent-kafka (librdkafka), kafka-python and aiokafka (tests/kafka_group_clients.py):
 two members of one group split a topic's partitions and read every record once, each from
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -28,22 +28,25 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from cluster.kafka import codec
 from cluster.kafka import messages as m
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from tests.cluster.conftest import running_cluster
 from tests.cluster.procs import REPO
 from tests.kafka_group_clients import KINDS, SESSION_TIMEOUT_MS, Member, member
-from tests.kafka_wire import kafka_call
+from tests.kafka_wire import Captured, kafka_call, negotiated, report
 from tests.polling import poll_until
 
 GROUP_TOML = """
 [timing]
 group_initial_rebalance_delay_ms = 200
+group_session_timeout_ms_min = 1000
 """
 RECORDS = 400
 PARTITIONS = 4
 TIMEOUT_S = 60.0
+STATIC_SESSION_MS = 10_000
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +76,7 @@ def produce(bootstrap: str, topic: str, records: int, partitions: int) -> None:
     assert producer.flush(TIMEOUT_S) == 0
 
 
-def drain(members: list[Member], want: int) -> dict[tuple[int, int], int]:
+def drain(members: Sequence[Member], want: int) -> dict[tuple[int, int], int]:
     """Poll `members` in turn until `want` records are read: which member read each, by
     (partition, offset); a record read twice fails at once."""
     seen: dict[tuple[int, int], int] = {}
@@ -87,7 +90,7 @@ def drain(members: list[Member], want: int) -> dict[tuple[int, int], int]:
     return seen
 
 
-def assigned(members: list[Member]) -> list[set[int]]:
+def assigned(members: Sequence[Member]) -> list[set[int]]:
     """Each member's partitions, once they split the topic's between them (polling them
     meanwhile). A member may hold every partition for a moment first: the one of a generation
     that the next, the others' join, is about to end."""
@@ -404,3 +407,85 @@ def test_a_static_member_rejoins_without_a_rebalance_and_fences_its_old_id(
     )
     assert isinstance(stale, m.HeartbeatResponse)
     assert stale.error_code == ErrorCode.FENCED_INSTANCE_ID
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_static_member_restarted_takes_its_partitions_back_without_a_rebalance(
+    bootstrap: str, kind: str
+) -> None:
+    """KIP-345 with each client: a member with a `group.instance.id` closes (a static member
+    does not leave) and a new one with the same instance id joins within the session timeout:
+    it gets the same partitions, and the other member's never change meanwhile."""
+    topic = new_topic(bootstrap)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    # A session long enough for a client's restart (kafka-python's takes about 2 s).
+    static = member(kind, bootstrap, group, instance="static-a", session_ms=STATIC_SESSION_MS)
+    other = member(kind, bootstrap, group, session_ms=STATIC_SESSION_MS)
+    try:
+        for one in (static, other):
+            one.subscribe(topic)
+        before = assigned([static, other])
+        settled = len(other.history)
+        static.close()
+        static = member(kind, bootstrap, group, instance="static-a", session_ms=STATIC_SESSION_MS)
+        static.subscribe(topic)
+        poll_until(lambda: static.assignment() == before[0], TIMEOUT_S, "its partitions back")
+        assert other.history[settled - 1 :] == [before[1]], other.history
+    finally:
+        static.close()
+        other.close()
+
+
+# What each client's log shows it sent: the versions README's table gives.
+VERSION_PATTERNS = {
+    "confluent-kafka": r"Sent (\w+)Request \(v(\d+)",
+    "kafka-python": r"Request \d+: (\w+)Request\(version=(\d+)",
+    "aiokafka": r"(\w+?)(?:Request|Response)_v(\d+)\(",
+}
+NEGOTIATED = {
+    "confluent-kafka": {"FindCoordinator": [2], "JoinGroup": [5], "SyncGroup": [3],
+                        "Heartbeat": [3], "LeaveGroup": [1], "OffsetCommit": [8],
+                        "OffsetFetch": [8]},
+    "kafka-python": {"FindCoordinator": [6], "JoinGroup": [7], "SyncGroup": [5],
+                     "Heartbeat": [4], "LeaveGroup": [5], "OffsetCommit": [8],
+                     "OffsetFetch": [8]},
+    "aiokafka": {"FindCoordinator": [1], "JoinGroup": [5], "SyncGroup": [3], "Heartbeat": [1],
+                 "LeaveGroup": [1], "OffsetCommit": [3], "OffsetFetch": [3]},
+}  # fmt: skip
+GROUP_APIS = {
+    "JoinGroup": m.Api.JOIN_GROUP,
+    "SyncGroup": m.Api.SYNC_GROUP,
+    "Heartbeat": m.Api.HEARTBEAT,
+    "LeaveGroup": m.Api.LEAVE_GROUP,
+    "OffsetCommit": m.Api.OFFSET_COMMIT,
+    "OffsetFetch": m.Api.OFFSET_FETCH,
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_group_api_versions_each_client_negotiates(
+    bootstrap: str, kind: str, captured: Captured
+) -> None:
+    """A member's whole life (join, sync, heartbeats, a commit, a fetch of it, leaving), its
+    log read for the versions of the group APIs it sent: each inside what we serve."""
+    topic = new_topic(bootstrap, partitions=1, records=10)
+    one = member(kind, bootstrap, f"g-{uuid.uuid4().hex[:6]}")
+    try:
+        one.subscribe(topic)
+        drain([one], 10)
+        one.commit(topic, 0, 10)
+        assert one.committed(topic, 0) == 10
+        time.sleep(1.0)  # a heartbeat or two (librdkafka's every 500 ms here)
+    finally:
+        one.close()
+    versions = {
+        name: found
+        for name, found in negotiated(captured.lines, VERSION_PATTERNS[kind]).items()
+        if name in GROUP_APIS or name == "FindCoordinator"
+    }
+    report(f"{kind} (groups)", versions)
+    for name, api in GROUP_APIS.items():
+        served = codec.SUPPORTED[api]
+        assert all(served.min_version <= v <= served.max_version for v in versions[name])
+    # As README's table gives them: a change to our version table that moves a client shows.
+    assert {name: sorted(found) for name, found in versions.items()} == NEGOTIATED[kind]
