@@ -409,13 +409,33 @@ def test_a_static_member_rejoins_without_a_rebalance_and_fences_its_old_id(
     assert stale.error_code == ErrorCode.FENCED_INSTANCE_ID
 
 
+def generation_now(cluster: launcher.LocalCluster, group: str) -> tuple[str, int]:
+    """A dynamic member's id (DescribeGroups) and the group's generation, found as the one its
+    Heartbeat is not ILLEGAL_GENERATION for (no API tells a group's generation)."""
+    coordinator = coordinator_of(cluster, group)
+    described = call(
+        cluster, coordinator, m.Api.DESCRIBE_GROUPS, 5, m.DescribeGroupsRequest((group,))
+    )
+    assert isinstance(described, m.DescribeGroupsResponse)
+    (dynamic,) = [x.member_id for x in described.groups[0].members if not x.group_instance_id]
+    for generation in range(1, 100):
+        beat = call(
+            cluster, coordinator, m.Api.HEARTBEAT, 3, m.HeartbeatRequest(group, generation, dynamic)
+        )
+        assert isinstance(beat, m.HeartbeatResponse)
+        if beat.error_code != ErrorCode.ILLEGAL_GENERATION:
+            return dynamic, generation
+    raise AssertionError("no generation found")
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_static_member_restarted_takes_its_partitions_back_without_a_rebalance(
-    bootstrap: str, kind: str
+    group_cluster: launcher.LocalCluster, bootstrap: str, kind: str
 ) -> None:
     """KIP-345 with each client: a member with a `group.instance.id` closes (a static member
     does not leave) and a new one with the same instance id joins within the session timeout:
-    it gets the same partitions, and the other member's never change meanwhile."""
+    it gets the same partitions, the other member's never change, and the group's generation
+    stays as it was."""
     topic = new_topic(bootstrap)
     group = f"g-{uuid.uuid4().hex[:6]}"
     # A session long enough for a client's restart (kafka-python's takes about 2 s).
@@ -426,11 +446,13 @@ def test_a_static_member_restarted_takes_its_partitions_back_without_a_rebalance
             one.subscribe(topic)
         before = assigned([static, other])
         settled = len(other.history)
+        generation = generation_now(group_cluster, group)
         static.close()
         static = member(kind, bootstrap, group, instance="static-a", session_ms=STATIC_SESSION_MS)
         static.subscribe(topic)
         poll_until(lambda: static.assignment() == before[0], TIMEOUT_S, "its partitions back")
         assert other.history[settled - 1 :] == [before[1]], other.history
+        assert generation_now(group_cluster, group) == generation  # no rebalance
     finally:
         static.close()
         other.close()
