@@ -18,7 +18,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from cluster.broker.storage import PartitionStore
 from statemachine.limits import DEFAULT_LIMITS, StateLimits
@@ -32,6 +32,7 @@ from statemachine.partition import (
 )
 
 R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 Fatal = Callable[[str], None]
 
 
@@ -163,7 +164,52 @@ class PartitionReplica(_Notifying[PartitionResult]):
         shutil.rmtree(side.directory, ignore_errors=True)
 
 
-class MetadataReplica(_Notifying[MetadataResult]):
+class _PlainMachine(Protocol[R_co]):
+    """A state machine whose applies have no effect outside it."""
+
+    def __init__(self, limits: StateLimits) -> None: ...
+
+    def apply(self, entry: bytes) -> R_co: ...
+
+    def snapshot(self) -> bytes: ...
+
+    @classmethod
+    def restore(cls, data: bytes, limits: StateLimits) -> Self: ...
+
+
+M = TypeVar("M", bound=_PlainMachine[Any])
+
+
+class _PlainReplica(_Notifying[R], Generic[M, R]):
+    """A `_PlainMachine` on this node: applied, snapshotted and restored, nothing more."""
+
+    def __init__(
+        self,
+        machine_type: type[M],
+        limits: StateLimits,
+        on_applied: Callable[[R], None] | None,
+    ) -> None:
+        super().__init__(on_applied)
+        self._machine_type = machine_type
+        self.machine = machine_type(limits)
+        self._limits = limits
+
+    def apply(self, command: bytes) -> R:
+        result: R = self.machine.apply(command)
+        self._notify(result)
+        return result
+
+    def settle(self) -> None:
+        pass  # its applies have no effects outside the machine
+
+    def snapshot(self) -> bytes:
+        return self.machine.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        self.machine = self._machine_type.restore(data, self._limits)
+
+
+class MetadataReplica(_PlainReplica[MetadataStateMachine, MetadataResult]):
     """The controller's state machine on this node."""
 
     def __init__(
@@ -171,26 +217,10 @@ class MetadataReplica(_Notifying[MetadataResult]):
         limits: StateLimits = DEFAULT_LIMITS,
         on_applied: Callable[[MetadataResult], None] | None = None,
     ) -> None:
-        super().__init__(on_applied)
-        self.machine = MetadataStateMachine(limits)
-        self._limits = limits
-
-    def apply(self, command: bytes) -> MetadataResult:
-        result = self.machine.apply(command)
-        self._notify(result)
-        return result
-
-    def settle(self) -> None:
-        pass  # its applies have no effects outside the machine
-
-    def snapshot(self) -> bytes:
-        return self.machine.snapshot()
-
-    def restore(self, data: bytes) -> None:
-        self.machine = MetadataStateMachine.restore(data, self._limits)
+        super().__init__(MetadataStateMachine, limits, on_applied)
 
 
-class OffsetsReplica(_Notifying[OffsetsResult]):
+class OffsetsReplica(_PlainReplica[OffsetsStateMachine, OffsetsResult]):
     """An offsets partition's state machine on this node: its groups' offsets and records."""
 
     def __init__(
@@ -198,20 +228,4 @@ class OffsetsReplica(_Notifying[OffsetsResult]):
         limits: StateLimits = DEFAULT_LIMITS,
         on_applied: Callable[[OffsetsResult], None] | None = None,
     ) -> None:
-        super().__init__(on_applied)
-        self.machine = OffsetsStateMachine(limits)
-        self._limits = limits
-
-    def apply(self, command: bytes) -> OffsetsResult:
-        result = self.machine.apply(command)
-        self._notify(result)
-        return result
-
-    def settle(self) -> None:
-        pass  # its applies have no effects outside the machine
-
-    def snapshot(self) -> bytes:
-        return self.machine.snapshot()
-
-    def restore(self, data: bytes) -> None:
-        self.machine = OffsetsStateMachine.restore(data, self._limits)
+        super().__init__(OffsetsStateMachine, limits, on_applied)
