@@ -134,7 +134,6 @@ class GroupService:
         self._seats: dict[int, _Seat] = {}
         self._tokens = 0
         self._wake = asyncio.Event()
-        self._creating: asyncio.Task[None] | None = None
 
     # -- where a group lives -------------------------------------------------------------------
 
