@@ -293,15 +293,15 @@ class Coordinator:
         self, group_id: str, generation: int, member_id: str, instance_id: str | None, now_ms: int
     ) -> ErrorCode:
         """Why an OffsetCommit may not be written now (NONE: it may), as Kafka decides:
-        generation -1 with no member id is a commit from outside the group, taken while the
-        group has no members; a member commits in its generation, Stable or while the group
-        rebalances (a consumer commits what it read before it rejoins), not between the join
-        and the assignment."""
+        generation -1 is a commit from outside the group, taken while the group has no
+        members; a member commits in its generation, Stable or while the group rebalances (a
+        consumer commits what it read before it rejoins), not between the join and the
+        assignment. An unknown group with a generation: ILLEGAL_GENERATION (Kafka's)."""
         group = self._groups.get(group_id)
         if group is None or not group.members:
-            if generation < 0 and member_id == NO_MEMBER:
+            if generation < 0:
                 return ErrorCode.NONE
-            return ErrorCode.UNKNOWN_MEMBER_ID if group is None else ErrorCode.ILLEGAL_GENERATION
+            return ErrorCode.ILLEGAL_GENERATION if group is None else ErrorCode.UNKNOWN_MEMBER_ID
         error = self._fenced(group, member_id, instance_id)
         if error is not ErrorCode.NONE:
             return error
@@ -319,9 +319,26 @@ class Coordinator:
         return 0 if group is None else self._rebalance_timeout_ms(group)
 
     def forget(self, group_id: str) -> None:
-        """DeleteGroups: the group (Empty, which the caller checked) is gone."""
-        group = self._groups.pop(group_id, None)
-        assert group is None or not group.members, "a group with members deleted"
+        """DeleteGroups: the group is gone, unless members joined it meanwhile (the caller
+        checked it was empty before its entry went through the log)."""
+        group = self._groups.get(group_id)
+        if group is not None and not group.members and not group.pending:
+            del self._groups[group_id]
+
+    def prune(self, kept: Callable[[str], bool]) -> None:
+        """Forget Empty groups with nothing in flight that the log no longer `kept` (expired,
+        deleted, or never more than a MEMBER_ID_REQUIRED): a coordinator's groups stay bounded
+        by what is replicated and what is live."""
+        for group_id in [
+            g.group_id
+            for g in self._groups.values()
+            if g.state is GroupState.EMPTY
+            and not g.members
+            and not g.pending
+            and g.persisting is None
+            and not kept(g.group_id)
+        ]:
+            del self._groups[group_id]
 
     def listing(self) -> list[tuple[str, str, GroupState]]:
         """ListGroups: (group id, protocol type, state) of every group, by id."""
@@ -334,6 +351,10 @@ class Coordinator:
         if error is not ErrorCode.NONE:
             return [Reply(token, JoinResult(error, member_id=request.member_id))]
         group = self._groups.get(request.group_id)
+        if group is None and request.member_id != NO_MEMBER:
+            return [
+                Reply(token, JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=request.member_id))
+            ]
         if group is None:
             if len(self._groups) >= self._limits.groups_max:
                 return [Reply(token, JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))]
@@ -550,10 +571,18 @@ class Coordinator:
         return []
 
     def _complete_join(self, group: _Group, now_ms: int) -> list[Effect]:
-        """Members that did not rejoin are dropped and the generation moves on: the members
-        learn it, the leader with every member's subscription."""
-        for member in [m for m in group.members.values() if m.join_token is None]:
+        """Dynamic members that did not rejoin are dropped and the generation moves on: the
+        members learn it, the leader with every member's subscription. A static member that
+        did not rejoin stays (Kafka's rule: it may be restarting; its session, or the sync
+        deadline, ends it), unless nobody rejoined: then the wait starts again."""
+        for member in [
+            m for m in group.members.values() if m.join_token is None and m.instance_id is None
+        ]:
             self._remove(group, member)
+        rejoined = [m for m in group.members.values() if m.join_token is not None]
+        if group.members and not rejoined:
+            group.rebalance_deadline_ms = now_ms + self._rebalance_timeout_ms(group)
+            return []
         group.pending.clear()
         group.generation += 1
         group.rebalance_deadline_ms = group.join_not_before_ms = None
@@ -563,13 +592,13 @@ class Coordinator:
             group.leader = NO_MEMBER
             group.persisting = group.generation
             return [Persist(group.group_id, group.record())]
-        if group.leader not in group.members:
-            group.leader = next(iter(group.members))
+        if group.leader not in {m.member_id for m in rejoined}:
+            group.leader = rejoined[0].member_id
         group.protocol_name = self._select_protocol(group)
         group.state = GroupState.COMPLETING_REBALANCE
         group.sync_deadline_ms = now_ms + self._rebalance_timeout_ms(group)
         effects: list[Effect] = []
-        for member in group.members.values():
+        for member in rejoined:
             assert member.join_token is not None
             token, member.join_token = member.join_token, None
             member.session_deadline_ms = now_ms + member.session_timeout_ms
@@ -730,11 +759,16 @@ class Coordinator:
         """The group's error, one per member, and what the departures set off."""
         group = self._groups.get(group_id)
         if group is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID, [ErrorCode.UNKNOWN_MEMBER_ID] * len(members), []
+            return ErrorCode.NONE, [ErrorCode.UNKNOWN_MEMBER_ID] * len(members), []
         errors: list[ErrorCode] = []
         effects: list[Effect] = []
         for ref in members:
             member_id = ref.member_id
+            if member_id in group.pending:  # given an id (KIP-394), never joined with it
+                del group.pending[member_id]
+                errors.append(ErrorCode.NONE)
+                effects += self._maybe_complete_join(group, now_ms)
+                continue
             if member_id == NO_MEMBER and ref.instance_id is not None:
                 member_id = group.static.get(ref.instance_id, NO_MEMBER)  # KIP-345 by instance
             error = self._fenced(group, member_id, ref.instance_id)
@@ -792,6 +826,8 @@ class Coordinator:
         group.pending = {m: d for m, d in group.pending.items() if d > now_ms}
         effects: list[Effect] = []
         for member in list(group.members.values()):
+            if group.members.get(member.member_id) is not member:
+                continue  # gone meanwhile: a rebalance the last departure completed
             parked = member.join_token is not None or member.sync_token is not None
             if not parked and member.session_deadline_ms <= now_ms:
                 effects += self._depart(group, member, now_ms)
@@ -802,7 +838,8 @@ class Coordinator:
             and now_ms >= group.sync_deadline_ms
         ):
             for member in [m for m in group.members.values() if m.sync_token is None]:
-                effects += self._depart(group, member, now_ms)
+                if group.members.get(member.member_id) is member:
+                    effects += self._depart(group, member, now_ms)
         return effects + self._maybe_complete_join(group, now_ms)
 
     # -- helpers -----------------------------------------------------------------------------

@@ -464,6 +464,7 @@ class GroupService:
                 seat = self._refresh(partition, handle)
                 if seat.coordinator is not None:
                     self._settle(seat, seat.coordinator.tick(now_ms))
+                    seat.coordinator.prune(handle.replica.machine.groups.__contains__)
             for partition in [
                 p for p in self._seats if (OFFSETS_TOPIC, p) not in self.node.offsets
             ]:

@@ -394,7 +394,7 @@ def test_who_may_commit_offsets_and_when() -> None:
     h = Harness()
     check = h.coordinator.commit_refusal
     assert check("fresh", -1, "", None, h.now) is ErrorCode.NONE  # from outside any group
-    assert check("fresh", 1, "m", None, h.now) is ErrorCode.UNKNOWN_MEMBER_ID
+    assert check("fresh", 1, "m", None, h.now) is ErrorCode.ILLEGAL_GENERATION  # as Kafka
     (a, b), generation = h.stable_group(2)
     assert check("g", generation, a, None, h.now) is ErrorCode.NONE
     assert check("g", -1, "", None, h.now) is ErrorCode.UNKNOWN_MEMBER_ID  # it has members
@@ -405,3 +405,62 @@ def test_who_may_commit_offsets_and_when() -> None:
     h.join(b)  # everyone rejoined: the next generation waits for its assignment
     assert check("g", generation + 1, a, None, h.now) is ErrorCode.REBALANCE_IN_PROGRESS
     assert check("g", generation, a, None, h.now) is ErrorCode.ILLEGAL_GENERATION
+
+
+def test_two_silent_members_past_every_deadline_in_one_tick() -> None:
+    """b and c miss their sessions and the rebalance deadline passes, all before one tick:
+    the first departure completes the rebalance (dropping the other), and the tick goes on."""
+    h = Harness()
+    (a, b, c), generation = h.stable_group(3)
+    token = h.join(h.new_member())  # a rebalance: nobody else rejoins
+    h.join(a)
+    h.advance(REBALANCE_MS + SESSION_MS)
+    joined = h.joined(token)
+    assert joined.generation == generation + 1
+    members = {m.member_id for m in h.coordinator.describe("g").members}
+    assert members == {a, joined.member_id}  # b and c dropped, no KeyError on the way
+    assert not {b, c} & members
+
+
+def test_leaving_with_an_id_never_used_lets_the_rebalance_go_on() -> None:
+    h = Harness()
+    (a,), generation = h.stable_group(1)
+    unused = h.new_member()  # MEMBER_ID_REQUIRED given, then the client closes
+    token = h.join(h.new_member())  # a rebalance, held by the unused id
+    h.join(a)
+    assert token not in h.replies
+    _, errors, effects = h.coordinator.leave("g", (MemberRef(unused, None),), h.now)
+    h.take(effects)
+    assert errors == [ErrorCode.NONE]
+    assert h.joined(token).generation == generation + 1
+
+
+def test_empty_groups_the_log_no_longer_holds_are_pruned() -> None:
+    h = Harness()
+    assert h.joined(h.join("stale-id")).error is ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.coordinator.state("g") is GroupState.DEAD  # no group made for an unknown id
+    h.new_member()  # an id given, never used: the group exists, empty, with a pending id
+    h.advance(SESSION_MS)
+    h.coordinator.prune(lambda _group: True)
+    assert h.coordinator.state("g") is GroupState.EMPTY  # the log still holds it: kept
+    h.coordinator.prune(lambda _group: False)
+    assert h.coordinator.state("g") is GroupState.DEAD
+
+
+def test_a_static_member_that_does_not_rejoin_stays_through_the_rebalance() -> None:
+    """KIP-345: a static member restarting (its session outlasting the rebalance timeout) is
+    kept in the next generation, its subscription in the leader's list; a dynamic one would
+    have been dropped."""
+    h = Harness()
+    first = h.joined(h.join(instance="i", session_ms=60_000))  # static: no KIP-394 round
+    static_id = first.member_id
+    h.sync(static_id, first.generation, {static_id: b"p"})
+    h.commit_persists()
+    a = h.new_member()
+    ta = h.join(a)  # a rebalance; the static member is restarting and does not rejoin
+    h.advance(REBALANCE_MS)
+    joined = h.joined(ta)
+    assert joined.generation == first.generation + 1
+    assert joined.leader == a  # the leader is one that rejoined
+    assert {m.member_id for m in joined.members} == {a, static_id}
+    assert {m.member_id for m in h.coordinator.describe("g").members} == {a, static_id}
