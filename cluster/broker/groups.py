@@ -161,21 +161,23 @@ class GroupService:
                 log.warning("could not create %s: %s", OFFSETS_TOPIC, result.error.name)
         return ErrorCode.NONE if self.offsets_topic() else ErrorCode.COORDINATOR_NOT_AVAILABLE
 
-    def coordinator_raft_address(self, group_id: str) -> str | None:
-        """The Raft address of the group's coordinator, when this node knows it."""
+    def offsets_partition(self, group_id: str) -> int | None:
+        """The offsets partition that holds `group_id` (None until the topic exists)."""
         topic = self.offsets_topic()
-        if topic is None:
-            return None
-        handle = self.node.offsets.get((OFFSETS_TOPIC, partition_of(group_id, topic.partitions)))
+        return None if topic is None else partition_of(group_id, topic.partitions)
+
+    def leader_raft_address(self, partition: int) -> str | None:
+        """The Raft address of an offsets partition's leader, when this node hosts a replica
+        of it and knows the leader."""
+        handle = self.node.offsets.get((OFFSETS_TOPIC, partition))
         return None if handle is None else handle.group.leader_address
 
     def _seat_for(self, group_id: str) -> _Seat | ErrorCode:
         if group_id_error(group_id, self.node.limits):
             return ErrorCode.INVALID_GROUP_ID
-        topic = self.offsets_topic()
-        if topic is None:
+        partition = self.offsets_partition(group_id)
+        if partition is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        partition = partition_of(group_id, topic.partitions)
         handle = self.node.offsets.get((OFFSETS_TOPIC, partition))
         if handle is None:
             return ErrorCode.NOT_COORDINATOR
@@ -199,7 +201,7 @@ class GroupService:
         if not group.serving:
             self._drop(seat)
             return seat
-        term = group.status().term
+        term = group.term
         if seat.coordinator is None or seat.term != term:
             self._drop(seat)
             seat.coordinator = Coordinator(self._limits, _new_member_id)
@@ -294,19 +296,18 @@ class GroupService:
 
     def sync_wait_s(self, group_id: str) -> float:
         """How long a SyncGroup may be parked: the group's rebalance timeout, and a margin
-        (the session timeout's maximum while the group is unknown here)."""
+        (the margin alone where this node does not coordinate the group)."""
         seat = self._seat_for(group_id)
         if isinstance(seat, ErrorCode) or seat.coordinator is None:
             return PARK_MARGIN_S
-        timeout_ms = seat.coordinator.rebalance_timeout_ms(group_id)
-        return timeout_ms / 1000 + PARK_MARGIN_S
+        return _sync_wait_s(seat.coordinator, group_id)
 
     async def sync(self, request: SyncRequest) -> SyncResult:
         seat = self._seat_for(request.group_id)
         if isinstance(seat, ErrorCode):
             return SyncResult(seat)
         assert seat.coordinator is not None
-        wait_s = self.sync_wait_s(request.group_id)
+        wait_s = _sync_wait_s(seat.coordinator, request.group_id)
         token, future = self._park(seat)
         self._settle(seat, seat.coordinator.sync(request, token, _now_ms()))
         result = await self._await(seat, token, future, wait_s)
@@ -509,6 +510,10 @@ class GroupService:
         for seat in list(self._seats.values()):
             if seat.coordinator is not None:
                 await self._propose(seat, ExpireOffsets(wall_ms(), retention_ms).encode())
+
+
+def _sync_wait_s(coordinator: Coordinator, group_id: str) -> float:
+    return coordinator.rebalance_timeout_ms(group_id) / 1000 + PARK_MARGIN_S
 
 
 def _records(machine: OffsetsStateMachine) -> list[tuple[str, GroupRecord]]:

@@ -31,7 +31,7 @@ from functools import partial
 from cluster import protocol as p
 from cluster.addresses import parse_address
 from cluster.broker.frontend import RequestFrontend, fetch_answer_bytes_bound
-from cluster.broker.groups import GroupService, partition_of
+from cluster.broker.groups import GroupService
 from cluster.broker.metrics import Metrics
 from cluster.broker.node import OFFSETS_TOPIC, Node, client_topics
 from cluster.broker.peers import PeerWatcher
@@ -660,13 +660,13 @@ class KafkaFrontend:
     def _group_coordinator(self, group_id: str) -> int | None:
         """The node leading the group's offsets partition: known here when this node hosts a
         replica of it, else from the peers' status reports."""
-        topic = self.groups.offsets_topic()
-        if topic is None:
+        partition = self.groups.offsets_partition(group_id)
+        if partition is None:
             return None
-        address = self.groups.coordinator_raft_address(group_id)
+        address = self.groups.leader_raft_address(partition)
         if address is not None:
             return self.peers.node_of_raft_address(address)
-        return self.peers.leader_of(OFFSETS_TOPIC, partition_of(group_id, topic.partitions))
+        return self.peers.leader_of(OFFSETS_TOPIC, partition)
 
 
 def _native_fetch(request: m.FetchRequest) -> p.Fetch:

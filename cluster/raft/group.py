@@ -80,6 +80,11 @@ class RaftGroup:
         return self.is_leader and noop is not None and self._sync.raftLastApplied >= noop
 
     @property
+    def term(self) -> int:
+        """The Raft term this replica is in (what `status` reports, without the rest of it)."""
+        return int(self._sync.raftCurrentTerm)
+
+    @property
     def leader_address(self) -> str | None:
         leader = self._sync.leader()
         return None if leader is None else str(leader.address)
@@ -130,7 +135,7 @@ class RaftGroup:
             self.is_leader,
             self.serving,
             self.leader_address,
-            sync.raftCurrentTerm,
+            self.term,
             commit,
             applied,
             healthy,
