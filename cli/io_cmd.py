@@ -18,6 +18,12 @@ read to its end. How a record prints (text fields, JSON) is cli/record_lines.py'
 
 `--from-time` starts each partition at its first record appended at that time or later (the
 leader's log append time: ListOffsets by time), as kcat's `-o s@TIME`.
+
+`--group G` reads as a member of consumer group G (cluster/client/group_consumer.py): the group
+shares the partitions among its members, each partition starts at the group's committed
+offset, and `--from-beginning` applies only where the group has none (as Kafka's console
+consumer). Offsets are committed after the records are printed, so a crash delivers them again
+rather than skips them.
 """
 
 from __future__ import annotations
@@ -52,8 +58,11 @@ from cluster.client import (
     Admin,
     ClientError,
     Cluster,
+    CommitFailedError,
     ConsumedRecord,
     Consumer,
+    GroupConfig,
+    GroupConsumer,
     Producer,
     ProducerConfig,
     RecordMetadata,
@@ -271,15 +280,15 @@ class Start:
     time_ms: int | None = None
 
 
-def parse_time(text: str) -> int:
-    """--from-time: ms since the epoch, or an ISO 8601 time (UTC when it names no zone)."""
+def parse_time(text: str, option: str = "--from-time") -> int:
+    """A time option: ms since the epoch, or an ISO 8601 time (UTC when it names no zone)."""
     if text.isdigit():
         return int(text)
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise CliError(
-            f"--from-time {text!r} is neither ms since the epoch nor an ISO 8601 time "
+            f"{option} {text!r} is neither ms since the epoch nor an ISO 8601 time "
             "(e.g. 2026-11-25T14:00:00Z)"
         ) from None
     if moment.tzinfo is None:
@@ -322,6 +331,7 @@ def parse_start(
 @dataclass(frozen=True, slots=True)
 class ConsumeOptions:
     topic: str
+    group: str | None
     partitions: list[int] | None
     start: Start
     max_messages: int | None
@@ -376,6 +386,9 @@ def _at_ends(consumer: Consumer, topic: str, ends: dict[int, int]) -> bool:
 
 async def _consume(bootstrap: list[str], options: ConsumeOptions, tally: Tally) -> None:
     client = Cluster(bootstrap, retry=RetryPolicy(options.timeout_ms / 1000))
+    if options.group is not None:
+        await _consume_in_group(client, options.group, options, tally)
+        return
     try:
         consumer, ends = await _assign(client, options)
         idle_since = time.monotonic()
@@ -403,13 +416,56 @@ async def _consume(bootstrap: list[str], options: ConsumeOptions, tally: Tally) 
         await client.close()
 
 
-def _print(records: list[ConsumedRecord], options: ConsumeOptions, tally: Tally) -> None:
+async def _consume_in_group(
+    client: Cluster, group: str, options: ConsumeOptions, tally: Tally
+) -> None:
+    """As a member of `group`: commit what was printed, after printing it; leave at the end.
+    The idle timeout counts from the first assignment (joining a new group waits for the
+    coordinator's initial rebalance delay)."""
+    await topic_partitions(client, options.topic, None)
+    reset = Consumer.EARLIEST if options.start.offset == Consumer.EARLIEST else Consumer.LATEST
+    member = GroupConsumer(
+        client, group, [options.topic], GroupConfig(client_id="raftbroker-consume",
+                                                    auto_offset_reset=reset)
+    )  # fmt: skip
+    try:
+        idle_since = time.monotonic()
+        while options.max_messages is None or tally.printed < options.max_messages:
+            records = await member.poll(SHORT_POLL_MS)
+            if records or not member.rebalances:
+                idle_since = time.monotonic()
+            elif not options.follow and time.monotonic() - idle_since >= options.timeout_ms / 1000:
+                break
+            printed = _print(records, options, tally)
+            if printed:
+                with contextlib.suppress(CommitFailedError):  # delivered again: at least once
+                    await member.commit(_next_offsets(printed))
+    finally:
+        await member.close()
+        await client.close()
+
+
+def _next_offsets(records: list[ConsumedRecord]) -> dict[tuple[str, int], int]:
+    """What to commit after `records`: per partition, the offset after its last one."""
+    offsets: dict[tuple[str, int], int] = {}
+    for r in records:
+        offsets[(r.topic, r.partition)] = max(offsets.get((r.topic, r.partition), 0), r.offset + 1)
+    return offsets
+
+
+def _print(
+    records: list[ConsumedRecord], options: ConsumeOptions, tally: Tally
+) -> list[ConsumedRecord]:
+    """Print records (up to --max-messages); those printed."""
+    printed = []
     for record in sorted(records, key=lambda r: (r.partition, r.offset)):
         if options.max_messages is not None and tally.printed >= options.max_messages:
             break
         sys.stdout.write(options.render(record) + "\n")
         tally.printed += 1
+        printed.append(record)
     sys.stdout.flush()
+    return printed
 
 
 def consume(
@@ -453,6 +509,15 @@ def consume(
         "has no leader answering this long).",
     ),
     follow: bool = typer.Option(False, "--follow", help="Keep waiting for new records."),
+    group: str | None = typer.Option(
+        None,
+        "--group",
+        "-g",
+        metavar="GROUP",
+        help="Read as a member of consumer group GROUP: from its committed offsets (with "
+        "--from-beginning, the first record where it has none), sharing the partitions with "
+        "its other members; commits after printing.",
+    ),
     output: Format = typer.Option(
         Format.text,
         "--format",
@@ -482,11 +547,20 @@ def consume(
     At the end, "Processed N records" on stderr."""
     if follow and until_end:
         raise CliError("use --follow or --until-end, not both")
+    if (group is not None and (offset, partition, from_time) != (None, None, None)) or (
+        group is not None and until_end
+    ):
+        raise CliError(
+            "--group reads from the group's committed offsets and the partitions it assigns: "
+            "not with --offset, --partition, --from-time or --until-end "
+            "(raftbroker groups reset moves a group's offsets)"
+        )
     fields = TextFields(
         print_timestamp, print_partition, print_offset, print_headers, print_key, null_literal
     )
     options = ConsumeOptions(
         topic,
+        group,
         None if partition is None else [partition],
         parse_start(from_beginning, offset, partition, from_time),
         max_messages,

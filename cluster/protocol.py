@@ -227,9 +227,19 @@ class Op(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUP = 15
+    LIST_GROUPS = 16
     CREATE_TOPIC = 19
     DELETE_TOPIC = 20
     INIT_PRODUCER_ID = 22
+    DELETE_GROUP = 42
     DESCRIBE_PRODUCERS = 61
     CLUSTER_STATUS = 1_000  # raftbroker's own: Raft group health
     FENCED_PRODUCE = 1_001  # raftbroker's own: a streaming sink's part, appended once
@@ -590,6 +600,248 @@ class ClusterStatus(Request):
     RESPONSE: ClassVar[type[Response]] = ClusterStatusResponse
 
 
+# Consumer groups (Kafka's classic protocol; cluster/broker/groups.py decides). A group's
+# requests go to its coordinator (FindCoordinator names it); the group errors of each answer
+# are in its `error` (NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS among them, which a
+# client meets by finding the coordinator again). An empty `instance_id` is a dynamic member.
+_PROTOCOLS_MAX = 16  # a member's assignors
+_GROUP_STATE_CHARS_MAX = 32
+
+
+def _per_group(limits: Limits) -> int:
+    return limits.group_members_max
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinatorResponse(Response):
+    error: int = _error()
+    node_id: int = _rule(_LEADER_ID)
+    address: str = _address()
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinator(Request):
+    OP: ClassVar[Op] = Op.FIND_COORDINATOR
+    RESPONSE: ClassVar[type[Response]] = FindCoordinatorResponse
+    group: str = _name()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupProtocol(Struct):
+    """One assignor a member can use, with its subscription (opaque to the broker)."""
+
+    name: str = _name()
+    metadata: bytes = _blob()
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedMember(Struct):
+    member_id: str = _name()
+    instance_id: str = _name()
+    metadata: bytes = _blob()
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResponse(Response):
+    """`members` is the leader's only. MEMBER_ID_REQUIRED carries the id to join with."""
+
+    error: int = _error()
+    generation: int = _int(-1, INT32_MAX)
+    protocol_name: str = _name()
+    leader: str = _name()
+    member_id: str = _name()
+    members: tuple[JoinedMember, ...] = _many(JoinedMember, _per_group)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroup(Request):
+    """A new member joins with an empty `member_id` and is given one (KIP-394) to join with."""
+
+    OP: ClassVar[Op] = Op.JOIN_GROUP
+    RESPONSE: ClassVar[type[Response]] = JoinGroupResponse
+    group: str = _name()
+    member_id: str = _name()
+    instance_id: str = _name()
+    client_id: str = _name()
+    session_timeout_ms: int = _rule(_TIMEOUT)
+    rebalance_timeout_ms: int = _rule(_TIMEOUT)
+    protocol_type: str = _name()
+    protocols: tuple[GroupProtocol, ...] = _many(GroupProtocol, _at_most(_PROTOCOLS_MAX))
+
+
+@dataclass(frozen=True, slots=True)
+class MemberAssignment(Struct):
+    member_id: str = _name()
+    assignment: bytes = _blob()
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupResponse(Response):
+    error: int = _error()
+    assignment: bytes = _blob()
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroup(Request):
+    """`assignments` is the leader's only."""
+
+    OP: ClassVar[Op] = Op.SYNC_GROUP
+    RESPONSE: ClassVar[type[Response]] = SyncGroupResponse
+    group: str = _name()
+    generation: int = _int(-1, INT32_MAX)
+    member_id: str = _name()
+    instance_id: str = _name()
+    assignments: tuple[MemberAssignment, ...] = _many(MemberAssignment, _per_group)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupErrorResponse(Response):
+    error: int = _error()
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Request):
+    OP: ClassVar[Op] = Op.HEARTBEAT
+    RESPONSE: ClassVar[type[Response]] = GroupErrorResponse
+    group: str = _name()
+    generation: int = _int(-1, INT32_MAX)
+    member_id: str = _name()
+    instance_id: str = _name()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroup(Request):
+    OP: ClassVar[Op] = Op.LEAVE_GROUP
+    RESPONSE: ClassVar[type[Response]] = GroupErrorResponse
+    group: str = _name()
+    member_id: str = _name()
+    instance_id: str = _name()
+
+
+@dataclass(frozen=True, slots=True)
+class CommitEntry(Struct):
+    topic: str = _name()
+    partition: int = _partition()
+    offset: int = _rule(_OFFSET)
+    metadata: str = _rule(_TEXT)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult(Struct):
+    topic: str = _name()
+    partition: int = _partition()
+    error: int = _error()
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponse(Response):
+    results: tuple[CommitResult, ...] = _many(CommitResult, _per_request)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit(Request):
+    """A member's commit; generation -1 with an empty `member_id` commits for an empty group
+    (an administrator's reset), as Kafka's."""
+
+    OP: ClassVar[Op] = Op.OFFSET_COMMIT
+    RESPONSE: ClassVar[type[Response]] = OffsetCommitResponse
+    group: str = _name()
+    generation: int = _int(-1, INT32_MAX)
+    member_id: str = _name()
+    instance_id: str = _name()
+    offsets: tuple[CommitEntry, ...] = _many(CommitEntry, _per_request)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPartition(Struct):
+    topic: str = _name()
+    partition: int = _partition()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffset(Struct):
+    """`offset` -1: the group has committed none for the partition."""
+
+    topic: str = _name()
+    partition: int = _partition()
+    offset: int = _rule(_OFFSET_OR_NONE)
+    metadata: str = _rule(_TEXT)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponse(Response):
+    error: int = _error()
+    offsets: tuple[GroupOffset, ...] = _many(GroupOffset, _per_request)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetch(Request):
+    """The group's committed offsets of `partitions` (of every partition it has: empty)."""
+
+    OP: ClassVar[Op] = Op.OFFSET_FETCH
+    RESPONSE: ClassVar[type[Response]] = OffsetFetchResponse
+    group: str = _name()
+    partitions: tuple[GroupPartition, ...] = _many(GroupPartition, _per_request)
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember(Struct):
+    member_id: str = _name()
+    instance_id: str = _name()
+    client_id: str = _name()
+    client_host: str = _address()
+    metadata: bytes = _blob()
+    assignment: bytes = _blob()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupResponse(Response):
+    """`state` as Kafka names it: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+    (a group the coordinator does not know)."""
+
+    error: int = _error()
+    state: str = _str(_GROUP_STATE_CHARS_MAX)
+    protocol_type: str = _name()
+    protocol_name: str = _name()
+    members: tuple[DescribedMember, ...] = _many(DescribedMember, _per_group)
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroup(Request):
+    OP: ClassVar[Op] = Op.DESCRIBE_GROUP
+    RESPONSE: ClassVar[type[Response]] = DescribeGroupResponse
+    group: str = _name()
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup(Struct):
+    group: str = _name()
+    protocol_type: str = _name()
+    state: str = _str(_GROUP_STATE_CHARS_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsResponse(Response):
+    groups: tuple[ListedGroup, ...] = _many(ListedGroup, _per_frame)
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroups(Request):
+    """The groups the answering node coordinates (a client asks every node, as Kafka's)."""
+
+    OP: ClassVar[Op] = Op.LIST_GROUPS
+    RESPONSE: ClassVar[type[Response]] = ListGroupsResponse
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroup(Request):
+    """An empty group and its committed offsets; NON_EMPTY_GROUP while it has members."""
+
+    OP: ClassVar[Op] = Op.DELETE_GROUP
+    RESPONSE: ClassVar[type[Response]] = GroupErrorResponse
+    group: str = _name()
+
+
 REQUEST_TYPES: tuple[type[Request], ...] = (
     Metadata,
     CreateTopic,
@@ -601,6 +853,16 @@ REQUEST_TYPES: tuple[type[Request], ...] = (
     DescribeProducers,
     ClusterStatus,
     FencedProduce,
+    FindCoordinator,
+    JoinGroup,
+    SyncGroup,
+    Heartbeat,
+    LeaveGroup,
+    OffsetCommit,
+    OffsetFetch,
+    DescribeGroup,
+    ListGroups,
+    DeleteGroup,
 )
 
 

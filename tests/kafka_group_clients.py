@@ -25,6 +25,7 @@ HEARTBEAT_INTERVAL_MS = 500
 POLL_MS = 100
 KINDS = ("confluent-kafka", "kafka-python", "aiokafka")
 CALL_TIMEOUT_S = 60.0
+KAFKA_PYTHON_METADATA_MAX_AGE_MS = 5_000
 
 
 class Member(Protocol):
@@ -102,10 +103,18 @@ class KafkaPythonMember:
             enable_auto_commit=False,
             session_timeout_ms=session_ms,
             heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+            # A backstop only (the default is 5 minutes): see subscribe.
+            metadata_max_age_ms=KAFKA_PYTHON_METADATA_MAX_AGE_MS,
             **extra,
         )
 
     def subscribe(self, topic: str) -> None:
+        # kafka-python joins without waiting for the metadata its subscription asked for; a
+        # Metadata answer already under way (for the topics it had before) then clears that
+        # request, and a leader assigns the topic from metadata without it: nothing, until
+        # the next refresh. Its own metadata of the topic first, as an application that
+        # looks the topic up before subscribing has, then the subscription.
+        self._c.partitions_for_topic(topic)
         self._c.subscribe([topic])
 
     def poll(self) -> list[tuple[int, int]]:

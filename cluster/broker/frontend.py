@@ -16,6 +16,8 @@ from collections.abc import Callable
 from functools import partial
 
 from cluster import protocol as p
+from cluster.broker.group_requests import NativeGroups
+from cluster.broker.groups import GroupService
 from cluster.broker.metrics import Metrics
 from cluster.broker.node import OFFSETS_TOPIC, Node, PartitionHandle, client_topics
 from cluster.broker.peers import PeerWatcher
@@ -59,10 +61,13 @@ UTF8_BYTES_PER_CHAR_MAX = 4
 class RequestFrontend:
     """The RequestHandler of a node."""
 
-    def __init__(self, node: Node, peers: PeerWatcher, metrics: Metrics) -> None:
+    def __init__(
+        self, node: Node, peers: PeerWatcher, metrics: Metrics, groups: GroupService
+    ) -> None:
         self.node = node
         self.peers = peers
         self.metrics = metrics
+        self.groups = NativeGroups(node, groups)
 
     @property
     def _timeout_s(self) -> float:
@@ -80,8 +85,10 @@ class RequestFrontend:
             return fetch_answer_bytes_bound(request, self.node.config.limits, self.node.limits)
         return 0
 
-    def answer_wait_s(self, request: p.Request) -> float:  # noqa: ARG002 - no request waits
-        return 0.0
+    def answer_wait_s(self, request: p.Request) -> float:
+        """How long `request` may wait by design (a JoinGroup or SyncGroup parked for its
+        rebalance), beyond the answer timeout."""
+        return self.groups.answer_wait_s(request)
 
     def _observe(self, op: str, error: str, started: float) -> None:
         self.metrics.request_done(op, error, time.perf_counter() - started)
@@ -104,6 +111,9 @@ class RequestFrontend:
                 return await self.delete_topic(request)
             case p.ClusterStatus():
                 return self.cluster_status()
+        answer = await self.groups.handle(request)
+        if answer is not None:
+            return answer
         raise RequestRefusedError(
             ErrorCode.INVALID_REQUEST, f"unsupported {type(request).__name__}"
         )

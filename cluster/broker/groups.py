@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from cluster.broker.node import OFFSETS_TOPIC, Node, OffsetsHandle
+from cluster.broker.peers import PeerWatcher
 from cluster.clock import wall_ms
 from cluster.raft import ProposalError
 from statemachine.codec import pack
@@ -120,8 +121,9 @@ class _Seat:
 class GroupService:
     """Every consumer-group request this node answers."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, peers: PeerWatcher) -> None:
         self.node = node
+        self.peers = peers
         timing, limits = node.config.timing, node.config.limits
         self._limits = CoordinatorLimits(
             session_timeout_ms_min=timing.group_session_timeout_ms_min,
@@ -166,11 +168,25 @@ class GroupService:
         topic = self.offsets_topic()
         return None if topic is None else partition_of(group_id, topic.partitions)
 
-    def leader_raft_address(self, partition: int) -> str | None:
-        """The Raft address of an offsets partition's leader, when this node hosts a replica
-        of it and knows the leader."""
-        handle = self.node.offsets.get((OFFSETS_TOPIC, partition))
-        return None if handle is None else handle.group.leader_address
+    async def coordinator_node(self, group_id: str) -> tuple[ErrorCode, int]:
+        """The node coordinating `group_id` (FindCoordinator): the leader of its offsets
+        partition, known here when this node hosts a replica of it, else from the peers'
+        status reports. The offsets topic is created on the first ask; until it has leaders
+        the answer is COORDINATOR_NOT_AVAILABLE (retriable), as Kafka's."""
+        if group_id_error(group_id, self.node.limits):
+            return ErrorCode.INVALID_GROUP_ID, -1
+        await self.ensure_offsets_topic()
+        partition = self.offsets_partition(group_id)
+        node_id = None
+        if partition is not None:
+            handle = self.node.offsets.get((OFFSETS_TOPIC, partition))
+            if handle is not None:
+                node_id = self.peers.node_of_raft_address(handle.group.leader_address)
+            else:
+                node_id = self.peers.leader_of(OFFSETS_TOPIC, partition)
+        if node_id is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1
+        return ErrorCode.NONE, node_id
 
     def _seat_for(self, group_id: str) -> _Seat | ErrorCode:
         if group_id_error(group_id, self.node.limits):

@@ -37,8 +37,8 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
     metrics = Metrics()
     peers = PeerWatcher(config)
     duties = NodeDuties(node)
-    frontend = RequestFrontend(node, peers, metrics)
-    groups = GroupService(node)
+    groups = GroupService(node, peers)
+    frontend = RequestFrontend(node, peers, metrics, groups)
     server = Server(
         frontend,
         config.host,

@@ -13,6 +13,9 @@ aiokafka splits its producer, consumer and protocol:
     admin.py       Admin: topics, producer state, cluster status, offsets
     producer.py    Producer (idempotent), RecordMetadata, ProducerConfig, stable_partition
     consumer.py    Consumer, ConsumerConfig, ConsumedRecord
+    group_consumer.py  GroupConsumer, GroupConfig, CommitFailedError: a consumer group member
+    groups.py      Groups: list, describe (with lag), delete groups, reset their offsets
+    consumer_protocol.py  Kafka's consumer-protocol bytes and its range assignor
     fenced.py      FencedWriter: a streaming sink's micro-batch, appended exactly once
     sync.py        SyncClient: the async client driven from a synchronous thread
 
@@ -27,6 +30,8 @@ from cluster.client.admin import Admin
 from cluster.client.connection import Connection
 from cluster.client.consumer import ConsumedRecord, Consumer, ConsumerConfig
 from cluster.client.errors import ClientError, ProducerFencedError
+from cluster.client.group_consumer import CommitFailedError, GroupConfig, GroupConsumer
+from cluster.client.groups import Groups
 from cluster.client.metadata import Cluster, PartitionInfo
 from cluster.client.producer import (
     Producer,
@@ -41,10 +46,14 @@ __all__ = [
     "CallTimeoutError",
     "ClientError",
     "Cluster",
+    "CommitFailedError",
     "Connection",
     "ConsumedRecord",
     "Consumer",
     "ConsumerConfig",
+    "GroupConfig",
+    "GroupConsumer",
+    "Groups",
     "PartitionInfo",
     "Producer",
     "ProducerConfig",

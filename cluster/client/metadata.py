@@ -12,6 +12,8 @@ Rules:
   answer is tried last from then on and forgotten as a leader (`lost`); a NOT_LEADER answer's
   hint is believed; otherwise metadata is refreshed from any broker that answers (bootstrap
   addresses and the brokers metadata listed). `reroute` is that recovery, for loops of their own.
+- A consumer group's requests go to its coordinator (`call_coordinator`), found through any
+  broker and remembered per group until it moves.
 - UNKNOWN_TOPIC_OR_PARTITION is final once an answered Metadata request says the topic does not
   exist (or has no such partition); until then it is retried like a leader change.
 """
@@ -28,6 +30,15 @@ from cluster.client.connection import Connection, OnAnswer
 from cluster.client.errors import ClientError
 from cluster.client.retry import Attempts, Failure, RetryPolicy, final
 from statemachine.errors import ErrorCode
+
+# A group's answer that sends the client to find its coordinator again.
+COORDINATOR_MOVED = frozenset(
+    {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +73,7 @@ class Cluster:
         self._unknown: set[str] = set()  # topics the last Metadata answer said do not exist
         # Addresses that did not answer, until one answers a call to any broker: asked last.
         self._unreachable: set[str] = set()
+        self._coordinators: dict[str, str] = {}  # group -> its coordinator's address
 
     def _open_connection(self, address: str) -> Connection | None:
         conn = self._connections.get(address)
@@ -341,6 +353,53 @@ class Cluster:
                     await self.reroute(topic, partition, hint=hint, timeout_s=wait_s)
                     self._check_exists(topic, partition)
             await attempts.pause()
+
+    # -- consumer groups -----------------------------------------------------------------------
+
+    async def call_coordinator(
+        self,
+        group: str,
+        request: p.Request,
+        *,
+        timeout_s: float | None = None,
+        request_timeout_s: float | None = None,
+    ) -> p.Response:
+        """`request` answered by `group`'s coordinator (FindCoordinator names it), riding out
+        dead nodes and coordinator moves (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+        COORDINATOR_NOT_AVAILABLE) until `timeout_s`; any other answer is returned, for the
+        caller to read its `error`."""
+        attempts = self._attempts(f"no coordinator of group {group!r} answered", timeout_s)
+        per_request_s = request_timeout_s or self.request_timeout_s
+        while True:
+            address = self._coordinators.get(group)
+            try:
+                if address is None:
+                    address = await self._find_coordinator(group, attempts)
+                wait_s = attempts.request_timeout_s(per_request_s)
+                response = await self.send(address, request, wait_s)
+            except ClientError as exc:
+                if final(exc.error):
+                    raise
+                attempts.failed(Failure.of(exc, address or ""))
+                self._coordinators.pop(group, None)
+                if address is not None and exc.unanswered:
+                    self.lost(address)
+            else:
+                error = ErrorCode(getattr(response, "error", ErrorCode.NONE))
+                if error not in COORDINATOR_MOVED:
+                    return response
+                attempts.failed(Failure(error, address))
+                self._coordinators.pop(group, None)
+            await attempts.pause()
+
+    async def _find_coordinator(self, group: str, attempts: Attempts) -> str:
+        wait_s = attempts.request_timeout_s(self.request_timeout_s)
+        response = await self.send_any(p.FindCoordinator(group), wait_s)
+        assert isinstance(response, p.FindCoordinatorResponse)
+        if response.error != ErrorCode.NONE:
+            raise ClientError(ErrorCode(response.error), f"group {group!r}")
+        self._coordinators[group] = response.address
+        return response.address
 
     async def close(self) -> None:
         for conn in list(self._connections.values()):

@@ -33,7 +33,7 @@ from cluster.addresses import parse_address
 from cluster.broker.frontend import RequestFrontend, fetch_answer_bytes_bound
 from cluster.broker.groups import GroupService
 from cluster.broker.metrics import Metrics
-from cluster.broker.node import OFFSETS_TOPIC, Node, client_topics
+from cluster.broker.node import Node, client_topics
 from cluster.broker.peers import PeerWatcher
 from cluster.errors import RaftbrokerError, RequestRefusedError
 from cluster.kafka import codec
@@ -631,42 +631,28 @@ class KafkaFrontend:
         the group's offsets partition (cluster/broker/groups.py), the offsets topic created
         on the first ask (COORDINATOR_NOT_AVAILABLE until it has leaders)."""
         keys = request.coordinator_keys if version >= 4 else (request.key,)
-        if request.key_type == m.COORDINATOR_GROUP and keys:
-            await self.groups.ensure_offsets_topic()
-        answers = tuple(self._coordinator(key, request.key_type) for key in keys)
+        answers = tuple([await self._coordinator(key, request.key_type) for key in keys])
         first = answers[0] if answers else m.Coordinator("", -1, "", -1, ErrorCode.NONE)
         return m.FindCoordinatorResponse(
             first.error_code, first.error_message, first.node_id, first.host, first.port, answers
         )
 
-    def _coordinator(self, key: str, key_type: int) -> m.Coordinator:
+    async def _coordinator(self, key: str, key_type: int) -> m.Coordinator:
         me = self.node.config.node_id
         if key_type == m.COORDINATOR_TRANSACTION and me in self._addresses:
             host, port = self._addresses[me]
             return m.Coordinator(key, me, host, port, ErrorCode.NONE)
         if key_type == m.COORDINATOR_GROUP:
-            node_id = self._group_coordinator(key)
-            if node_id is not None and node_id in self._addresses:
+            error, node_id = await self.groups.coordinator_node(key)
+            if error is ErrorCode.NONE and node_id in self._addresses:
                 host, port = self._addresses[node_id]
                 return m.Coordinator(key, node_id, host, port, ErrorCode.NONE)
-            error, message = (
-                ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                "the group's coordinator is not known yet",
-            )
+            if error is ErrorCode.NONE:
+                error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            message = "the group's coordinator is not known yet"
         else:
             error, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
         return m.Coordinator(key, -1, "", -1, error, message)
-
-    def _group_coordinator(self, group_id: str) -> int | None:
-        """The node leading the group's offsets partition: known here when this node hosts a
-        replica of it, else from the peers' status reports."""
-        partition = self.groups.offsets_partition(group_id)
-        if partition is None:
-            return None
-        address = self.groups.leader_raft_address(partition)
-        if address is not None:
-            return self.peers.node_of_raft_address(address)
-        return self.peers.leader_of(OFFSETS_TOPIC, partition)
 
 
 def _native_fetch(request: m.FetchRequest) -> p.Fetch:

@@ -56,6 +56,22 @@ async def whole_cluster(three_nodes: launcher.LocalCluster) -> launcher.LocalClu
     return current
 
 
+GROUP_TOML = """
+[timing]
+group_initial_rebalance_delay_ms = 200
+group_session_timeout_ms_min = 1000
+"""
+
+
+@pytest.fixture(scope="package")
+def group_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[launcher.LocalCluster]:
+    """One cluster for the consumer-group modules (Kafka's clients, native ones, the CLI):
+    a new group's initial rebalance delay cut to 200 ms (not 3 s), and sessions from 1 s
+    allowed, so that a crashed member is seen within seconds."""
+    with running_cluster(tmp_path_factory.mktemp("groups"), GROUP_TOML) as cluster:
+        yield cluster
+
+
 @pytest.fixture(scope="module")
 def kafka_bootstrap(three_nodes: launcher.LocalCluster) -> list[str]:
     """The module's cluster as Kafka clients reach it: each node's Kafka listener."""

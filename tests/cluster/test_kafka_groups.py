@@ -1,6 +1,6 @@
 """Consumer groups through the Kafka listener, with Kafka's own clients against a real 3-node
-cluster (one per module, its initial rebalance delay cut to 200 ms so that a new group does
-not wait 3 s, and sessions of 3 s allowed, which members use: a crash is seen in 3 s).
+cluster (`group_cluster`, shared with test_native_groups.py: a new group's initial rebalance
+delay cut to 200 ms, and sessions of 3 s allowed, which members use: a crash is seen in 3 s).
 
 Each of confluent-kafka (librdkafka), kafka-python and aiokafka (tests/kafka_group_clients.py):
 two members of one group split a topic's partitions and read every record once, each from
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -32,27 +32,15 @@ from cluster.kafka import codec
 from cluster.kafka import messages as m
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
-from tests.cluster.conftest import running_cluster
 from tests.cluster.procs import REPO
 from tests.kafka_group_clients import KINDS, SESSION_TIMEOUT_MS, Member, member
 from tests.kafka_wire import Captured, kafka_call, negotiated, report
 from tests.polling import poll_until
 
-GROUP_TOML = """
-[timing]
-group_initial_rebalance_delay_ms = 200
-group_session_timeout_ms_min = 1000
-"""
 RECORDS = 400
 PARTITIONS = 4
 TIMEOUT_S = 60.0
 STATIC_SESSION_MS = 10_000
-
-
-@pytest.fixture(scope="module")
-def group_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[launcher.LocalCluster]:
-    with running_cluster(tmp_path_factory.mktemp("groups"), GROUP_TOML) as cluster:
-        yield cluster
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,316 @@
+"""A consumer in a consumer group: partitions shared among members, resumed from commits.
+
+Role: `GroupConsumer` joins a group (Kafka's classic protocol, protocol type "consumer", the
+range assignor; cluster/client/consumer_protocol.py), so it can share a group with Kafka's
+clients. It reads the partitions the group assigns it with a `Consumer`, each from the group's
+committed offset (else `auto_offset_reset`), and commits what it consumed when told to.
+
+Rules:
+- `poll` drives the membership, as Kafka's clients do: it joins or rejoins when needed and
+  sends the heartbeats that keep the member's session, so it must be called at least every
+  session timeout (its waits are cut short to keep heartbeats on time).
+- Rebalances are eager: on a rejoin every partition is given up and its uncommitted progress
+  forgotten, so records read but not committed are delivered again, to whichever member is
+  assigned the partition next (at least once, never skipped).
+- A commit after the group moved on fails with `CommitFailedError` (as Kafka's
+  CommitFailedException): those records will be delivered again.
+- FENCED_INSTANCE_ID (another process took this static member's instance id) is final.
+- `close` leaves the group (a dynamic member only: a static one keeps its partitions for its
+  session timeout, to come back to them, as KIP-345 intends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from cluster import protocol as p
+from cluster.client.admin import Admin
+from cluster.client.consumer import ConsumedRecord, Consumer, ConsumerConfig
+from cluster.client.consumer_protocol import (
+    PROTOCOL_TYPE,
+    RANGE,
+    ConsumerProtocolError,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+    range_assign,
+)
+from cluster.client.errors import ClientError
+from cluster.client.metadata import Cluster
+from statemachine.errors import ErrorCode
+
+# The coordinator parks a JoinGroup for the rebalance timeout and its initial delay (3 s by
+# default, a broker setting): a request waits that long and this margin.
+JOIN_MARGIN_S = 15.0
+REJOIN = frozenset(
+    {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
+)
+
+
+class CommitFailedError(ClientError):
+    """A commit the group did not take: it rebalanced (or dropped this member) meanwhile."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """A member's settings, as Kafka's consumer names them. The session timeout's default is
+    Kafka's (45 s since 3.0): how long a crashed member's partitions wait for it."""
+
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 3_000
+    rebalance_timeout_ms: int = 60_000  # Kafka's max.poll.interval.ms plays this part
+    instance_id: str = ""  # group.instance.id: a static member (KIP-345)
+    client_id: str = "raftbroker"
+    # Where a partition the group has no commit for starts: Kafka's default, its end.
+    auto_offset_reset: int = Consumer.LATEST
+
+    def __post_init__(self) -> None:
+        if not 0 < self.heartbeat_interval_ms < self.session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be positive and below the session")
+        if self.rebalance_timeout_ms <= 0:
+            raise ValueError("rebalance_timeout_ms must be positive")
+        if self.auto_offset_reset not in (Consumer.EARLIEST, Consumer.LATEST):
+            raise ValueError("auto_offset_reset is Consumer.EARLIEST or Consumer.LATEST")
+
+
+class GroupConsumer:
+    """Reads the partitions its group assigns it; commits what it consumed."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        group: str,
+        topics: Iterable[str],
+        config: GroupConfig | None = None,
+        consumer_config: ConsumerConfig | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.group = group
+        self.topics = tuple(sorted(set(topics)))
+        self.config = config or GroupConfig()
+        self.consumer = Consumer(cluster, consumer_config)
+        self.member_id = ""
+        self.generation = -1
+        self.rebalances = 0  # assignments received: a record may be delivered again after one
+        self._admin = Admin(cluster)
+        self._rejoin = True
+        self._fenced: ClientError | None = None
+        self._next_heartbeat = 0.0
+        self._committed: dict[tuple[str, int], int] = {}
+
+    # -- what a member holds ---------------------------------------------------------------------
+
+    def assignment(self) -> set[tuple[str, int]]:
+        return set(self.consumer.positions)
+
+    def positions(self) -> dict[tuple[str, int], int]:
+        """The next offset of each assigned partition: what a commit of all would store."""
+        return {tp: pos.offset for tp, pos in self.consumer.positions.items()}
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def poll(self, max_wait_ms: int | None = None) -> list[ConsumedRecord]:
+        """The next records of the assigned partitions; [] while the group rebalances or after
+        `max_wait_ms` without any."""
+        if self._fenced is not None:
+            raise self._fenced
+        wait_ms = self.consumer.config.max_wait_ms if max_wait_ms is None else max_wait_ms
+        if self._rejoin:
+            await self._join()
+        await self._heartbeat_if_due()
+        if self._rejoin:
+            return []
+        until_heartbeat_ms = max(0, round((self._next_heartbeat - time.monotonic()) * 1000))
+        wait_ms = min(wait_ms, until_heartbeat_ms)
+        if not self.consumer.positions:  # a member without partitions: nothing to fetch
+            await asyncio.sleep(wait_ms / 1000)
+            return []
+        return await self.consumer.poll(wait_ms)
+
+    async def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
+        """Commit `offsets` (next offset per partition; default: every assigned partition's
+        position) once committed in the group's log."""
+        wanted = dict(self.positions() if offsets is None else offsets)
+        changed = {tp: o for tp, o in wanted.items() if self._committed.get(tp) != o}
+        if not changed:
+            return
+        entries = tuple(p.CommitEntry(t, i, o, "") for (t, i), o in sorted(changed.items()))
+        request = p.OffsetCommit(
+            self.group, self.generation, self.member_id, self.config.instance_id, entries
+        )
+        response = await self.cluster.call_coordinator(self.group, request)
+        assert isinstance(response, p.OffsetCommitResponse)
+        for r in response.results:
+            error = ErrorCode(r.error)
+            if error in REJOIN or error == ErrorCode.FENCED_INSTANCE_ID:
+                self._member_error(error)
+                raise CommitFailedError(
+                    error, f"group {self.group!r} rebalanced before the commit: "
+                    "its records will be delivered again",
+                )  # fmt: skip
+            if error != ErrorCode.NONE:
+                raise ClientError(error, f"group {self.group!r}: commit of {r.topic}-{r.partition}")
+        self._committed.update(changed)
+
+    async def close(self) -> None:
+        """Leave the group (a dynamic member), so its partitions move at once."""
+        if self.member_id and not self.config.instance_id and self._fenced is None:
+            request = p.LeaveGroup(self.group, self.member_id, "")
+            with contextlib.suppress(ClientError):  # else its session expires instead
+                await self.cluster.call_coordinator(
+                    self.group, request, timeout_s=self.cluster.request_timeout_s
+                )
+        self.member_id, self._rejoin = "", True
+
+    # -- membership ------------------------------------------------------------------------------
+
+    def _member_error(self, error: ErrorCode) -> None:
+        if error == ErrorCode.FENCED_INSTANCE_ID:
+            self._fenced = ClientError(
+                error,
+                f"group {self.group!r}: another consumer took instance id "
+                f"{self.config.instance_id!r}",
+            )
+            raise self._fenced
+        if error == ErrorCode.UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+        self._rejoin = True
+
+    async def _heartbeat_if_due(self) -> None:
+        if time.monotonic() < self._next_heartbeat:
+            return
+        interval_s = self.config.heartbeat_interval_ms / 1000
+        self._next_heartbeat = time.monotonic() + interval_s
+        request = p.Heartbeat(self.group, self.generation, self.member_id, self.config.instance_id)
+        try:
+            response = await self.cluster.call_coordinator(
+                self.group, request, timeout_s=interval_s
+            )
+        except ClientError as exc:
+            if not exc.retriable:
+                raise
+            return  # the coordinator is moving: the session may well outlive it
+        assert isinstance(response, p.GroupErrorResponse)
+        if response.error != ErrorCode.NONE:
+            self._member_error(ErrorCode(response.error))
+
+    async def _join(self) -> None:
+        """Join (or rejoin) the group and take up the partitions it assigns."""
+        self.consumer.positions.clear()
+        self.consumer.stalled.clear()
+        self._committed.clear()
+        while True:
+            joined = await self._join_once()
+            if joined is None:
+                continue
+            assignments = await self._assign(joined) if joined.leader == self.member_id else {}
+            request = p.SyncGroup(
+                self.group,
+                self.generation,
+                self.member_id,
+                self.config.instance_id,
+                tuple(p.MemberAssignment(m, a) for m, a in sorted(assignments.items())),
+            )
+            synced = await self._call(request)
+            assert isinstance(synced, p.SyncGroupResponse)
+            if synced.error in REJOIN:
+                self._member_error(ErrorCode(synced.error))
+                continue
+            self._check(synced.error, "SyncGroup")
+            await self._take(synced.assignment)
+            self._rejoin = False
+            self.rebalances += 1
+            self._next_heartbeat = time.monotonic() + self.config.heartbeat_interval_ms / 1000
+            return
+
+    async def _join_once(self) -> p.JoinGroupResponse | None:
+        """One JoinGroup; None when it must be sent again (with the id it was given)."""
+        protocols = (p.GroupProtocol(RANGE, encode_subscription(self.topics)),)
+        request = p.JoinGroup(
+            self.group,
+            self.member_id,
+            self.config.instance_id,
+            self.config.client_id,
+            self.config.session_timeout_ms,
+            self.config.rebalance_timeout_ms,
+            PROTOCOL_TYPE,
+            protocols,
+        )
+        joined = await self._call(request, wait_s=self.config.rebalance_timeout_ms / 1000)
+        assert isinstance(joined, p.JoinGroupResponse)
+        error = ErrorCode(joined.error)
+        if error == ErrorCode.MEMBER_ID_REQUIRED:
+            self.member_id = joined.member_id
+            return None
+        if error in REJOIN:
+            self._member_error(error)
+            await asyncio.sleep(self.cluster.retry.backoff_s)
+            return None
+        self._check(error, "JoinGroup")
+        self.member_id, self.generation = joined.member_id, joined.generation
+        return joined
+
+    async def _assign(self, joined: p.JoinGroupResponse) -> dict[str, bytes]:
+        """The leader's part: the range assignment of every member's subscription."""
+        subscriptions: dict[str, tuple[str, ...]] = {}
+        for member in joined.members:
+            try:
+                subscriptions[member.member_id] = decode_subscription(member.metadata)
+            except ConsumerProtocolError:
+                subscriptions[member.member_id] = ()  # unreadable: it is assigned nothing
+        counts: dict[str, int] = {}
+        for topic in sorted({t for ts in subscriptions.values() for t in ts}):
+            try:
+                counts[topic] = len(await self.cluster.partitions(topic))
+            except ClientError:
+                continue  # a topic that does not exist (yet) is assigned to nobody
+        plan = range_assign(subscriptions, counts)
+        return {member: encode_assignment(a) for member, a in plan.items()}
+
+    async def _take(self, assignment_bytes: bytes) -> None:
+        """Start each assigned partition at the group's commit, else at auto_offset_reset;
+        a commit below the log start (retention removed it) starts at the log start."""
+        try:
+            assignment = decode_assignment(assignment_bytes)
+        except ConsumerProtocolError as exc:
+            raise ClientError(ErrorCode.INVALID_REQUEST, f"group {self.group!r}: {exc}") from exc
+        owned = [(t, i) for t, ps in sorted(assignment.items()) for i in ps]
+        committed = await self._fetch_committed(owned)
+        for topic, partition in owned:
+            offset = committed.get((topic, partition))
+            if offset is None:
+                await self.consumer.seek(topic, partition, self.config.auto_offset_reset)
+                continue
+            start = await self._admin.list_offsets(topic, partition, Consumer.EARLIEST)
+            await self.consumer.seek(topic, partition, max(offset, start))
+            self._committed[(topic, partition)] = offset
+
+    async def _fetch_committed(self, owned: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        if not owned:
+            return {}
+        request = p.OffsetFetch(self.group, tuple(p.GroupPartition(t, i) for t, i in owned))
+        response = await self._call(request)
+        assert isinstance(response, p.OffsetFetchResponse)
+        self._check(response.error, "OffsetFetch")
+        return {(o.topic, o.partition): o.offset for o in response.offsets if o.offset >= 0}
+
+    async def _call(self, request: p.Request, wait_s: float = 0.0) -> p.Response:
+        per_request_s = max(self.cluster.request_timeout_s, wait_s + JOIN_MARGIN_S)
+        return await self.cluster.call_coordinator(
+            self.group,
+            request,
+            timeout_s=self.cluster.retry.timeout_s + per_request_s,
+            request_timeout_s=per_request_s,
+        )
+
+    def _check(self, error: int, what: str) -> None:
+        if error != ErrorCode.NONE:
+            code = ErrorCode(error)
+            if code == ErrorCode.FENCED_INSTANCE_ID:
+                self._member_error(code)
+            raise ClientError(code, f"group {self.group!r}: {what} refused")
