@@ -130,10 +130,13 @@ class Reply(NamedTuple):
 
 
 class Persist(NamedTuple):
-    """Commit `record` through the log, then call `persisted(group_id, record.generation)`."""
+    """Commit `record` through the log, then call `persisted(group_id, seq)` (or
+    `persist_failed`). `seq` tells this record from a later one of the same generation (two
+    static members replaced one after the other): only the latest record's commit counts."""
 
     group_id: str
     record: GroupRecord
+    seq: int
 
 
 Effect = Reply | Persist
@@ -193,7 +196,7 @@ class _Group:
     rebalance_deadline_ms: int | None = None  # PreparingRebalance gives up waiting then
     join_not_before_ms: int | None = None  # the initial rebalance delay
     sync_deadline_ms: int | None = None  # CompletingRebalance drops members not synced then
-    persisting: int | None = None  # the generation of a record being committed
+    persisting: int | None = None  # the seq of the record being committed (Persist.seq)
     # Static members whose JoinGroup waits for their new id to persist, and the leader id
     # each is told (the one before the replacement: see _replace_static).
     static_joins: dict[str, str] = field(default_factory=dict)
@@ -224,6 +227,7 @@ class Coordinator:
         self._limits = limits
         self._new_member_id = new_member_id
         self._groups: dict[str, _Group] = {}
+        self._persist_seq = 0
 
     # -- loading and reading -------------------------------------------------------------------
 
@@ -512,8 +516,7 @@ class Coordinator:
             # Kafka tells it the leader id of before: a returning leader under its new id must
             # not assign, since a Stable group would never pass its assignment on.
             group.static_joins[new_id] = leader_before
-            group.persisting = group.generation
-            return [*effects, Persist(group.group_id, group.record())]
+            return [*effects, self._persist(group)]
         if group.state is GroupState.PREPARING_REBALANCE:
             return effects + self._maybe_complete_join(group, now_ms)
         return effects + self._prepare_rebalance(group, now_ms)
@@ -590,8 +593,7 @@ class Coordinator:
             group.state = GroupState.EMPTY
             group.protocol_name = ""
             group.leader = NO_MEMBER
-            group.persisting = group.generation
-            return [Persist(group.group_id, group.record())]
+            return [self._persist(group)]
         if group.leader not in {m.member_id for m in rejoined}:
             group.leader = rejoined[0].member_id
         group.protocol_name = self._select_protocol(group)
@@ -667,8 +669,7 @@ class Coordinator:
         assigned = dict(request.assignments)
         for m in group.members.values():
             m.assignment = assigned.get(m.member_id, b"")
-        group.persisting = group.generation
-        return [*effects, Persist(group.group_id, group.record())]
+        return [*effects, self._persist(group)]
 
     @staticmethod
     def _same_protocol(group: _Group, request: SyncRequest) -> bool:
@@ -685,11 +686,17 @@ class Coordinator:
 
     # -- persisted records -------------------------------------------------------------------
 
-    def persisted(self, group_id: str, generation: int, now_ms: int) -> list[Effect]:
-        """The record of `generation` is committed: what waited on it goes on."""
+    def _persist(self, group: _Group) -> Persist:
+        """The group's record to commit; what waits on it waits for this one's commit."""
+        self._persist_seq += 1
+        group.persisting = self._persist_seq
+        return Persist(group.group_id, group.record(), self._persist_seq)
+
+    def persisted(self, group_id: str, seq: int, now_ms: int) -> list[Effect]:
+        """The record `seq` is committed: what waited on it goes on."""
         group = self._groups.get(group_id)
-        if group is None or group.persisting != generation or group.generation != generation:
-            return []  # overtaken by a later rebalance, which persists its own record
+        if group is None or group.persisting != seq:
+            return []  # overtaken by a later record, whose commit answers for both
         group.persisting = None
         effects: list[Effect] = []
         if group.state is GroupState.COMPLETING_REBALANCE:
@@ -705,11 +712,11 @@ class Coordinator:
         group.static_joins.clear()
         return effects
 
-    def persist_failed(self, group_id: str, generation: int, now_ms: int) -> list[Effect]:
-        """The record of `generation` could not be committed (still this partition's leader):
-        its members rebalance again."""
+    def persist_failed(self, group_id: str, seq: int, now_ms: int) -> list[Effect]:
+        """The record `seq` could not be committed (still this partition's leader): its
+        members rebalance again."""
         group = self._groups.get(group_id)
-        if group is None or group.persisting != generation:
+        if group is None or group.persisting != seq:
             return []
         group.persisting = None
         effects: list[Effect] = []

@@ -251,18 +251,18 @@ class GroupService:
     def _persist(self, seat: _Seat, persist: Persist) -> None:
         coordinator = seat.coordinator
         assert coordinator is not None, "a record to persist without a coordinator"
-        generation = persist.record.generation
+        seq = persist.seq
         command = StoreGroup(persist.group_id, wall_ms(), persist.record.encode()).encode()
 
         def done(result: object, error: Exception | None) -> None:  # in the apply, on the loop
             if seat.coordinator is not coordinator:
                 return  # leadership moved meanwhile: the parked requests were answered
             if error is None and isinstance(result, GroupStored):
-                effects = coordinator.persisted(persist.group_id, generation, _now_ms())
+                effects = coordinator.persisted(persist.group_id, seq, _now_ms())
             else:
                 log.warning("group %s: its record did not commit (%s)", persist.group_id,
                             error or result)  # fmt: skip
-                effects = coordinator.persist_failed(persist.group_id, generation, _now_ms())
+                effects = coordinator.persist_failed(persist.group_id, seq, _now_ms())
             self._settle(seat, effects)
 
         try:

@@ -96,7 +96,7 @@ class Harness:
     def commit_persists(self) -> list[GroupRecord]:
         persisted, self.persists = self.persists, []
         for p in persisted:
-            self.take(self.coordinator.persisted(p.group_id, p.record.generation, self.now))
+            self.take(self.coordinator.persisted(p.group_id, p.seq, self.now))
         return [p.record for p in persisted]
 
     def advance(self, ms: int) -> None:
@@ -245,6 +245,29 @@ def test_a_static_member_back_under_a_new_id_keeps_generation_and_assignment() -
     assert h.coordinator.state("g") is GroupState.STABLE
     assert h.synced(h.sync(result.member_id, result.generation)).assignment == b"p0"
     assert h.heartbeat(old, first.generation, "i1") is ErrorCode.FENCED_INSTANCE_ID
+
+
+def test_two_static_members_back_at_once_are_answered_once_both_new_ids_are_persisted() -> None:
+    h = Harness(initial_delay_ms=100)
+    ta, tb = h.join(instance="i1"), h.join(instance="i2")
+    h.advance(100)
+    a, b = h.joined(ta), h.joined(tb)
+    leader = a if a.members else b
+    syncs = [h.sync(leader.member_id, leader.generation, {a.member_id: b"p0", b.member_id: b"p1"}),
+             h.sync((b if leader is a else a).member_id, leader.generation)]  # fmt: skip
+    h.commit_persists()
+    assert all(h.synced(t).error is ErrorCode.NONE for t in syncs)
+    again_a, again_b = h.join(instance="i1"), h.join(instance="i2")
+    first, second = h.persists
+    assert second.seq > first.seq
+    h.persists = [first]
+    h.commit_persists()  # the record holding only i1's new id: it answers nobody
+    assert again_a not in h.replies and again_b not in h.replies
+    h.persists = [second]
+    [record] = h.commit_persists()  # both new ids in the log now
+    ids = {h.joined(again_a).member_id, h.joined(again_b).member_id}
+    assert {m.member_id for m in record.members} == ids
+    assert h.joined(again_a).generation == h.joined(again_b).generation == a.generation
 
 
 def test_members_leaving_rebalance_and_the_last_leaves_the_group_empty() -> None:
