@@ -94,6 +94,7 @@ def describe(
     for column in ("topic", "partition", "committed", "log end", "lag", "member", "client"):
         table.add_column(column)
     clients = {m.member_id: m.client_id for m in described.members}
+    _print_members(described)
     for row in described.partitions:
         table.add_row(
             row.topic,
@@ -104,6 +105,18 @@ def describe(
             row.member_id or "-",
             clients.get(row.member_id, "-"),
         )
+    console().print(table)
+
+
+def _print_members(described: GroupDescription) -> None:
+    if not described.members:
+        return
+    table = Table(title=f"members of {described.group}")
+    for column in ("member", "instance", "client", "host", "partitions"):
+        table.add_column(column)
+    for m in described.members:
+        owned = ", ".join(f"{t}-{i}" for t, i in m.partitions) or "-"
+        table.add_row(m.member_id, m.instance_id or "-", m.client_id, m.host or "-", owned)
     console().print(table)
 
 

@@ -99,6 +99,12 @@ def _stop(task: asyncio.Task[Any]) -> None:
 def run_node_process(config: NodeConfig) -> None:
     """Run a node until a signal; a port it cannot bind, or a data directory another node
     holds, ends it at once with a clear error."""
+    # Imported here, not with the module: the broker (and the Kafka codec under it) is a
+    # node's alone, and every other command starts in about half the time without it. Before
+    # the lock is taken: a node is found (and signalled) by its lock, and a SIGTERM that came
+    # during this import, before the handlers are in, would kill it uncleanly.
+    from cluster.broker.service import run_node  # noqa: PLC0415
+
     configure_logging(f"node{config.node_id}")
     config.data_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -110,10 +116,6 @@ def run_node_process(config: NodeConfig) -> None:
     except OSError as exc:
         _cannot_run([exc])
     try:
-        # Imported here: the broker (and the Kafka codec under it) is a node's alone; every
-        # other command starts without it, in about half the time.
-        from cluster.broker.service import run_node  # noqa: PLC0415
-
         run(_cancel_on_signals(run_node(config, fatal_exit)))
     except* OSError as group:
         _cannot_run(group.exceptions)

@@ -771,7 +771,9 @@ class GroupOffset(Struct):
 @dataclass(frozen=True, slots=True)
 class OffsetFetchResponse(Response):
     error: int = _error()
-    offsets: tuple[GroupOffset, ...] = _many(GroupOffset, _per_request)
+    offsets: tuple[GroupOffset, ...] = _many(
+        GroupOffset, _at_most(DEFAULT_LIMITS.group_offsets_max)
+    )
 
 
 @dataclass(frozen=True, slots=True)

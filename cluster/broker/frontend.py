@@ -73,9 +73,9 @@ class RequestFrontend:
     def _timeout_s(self) -> float:
         return self.node.config.timing.request_timeout_ms / 1000
 
-    async def handle(self, request: p.Request) -> p.Response:
+    async def handle(self, request: p.Request, source: str) -> p.Response:
         with self.metrics.timed(type(request).__name__):
-            return await self._dispatch(request)
+            return await self._dispatch(request, source)
 
     def answer_bytes_reserved(self, request: p.Request) -> int:
         """What the server holds in reserve for `request`'s answer while it is under way: the
@@ -93,7 +93,7 @@ class RequestFrontend:
     def _observe(self, op: str, error: str, started: float) -> None:
         self.metrics.request_done(op, error, time.perf_counter() - started)
 
-    async def _dispatch(self, request: p.Request) -> p.Response:
+    async def _dispatch(self, request: p.Request, source: str) -> p.Response:
         match request:
             case p.Fetch():
                 return await self.fetch(request)
@@ -111,7 +111,7 @@ class RequestFrontend:
                 return await self.delete_topic(request)
             case p.ClusterStatus():
                 return self.cluster_status()
-        answer = await self.groups.handle(request)
+        answer = await self.groups.handle(request, source)
         if answer is not None:
             return answer
         raise RequestRefusedError(

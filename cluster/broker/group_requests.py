@@ -10,8 +10,9 @@ Rules:
 - A group's errors are its answer's `error` field, never a refusal of the whole request: a
   JoinGroup's MEMBER_ID_REQUIRED carries the id to use, and NOT_COORDINATOR sends the client
   to FindCoordinator again.
-- Every native member is a KIP-394 one (its first JoinGroup gets an id and
-  MEMBER_ID_REQUIRED): a member that dies before its first answer leaves nothing behind.
+- Every dynamic native member is a KIP-394 one (its first JoinGroup gets an id and
+  MEMBER_ID_REQUIRED): a member that dies before its first answer leaves nothing behind. A
+  static one (with an instance id) joins at once, as in Kafka.
 - An empty `instance_id` is a dynamic member; empty strings stand for Kafka's nulls.
 """
 
@@ -41,13 +42,13 @@ class NativeGroups:
             return self.groups.sync_wait_s(request.group)
         return 0.0
 
-    async def handle(self, request: p.Request) -> p.Response | None:
-        """The answer to a group request; None for any other request."""
+    async def handle(self, request: p.Request, source: str) -> p.Response | None:
+        """The answer to a group request from address `source`; None for any other request."""
         match request:
             case p.FindCoordinator():
                 return await self.find_coordinator(request)
             case p.JoinGroup():
-                return await self.join(request)
+                return await self.join(request, source)
             case p.SyncGroup():
                 return await self.sync(request)
             case p.Heartbeat():
@@ -77,14 +78,14 @@ class NativeGroups:
             return p.FindCoordinatorResponse(error, -1, "")
         return p.FindCoordinatorResponse(ErrorCode.NONE, node_id, peer.client_address)
 
-    async def join(self, request: p.JoinGroup) -> p.JoinGroupResponse:
+    async def join(self, request: p.JoinGroup, source: str) -> p.JoinGroupResponse:
         result = await self.groups.join(
             JoinRequest(
                 request.group,
                 request.member_id,
                 _null(request.instance_id),
                 request.client_id,
-                "",
+                client_host(source),
                 request.session_timeout_ms,
                 request.rebalance_timeout_ms,
                 request.protocol_type,
@@ -176,6 +177,11 @@ class NativeGroups:
                 for g in self.groups.listing()
             )
         )
+
+
+def client_host(source: str) -> str:
+    """A member's host as Kafka's DescribeGroups shows it: its address after a slash."""
+    return f"/{source}" if source else ""
 
 
 def _null(text: str) -> str | None:

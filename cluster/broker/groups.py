@@ -74,6 +74,7 @@ OFFSETS_TOPIC_REPLICATION = 3  # or every broker, if fewer
 # A parked JoinGroup waits for the rebalance, bounded by the rebalance timeout it asked for
 # and the initial delay, plus this; a SyncGroup by the group's rebalance timeout, plus this.
 PARK_MARGIN_S = 5.0
+MEMBER_ID_PREFIX_CHARS_MAX = 255  # + 37 for "-<uuid>": well within every name bound
 NO_OFFSET = -1
 
 
@@ -292,6 +293,11 @@ class GroupService:
     # -- the protocol ----------------------------------------------------------------------------
 
     async def join(self, request: JoinRequest) -> JoinResult:
+        names_max = self.node.limits.name_length_max
+        if request.instance_id is not None and len(request.instance_id) > names_max:
+            return JoinResult(ErrorCode.INVALID_REQUEST, member_id=request.member_id)
+        # Kept (and shown by DescribeGroups) within the bound every name has on our wire.
+        request = request._replace(client_id=request.client_id[:names_max])
         seat = self._seat_for(request.group_id)
         if isinstance(seat, ErrorCode):
             return JoinResult(seat, member_id=request.member_id)
@@ -541,5 +547,6 @@ def _now_ms() -> int:
 
 
 def _new_member_id(prefix: str) -> str:
-    """Kafka's form: the client id (or static instance id), a dash, a random UUID."""
-    return f"{prefix}-{uuid.uuid4()}"
+    """Kafka's form: the client id (or static instance id), a dash, a random UUID; the prefix
+    cut so that an id stays within the wire's bound on names (a Kafka client id may be 32 KiB)."""
+    return f"{prefix[:MEMBER_ID_PREFIX_CHARS_MAX]}-{uuid.uuid4()}"

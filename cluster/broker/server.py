@@ -151,7 +151,10 @@ class RequestHandler(Protocol[Q_contra, A_co]):
         (a JoinGroup parked for its rebalance timeout); 0 for every other request."""
         ...
 
-    async def handle(self, request: Q_contra) -> A_co: ...
+    async def handle(self, request: Q_contra, source: str) -> A_co:
+        """The answer to `request`, which came from address `source` (what DescribeGroups
+        shows as a member's host)."""
+        ...
 
 
 class NativeWire:
@@ -498,7 +501,7 @@ class _Connection(asyncio.Protocol, Generic[Q, A]):
 
     async def _handle(self, request: Q, respond: Callable[[A | Exception], None]) -> None:
         try:
-            outcome: A | Exception = await self._server.handler.handle(request)
+            outcome: A | Exception = await self._server.handler.handle(request, self._ip)
         except Exception as exc:  # noqa: BLE001 - answered; a refusal or a bug, logged in respond
             outcome = exc
         respond(outcome)

@@ -27,7 +27,15 @@ counted):
   or unknown producer, idempotence, or an answer it could not parse (`CLIENT_ALARM`;
   librdkafka says these when a broker breaks the protocol or its idempotence rules). Its
   waiting for a producer id ("Failed to acquire ... PID ...: retrying", as after a
-  COORDINATOR_LOAD_IN_PROGRESS) is not one: a broker may answer so while it starts.
+  COORDINATOR_LOAD_IN_PROGRESS) is not one: a broker may answer so while it starts;
+- group-owned-twice: two members of the consumer group held one partition in one generation;
+- group-commit-backwards: the group's committed offset of a partition, read again, went back;
+- group-lost: a record the group should have read (below the end it drained to) that no member
+  read;
+- group-order: within one generation a member's successive records of a partition are not at
+  successive offsets (a record skipped, or delivered again without a rebalance).
+A record delivered again after a rebalance is no anomaly (uncommitted work is redone, at least
+once): the figures count them.
 """
 
 from __future__ import annotations
@@ -57,6 +65,10 @@ KINDS = (
     "replica-divergence",
     "fenced-write",
     "client-error",
+    "group-owned-twice",
+    "group-commit-backwards",
+    "group-lost",
+    "group-order",
 )
 EXAMPLES_MAX = 100
 RECOVERY_FAULTS = ("kill-leader", "kill-meta-leader")
@@ -116,6 +128,16 @@ class Report:
             "longest write gap per partition: "
             + ", ".join(f"{p}: {_ms(g)}" for p, g in sorted(f["longest_write_gap_ms"].items())),
         ]
+        group = f.get("group")
+        if group is not None:
+            c = group["commits"]
+            lines.append(
+                f"consumer group: {group['members']} members, {group['generations']} "
+                f"generations, {group['records_read']} records read ({group['read_again']} "
+                f"again after a rebalance), commits {c['ok']} ok, {c['fail']} refused "
+                f"(rebalanced), {c['info']} unknown; "
+                + ("read to the end" if group["drained"] else "NOT read to the end")
+            )
         client = f["client"]
         if any(client.values()):
             lines.append(
@@ -165,6 +187,7 @@ def check(events: Sequence[Event]) -> Report:
         _check_partition(history, partition, found)
     _check_fencing(history, found)
     _check_clients(history, found)
+    _check_group(history, found)
     figures = _figures(history)
     # Every duplicated value counted by its writer (the value's prefix, `s0` for the sink),
     # whatever the cap on examples: a control can ask which writers it duplicated.
@@ -220,9 +243,9 @@ class _History:
             assert e.partition is not None
             self.replicas[e.partition][e.get("node")] = e.records
             self.observed += [(f"{e.get('node')} log", e.partition, r) for r in e.records]
-        elif e.f == "poll":
+        elif e.f in ("poll", "group_poll"):
             assert e.partition is not None
-            self.observed += [(f"{e.process} poll", e.partition, r) for r in e.records]
+            self.observed += [(f"{e.process} {e.f}", e.partition, r) for r in e.records]
 
     def partitions(self) -> list[int]:
         sent = {e.partition for e in self.invoked.values() if e.partition is not None}
@@ -471,6 +494,66 @@ def _check_clients(h: _History, found: _Found) -> None:
             found.add("client-error", None, f"{e.process} {what}")
 
 
+def _check_group(h: _History, found: _Found) -> None:
+    owners: dict[tuple[int, int], str] = {}  # (generation, partition) -> member
+    last_committed: dict[int, int] = {}
+    expected: dict[tuple[str, int, int | None], int] = {}  # (member, generation, partition)
+    for e in h.events:
+        if e.f == "assigned":
+            generation, member = e.get("generation"), e.get("member")
+            for p in e.get("partitions"):
+                other = owners.setdefault((generation, p), member)
+                if other != member:
+                    found.add("group-owned-twice", p, f"generation {generation}: {other}, {member}")
+        elif e.f == "committed":
+            for p, offset in e.get("offsets"):
+                if offset < last_committed.get(p, -1):
+                    found.add(
+                        "group-commit-backwards", p, f"read {last_committed[p]}, then {offset}"
+                    )
+                last_committed[p] = max(offset, last_committed.get(p, -1))
+        elif e.f == "group_poll":
+            for r in e.records:
+                key = (e.get("member"), e.get("generation"), e.partition)
+                want = expected.get(key)
+                if want is not None and r.offset != want:
+                    found.add(
+                        "group-order",
+                        e.partition,
+                        f"{e.process} generation {key[1]}: expected {want}, read {r.offset}",
+                    )
+                expected[key] = r.offset + 1
+    _check_group_read_everything(h, found)
+
+
+def _check_group_read_everything(h: _History, found: _Found) -> None:
+    drains = [e for e in h.events if e.f == "group_drain"]
+    if not drains:
+        return
+    read = {(e.partition, r.offset) for e in h.events if e.f == "group_poll" for r in e.records}
+    for p, end in drains[-1].get("ends"):
+        missed = [r for r in h.final.get(p, []) if r.offset < end and (p, r.offset) not in read]
+        for r in missed:
+            found.add("group-lost", p, f"{r.value} at {r.offset}: no member read it")
+
+
+def _group_figures(h: _History) -> dict[str, Any] | None:
+    polls = [e for e in h.events if e.f == "group_poll"]
+    if not any(e.f == "assigned" for e in h.events):
+        return None
+    deliveries = Counter((e.partition, r.offset) for e in polls for r in e.records)
+    commits = Counter(e.type for e in h.events if e.f == "commit")
+    drains = [e for e in h.events if e.f == "group_drain"]
+    return {
+        "members": len({e.process for e in h.events if e.f == "assigned"}),
+        "generations": len({e.get("generation") for e in h.events if e.f == "assigned"}),
+        "records_read": len(deliveries),
+        "read_again": sum(n - 1 for n in deliveries.values()),
+        "commits": {kind: commits[kind] for kind in ("ok", "fail", "info")},
+        "drained": bool(drains) and drains[-1].type == "ok",
+    }
+
+
 def _figures(h: _History) -> dict[str, Any]:
     outcomes = Counter(e.type for e in h.outcome.values())
     faults = Counter(
@@ -511,6 +594,7 @@ def _figures(h: _History) -> dict[str, Any]:
         },
         "longest_write_gap_ms": {p: _longest_gap(h.acked(p)) for p in h.partitions()},
         "partitions_checked": len(h.partitions()),
+        "group": _group_figures(h),
     }
 
 

@@ -24,6 +24,15 @@ or may not have (a timeout, a lost connection). Operations and their fields:
   `facility`, `message`.
 - `final_read` (ok): the whole `partition` read through its leader after healing: `records`.
 - `replica_log` (ok): one `node`'s committed log of `partition`: `records`.
+- `assigned` (ok): a member of consumer group `group` holds `partitions` in `generation` (its
+  id `member`), from this event until its next `assigned`.
+- `group_poll` (ok): what that member read of `partition` in `generation`: `records`.
+- `commit` (ok, fail, info): the member's commit of `offsets` (`[partition, next offset]`
+  pairs) in `generation`; `error` ("" for ok).
+- `committed` (ok): the group's committed `offsets` (`[partition, offset]`), as read back.
+- `group_error` (info): a member's poll failed: `error`.
+- `group_drain` (ok, info): after the producers stopped, the group committed up to `ends`
+  (`[partition, end offset]`) of every partition (ok), or not within the drain's time (info).
 
 Reading is strict: a line that is not such an event is a `HistoryError` naming the line, since a
 checker that skipped input could miss the one anomaly that matters.
@@ -52,6 +61,18 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "sink_run": {"batch": int, "error": str},
     "client_error": {"error": str, "reason": str, "fatal": bool},
     "client_log": {"level": int, "facility": str, "message": str},
+    "assigned": {"group": str, "member": str, "generation": int, "partitions": list},
+    "group_poll": {
+        "group": str,
+        "member": str,
+        "generation": int,
+        "partition": int,
+        "records": list,
+    },
+    "commit": {"group": str, "member": str, "generation": int, "offsets": list, "error": str},
+    "committed": {"group": str, "offsets": list},
+    "group_error": {"group": str, "error": str},
+    "group_drain": {"group": str, "ends": list},
 }
 SEND_OK: dict[str, type | tuple[type, ...]] = {
     "offset": int,

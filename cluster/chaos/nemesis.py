@@ -14,7 +14,8 @@ leader cut off from both peers while clients still reach it) and split (a random
 a majority and a minority). Without a namespace those two are skipped, and reports say so.
 With `power` (the nodes record their fsyncs): lose-unsynced-leader, lose-unsynced (any node)
 and lose-unsynced-all (every node at once), each a SIGKILL after which the node's disk is
-left as a power cut would leave it (power.py), then a restart.
+left as a power cut would leave it (power.py), then a restart. With `groups` (the workload
+runs a consumer group): kill-coordinator, the SIGKILL of the node coordinating the group.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cluster import protocol as p
 from cluster.chaos import power
 from cluster.chaos.links import LinkCutter
 from cluster.client import Admin, ClientError, Cluster
@@ -46,6 +48,7 @@ NETWORK_FAULTS = ("partition-leader", "split")
 # again: a partition's leader, any one node, or every node at once. Only in runs whose nodes
 # record their fsyncs (`power=True`).
 POWER_FAULTS = ("lose-unsynced-leader", "lose-unsynced-all", "lose-unsynced")
+GROUP_FAULTS = ("kill-coordinator",)
 TORN_TAIL_BYTES_MAX = 4_096  # a power cut may leave this much of a file's unsynced tail
 TARGET_WAIT_S = 5.0  # a fault whose target (a leader) does not exist by then is skipped
 DOWN_S = (1.0, 4.0)  # how long a killed node stays down
@@ -69,6 +72,7 @@ def schedule(
     *,
     network: bool = False,
     power: bool = False,
+    groups: bool = False,
 ) -> list[Fault]:
     """Faults every `interval_s` (with jitter), cycling through every fault kind available.
 
@@ -79,6 +83,7 @@ def schedule(
     at = interval_s / 2
     kinds = list(PROCESS_FAULTS) + (list(NETWORK_FAULTS) if network else [])
     kinds += list(POWER_FAULTS) * 2 if power else []  # as often as the other process faults
+    kinds += list(GROUP_FAULTS) * 2 if groups else []
     rng.shuffle(kinds)
     i = 0
     while at < duration_s - interval_s / 2:
@@ -110,9 +115,11 @@ class Nemesis:
         topic: str,
         record: Record,
         cutter: LinkCutter | None = None,
+        group: str | None = None,
     ) -> None:
         self.cluster = cluster
         self.topic = topic
+        self.group = group  # the consumer group whose coordinator kill-coordinator kills
         self._record = record
         self._cutter = cutter
         self._client = Cluster(cluster.bootstrap, request_timeout_s=2.0)
@@ -170,6 +177,8 @@ class Nemesis:
     # -- targets ---------------------------------------------------------------------------------
 
     async def _target(self, fault: Fault, rng: random.Random) -> int | None:
+        if fault.kind == "kill-coordinator":
+            return await self._coordinator_of_group()
         group = (
             "__metadata" if fault.kind == "kill-meta-leader" else f"{self.topic}-{fault.partition}"
         )
@@ -181,6 +190,16 @@ class Nemesis:
             followers = [i for i in ids if i != leader]
             return rng.choice(followers) if leader is not None else None
         return leader
+
+    async def _coordinator_of_group(self) -> int | None:
+        if self.group is None:
+            return None
+        try:
+            found = await self._client.call_any(p.FindCoordinator(self.group), timeout_s=2.0)
+        except (ClientError, TimeoutError):
+            return None
+        assert isinstance(found, p.FindCoordinatorResponse)
+        return found.node_id if found.node_id > 0 else None
 
     async def _leader_of(self, group: str) -> int | None:
         for node in self.cluster.nodes:
@@ -270,7 +289,13 @@ class Nemesis:
         launcher.kill(self._pid(node_id), sig)
 
     def _event(self, fault: Fault, node: int | None, phase: str, note: str = "") -> None:
-        node_wide = ("kill-meta-leader", "rolling-restart", "lose-unsynced", "lose-unsynced-all")
+        node_wide = (
+            "kill-meta-leader",
+            "rolling-restart",
+            "lose-unsynced",
+            "lose-unsynced-all",
+            "kill-coordinator",
+        )
         partition = None if fault.kind in node_wide else fault.partition
         event: dict[str, object] = {
             "type": "info",

@@ -25,7 +25,7 @@ from cluster import protocol as p
 from cluster.chaos.checker import Report, check_file
 from cluster.chaos.history import HistoryWriter
 from cluster.chaos.links import LinkCutter
-from cluster.chaos.nemesis import NETWORK_FAULTS, Nemesis, schedule
+from cluster.chaos.nemesis import GROUP_FAULTS, NETWORK_FAULTS, Nemesis, schedule
 from cluster.chaos.workload import (
     Clients,
     Clock,
@@ -34,13 +34,14 @@ from cluster.chaos.workload import (
     Workload,
     WorkloadSettings,
 )
-from cluster.client import Admin, ClientError, Consumer, ConsumerConfig
+from cluster.client import Admin, ClientError, Consumer, ConsumerConfig, Groups
 from cluster.client import Cluster as ClientCluster
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from statemachine.records import RecordBatch
 
 TOPIC = "chaos"
+GROUP = "chaos-group"  # the workload's consumer group (native client runs)
 CLIENTS = ("native", "kafka")
 SETTLE_S = 3.0  # after healing, the workload goes on this long before it stops
 DRAIN_TIMEOUT_S = 60.0
@@ -88,7 +89,8 @@ async def run_chaos(options: ChaosOptions, progress: Progress = lambda _: None) 
                 event.setdefault("time_ms", clock.ms())
                 history.write(event)
 
-            nemesis = Nemesis(cluster, TOPIC, timed, cutter)
+            group = GROUP if _with_group(options) else None
+            nemesis = Nemesis(cluster, TOPIC, timed, cutter, group)
             await _run(options, cluster, nemesis, timed, progress)
             cluster = nemesis.cluster
         report = check_file(out / "history.jsonl")
@@ -169,28 +171,58 @@ async def _under_faults(
         options.fault_interval_s,
         network=options.no_network_reason is None,
         power=options.power_loss,
+        groups=nemesis.group is not None,
     )
     progress(
         f"{len(faults)} faults scheduled over {options.duration_s:.0f} s (seed {options.seed})"
     )
     loop = asyncio.get_running_loop()
-    async with asyncio.TaskGroup() as tasks:
-        for i in range(options.producers):
-            tasks.create_task(workload.run_producer(f"p{i}"))
-        tasks.create_task(workload.run_transactional("t0", "chaos-txn"))
-        tasks.create_task(workload.run_consumer("c0"))
-        tasks.create_task(workload.run_resender("r0"))
-        tasks.create_task(workload.run_sink("s0"))
-        chaos = tasks.create_task(nemesis.run(faults, loop.time(), options.seed))
-        await asyncio.sleep(options.duration_s)
-        chaos.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await chaos
-        await nemesis.heal()
-        progress("healed; letting the workload settle")
-        await launcher.wait_ready(nemesis.cluster, 60.0)
-        await asyncio.sleep(SETTLE_S)
-        workload.stopping.set()
+    group = nemesis.group
+    async with asyncio.TaskGroup() as readers:  # the group reads on until it read everything
+        if group is not None:
+            for i in range(workload.settings.group_members):
+                member = workload.run_group_member(f"g{i}", group, restarts=i == 1)
+                readers.create_task(member)
+            readers.create_task(workload.run_committed_watch("w0", group))
+        async with asyncio.TaskGroup() as tasks:
+            for i in range(options.producers):
+                tasks.create_task(workload.run_producer(f"p{i}"))
+            tasks.create_task(workload.run_transactional("t0", "chaos-txn"))
+            tasks.create_task(workload.run_consumer("c0"))
+            tasks.create_task(workload.run_resender("r0"))
+            tasks.create_task(workload.run_sink("s0"))
+            chaos = tasks.create_task(nemesis.run(faults, loop.time(), options.seed))
+            await asyncio.sleep(options.duration_s)
+            chaos.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await chaos
+            await nemesis.heal()
+            progress("healed; letting the workload settle")
+            await launcher.wait_ready(nemesis.cluster, 60.0)
+            await asyncio.sleep(SETTLE_S)
+            workload.stopping.set()
+        if group is not None:
+            progress("producers stopped; the group reads to the end")
+            await _drain_group(workload, group, options.partitions)
+        workload.group_stopping.set()
+
+
+async def _drain_group(workload: Workload, group: str, partitions: int) -> None:
+    """Until the group has committed every partition's end (every record read), or the drain's
+    time is up: `group_drain` says which, with the ends."""
+    client = workload.native
+    admin, groups = Admin(client), Groups(client)
+    ends = [(p, await admin.list_offsets(TOPIC, p, Consumer.LATEST)) for p in range(partitions)]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DRAIN_TIMEOUT_S
+    while loop.time() < deadline:
+        with contextlib.suppress(ClientError):
+            committed = await groups.committed(group, timeout_s=5.0)
+            if all(committed.get((TOPIC, p), 0) >= end for p, end in ends):
+                workload.event("ok", "runner", "group_drain", group=group, ends=ends)
+                return
+        await asyncio.sleep(0.2)
+    workload.event("info", "runner", "group_drain", group=group, ends=ends)
 
 
 async def _final_read(client: ClientCluster, partition: int) -> dict[str, object]:
@@ -289,4 +321,17 @@ def _write_report(out: Path, options: ChaosOptions, report: Report, nemesis: Nem
 def skipped_faults(options: ChaosOptions) -> dict[str, str]:
     """Fault kinds this run could not inject, and why."""
     reason = options.no_network_reason
-    return {} if reason is None else dict.fromkeys(NETWORK_FAULTS, reason)
+    skipped = {} if reason is None else dict.fromkeys(NETWORK_FAULTS, reason)
+    if not _with_group(options):
+        why = (
+            "no consumer group in Kafka-client runs yet (confluent-kafka hides generations)"
+            if options.client != "native"
+            else "no consumer group in power-loss runs (their schedules are of power cuts)"
+        )
+        skipped.update(dict.fromkeys(GROUP_FAULTS, why))
+    return skipped
+
+
+def _with_group(options: ChaosOptions) -> bool:
+    """Whether the run has a consumer group (and kill-coordinator faults)."""
+    return options.client == "native" and not options.power_loss

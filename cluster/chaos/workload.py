@@ -4,9 +4,10 @@ Role: drive the cluster as users do and write what each operation asked and got 
 events for the checker. Every value is unique (`<process>-<n>`), so the checker can follow each
 one into the log. The processes: idempotent producers; a transactional-id producer replaced
 now and then, whose predecessor (a zombie) must be fenced; a client that sends every batch twice
-as if its acknowledgement had been lost; a consumer; and a streaming sink that writes
+as if its acknowledgement had been lost; a consumer; a streaming sink that writes
 micro-batches through fenced writes and reruns some of them, as Spark does after a crash: its
-values must be in the log once, whatever the faults.
+values must be in the log once, whatever the faults; and a consumer group whose members read
+what it assigns them and commit after each poll, with a watcher reading the group's commits.
 
 Which client does the work is a `Clients` (one per protocol, `--client`): `NativeClients` here
 (raftbroker's own `Producer` and `Consumer`), `KafkaClients` in kafka_clients.py (confluent-kafka
@@ -32,8 +33,12 @@ from typing import NamedTuple, Protocol
 from cluster import protocol as p
 from cluster.client import (
     ClientError,
+    CommitFailedError,
     Consumer,
     ConsumerConfig,
+    GroupConfig,
+    GroupConsumer,
+    Groups,
     Producer,
     ProducerConfig,
     retrying,
@@ -75,6 +80,11 @@ class WorkloadSettings:
     sink_interval_s: float = 0.2
     sink_rerun_ratio: float = 0.3  # micro-batches run again by a new writer (Spark's replay)
     sink_cut_ratio: float = 0.2  # runs cut off mid-way first (a task killed mid-batch)
+    group_members: int = 2  # the consumer group's members (native client runs only)
+    group_session_timeout_ms: int = 6_000  # the broker's least
+    group_heartbeat_interval_ms: int = 1_000
+    group_member_restart_s: float = 7.0  # one member leaves and joins again this often
+    committed_watch_interval_s: float = 0.2
 
 
 class Clock:
@@ -142,6 +152,27 @@ class Reader(Protocol):
         ...
 
 
+class GroupPoll(NamedTuple):
+    """What one poll of a group member brought: the generation and partitions it held, and
+    its records (as `Reader.poll`'s)."""
+
+    generation: int
+    member_id: str
+    owned: tuple[int, ...]
+    rows: list[tuple[int, list[object]]]
+
+
+class GroupReader(Protocol):
+    async def poll(self) -> GroupPoll:
+        """ClientError or TimeoutError when a poll fails."""
+        ...
+
+    async def commit(self, offsets: dict[int, int]) -> tuple[str, str]:
+        """Commit the next offset of each partition: the outcome's type (ok; fail: the group
+        moved on, nothing committed; info: unknown) and error name ("" for ok)."""
+        ...
+
+
 class Clients(Protocol):
     """How the processes reach the cluster: one implementation per client protocol."""
 
@@ -162,6 +193,11 @@ class Clients(Protocol):
 
     async def init_producer_id(self) -> tuple[int, int]:
         """A fresh idempotent producer id and epoch, for batches built by hand."""
+        ...
+
+    def group_member(self, process: str, group: str) -> AbstractAsyncContextManager[GroupReader]:
+        """A member of consumer group `group`, subscribed to the topic (from the earliest
+        offset where the group has no commit)."""
         ...
 
     async def produce_raw(self, partition: int, batch: bytes) -> Ack | Refused | None:
@@ -189,6 +225,7 @@ class Workload:
         self.settings = settings
         self._record = record
         self.stopping = asyncio.Event()
+        self.group_stopping = asyncio.Event()  # once the group has read what was written
 
     def event(self, kind: str, process: str, f: str, **fields: object) -> None:
         self._record({"type": kind, "process": process, "f": f, **fields})
@@ -407,6 +444,57 @@ class Workload:
                 for partition, found in by_partition.items():
                     self.event("ok", process, "poll", partition=partition, records=found)
 
+    # -- a consumer group ------------------------------------------------------------------------
+
+    async def run_group_member(self, process: str, group: str, *, restarts: bool = False) -> None:
+        """A member of `group`: what it is assigned (each generation), what it reads, and its
+        commit after each poll of what that poll read. With `restarts`, it leaves the group
+        and joins again every `group_member_restart_s` (rebalances, under the faults)."""
+        while not self.group_stopping.is_set():
+            restart = asyncio.Event()
+            if restarts:
+                loop = asyncio.get_running_loop()
+                loop.call_later(self.settings.group_member_restart_s, restart.set)
+            await self._group_member_session(process, group, restart)
+
+    async def _group_member_session(self, process: str, group: str, restart: asyncio.Event) -> None:
+        async with self.clients.group_member(process, group) as member:
+            held: tuple[int, str, tuple[int, ...]] | None = None
+            while not self.group_stopping.is_set() and not restart.is_set():
+                try:
+                    got = await asyncio.wait_for(member.poll(), self.settings.op_timeout_s)
+                except (ClientError, TimeoutError) as exc:
+                    error = exc.error.name if isinstance(exc, ClientError) else "timeout"
+                    self.event("info", process, "group_error", group=group, error=error)
+                    continue
+                who = {"group": group, "member": got.member_id, "generation": got.generation}
+                if (got.generation, got.member_id, got.owned) != held:
+                    held = (got.generation, got.member_id, got.owned)
+                    self.event("ok", process, "assigned", partitions=list(got.owned), **who)
+                by_partition: dict[int, list[list[object]]] = {}
+                for partition, row in got.rows:
+                    by_partition.setdefault(partition, []).append(row)
+                for partition, found in by_partition.items():
+                    self.event("ok", process, "group_poll", partition=partition, records=found,
+                               **who)  # fmt: skip
+                if by_partition:
+                    offsets = {p: int(str(rows[-1][0])) + 1 for p, rows in by_partition.items()}
+                    kind, error = await member.commit(offsets)
+                    self.event(kind, process, "commit", offsets=sorted(offsets.items()),
+                               error=error, **who)  # fmt: skip
+
+    async def run_committed_watch(self, process: str, group: str) -> None:
+        """The group's committed offsets, read again and again: they must never go back."""
+        groups = Groups(self.native)
+        while not self.group_stopping.is_set():
+            try:
+                committed = await groups.committed(group, timeout_s=self.settings.op_timeout_s)
+            except ClientError:
+                continue
+            offsets = sorted((p, o) for (_, p), o in committed.items())
+            self.event("ok", process, "committed", group=group, offsets=offsets)
+            await asyncio.sleep(self.settings.committed_watch_interval_s)
+
 
 # -- raftbroker's own client ---------------------------------------------------------------------
 
@@ -472,6 +560,41 @@ class NativeReader:
         ]
 
 
+class NativeGroupReader:
+    """A native `GroupConsumer`."""
+
+    def __init__(self, member: GroupConsumer, timeout_s: float) -> None:
+        self._member = member
+        self._timeout_s = timeout_s
+
+    async def poll(self) -> GroupPoll:
+        records = await self._member.poll(200)
+        member = self._member
+        owned = tuple(sorted(i for _, i in member.assignment()))
+        rows = [
+            (
+                r.partition,
+                [r.offset, (r.value or b"").decode(), r.producer_id, r.producer_epoch, r.sequence],
+            )
+            for r in records
+        ]
+        return GroupPoll(member.generation, member.member_id, owned, rows)
+
+    async def commit(self, offsets: dict[int, int]) -> tuple[str, str]:
+        topic = next(iter(self._member.topics))
+        try:
+            await asyncio.wait_for(
+                self._member.commit({(topic, p): o for p, o in offsets.items()}), self._timeout_s
+            )
+        except CommitFailedError as exc:
+            return "fail", exc.error.name
+        except ClientError as exc:
+            return "info", exc.error.name
+        except TimeoutError:
+            return "info", "timeout"
+        return "ok", ""
+
+
 class NativeClients:
     """The processes' client: raftbroker's own `Producer` and `Consumer` (cluster/client)."""
 
@@ -506,6 +629,24 @@ class NativeClients:
         consumer = Consumer(self.cluster, ConsumerConfig(max_wait_ms=200))
         await consumer.assign(s.topic, range(s.partitions), Consumer.EARLIEST)
         yield NativeReader(consumer, s.op_timeout_s)
+
+    @contextlib.asynccontextmanager
+    async def group_member(self, process: str, group: str) -> AsyncIterator[GroupReader]:
+        s = self.settings
+        config = GroupConfig(
+            session_timeout_ms=s.group_session_timeout_ms,
+            heartbeat_interval_ms=s.group_heartbeat_interval_ms,
+            rebalance_timeout_ms=int(s.op_timeout_s * 1000),
+            client_id=process,
+            auto_offset_reset=Consumer.EARLIEST,
+        )
+        member = GroupConsumer(
+            self.cluster, group, [s.topic], config, ConsumerConfig(max_wait_ms=200)
+        )
+        try:
+            yield NativeGroupReader(member, s.op_timeout_s)
+        finally:
+            await member.close()
 
     async def init_producer_id(self) -> tuple[int, int]:
         init = await retrying(

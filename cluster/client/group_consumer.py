@@ -6,12 +6,18 @@ clients. It reads the partitions the group assigns it with a `Consumer`, each fr
 committed offset (else `auto_offset_reset`), and commits what it consumed when told to.
 
 Rules:
-- `poll` drives the membership, as Kafka's clients do: it joins or rejoins when needed and
-  sends the heartbeats that keep the member's session, so it must be called at least every
-  session timeout (its waits are cut short to keep heartbeats on time).
+- `poll` drives the membership, as Kafka's clients do: it joins or rejoins when needed (and
+  then waits for the rebalance, up to the rebalance timeout) and sends the heartbeats that keep
+  the member's session, so it must be called at least every session timeout (its waits are cut
+  short to keep heartbeats on time).
+- The member talks to its coordinator on a connection of its own (Kafka's clients do the
+  same): a JoinGroup parked until the rebalance ends holds up no other request of the cluster
+  client it shares with producers, consumers or other members.
 - Rebalances are eager: on a rejoin every partition is given up and its uncommitted progress
   forgotten, so records read but not committed are delivered again, to whichever member is
-  assigned the partition next (at least once, never skipped).
+  assigned the partition next. A partition the group has no commit for (or whose commit is
+  outside its log, after retention) starts at `auto_offset_reset`, as in Kafka: with LATEST,
+  what was written before a member first took it is not read.
 - A commit after the group moved on fails with `CommitFailedError` (as Kafka's
   CommitFailedException): those records will be delivered again.
 - FENCED_INSTANCE_ID (another process took this static member's instance id) is final.
@@ -24,8 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cluster import protocol as p
 from cluster.client.admin import Admin
@@ -42,6 +50,7 @@ from cluster.client.consumer_protocol import (
 )
 from cluster.client.errors import ClientError
 from cluster.client.metadata import Cluster
+from cluster.config import Limits
 from statemachine.errors import ErrorCode
 
 # The coordinator parks a JoinGroup for the rebalance timeout and its initial delay (3 s by
@@ -50,6 +59,9 @@ JOIN_MARGIN_S = 15.0
 REJOIN = frozenset(
     {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
 )
+# A request names at most this many partitions (a broker's default partitions_per_request_max).
+PARTITIONS_PER_REQUEST_MAX = Limits().partitions_per_request_max
+T = TypeVar("T")
 
 
 class CommitFailedError(ClientError):
@@ -98,6 +110,7 @@ class GroupConsumer:
         self.generation = -1
         self.rebalances = 0  # assignments received: a record may be delivered again after one
         self._admin = Admin(cluster)
+        self._lane = f"group-member-{uuid.uuid4().hex}"  # its own coordinator connection
         self._rejoin = True
         self._fenced: ClientError | None = None
         self._next_heartbeat = 0.0
@@ -115,8 +128,8 @@ class GroupConsumer:
     # -- the loop --------------------------------------------------------------------------------
 
     async def poll(self, max_wait_ms: int | None = None) -> list[ConsumedRecord]:
-        """The next records of the assigned partitions; [] while the group rebalances or after
-        `max_wait_ms` without any."""
+        """The next records of the assigned partitions, [] after `max_wait_ms` without any;
+        joining or rejoining the group first when it must (which waits for the rebalance)."""
         if self._fenced is not None:
             raise self._fenced
         wait_ms = self.consumer.config.max_wait_ms if max_wait_ms is None else max_wait_ms
@@ -130,20 +143,28 @@ class GroupConsumer:
         if not self.consumer.positions:  # a member without partitions: nothing to fetch
             await asyncio.sleep(wait_ms / 1000)
             return []
-        return await self.consumer.poll(wait_ms)
+        try:
+            return await self.consumer.poll(wait_ms)
+        except ClientError as exc:
+            if exc.error != ErrorCode.OFFSET_OUT_OF_RANGE:
+                raise
+            await self._reset_out_of_range()  # retention passed a position: Kafka's reset
+            return []
 
     async def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
         """Commit `offsets` (next offset per partition; default: every assigned partition's
         position) once committed in the group's log."""
         wanted = dict(self.positions() if offsets is None else offsets)
         changed = {tp: o for tp, o in wanted.items() if self._committed.get(tp) != o}
-        if not changed:
-            return
-        entries = tuple(p.CommitEntry(t, i, o, "") for (t, i), o in sorted(changed.items()))
+        for chunk in _chunks(sorted(changed.items())):
+            await self._commit(tuple(p.CommitEntry(t, i, o, "") for (t, i), o in chunk))
+        self._committed.update(changed)
+
+    async def _commit(self, entries: tuple[p.CommitEntry, ...]) -> None:
         request = p.OffsetCommit(
             self.group, self.generation, self.member_id, self.config.instance_id, entries
         )
-        response = await self.cluster.call_coordinator(self.group, request)
+        response = await self._call(request)
         assert isinstance(response, p.OffsetCommitResponse)
         for r in response.results:
             error = ErrorCode(r.error)
@@ -155,7 +176,6 @@ class GroupConsumer:
                 )  # fmt: skip
             if error != ErrorCode.NONE:
                 raise ClientError(error, f"group {self.group!r}: commit of {r.topic}-{r.partition}")
-        self._committed.update(changed)
 
     async def close(self) -> None:
         """Leave the group (a dynamic member), so its partitions move at once."""
@@ -163,9 +183,10 @@ class GroupConsumer:
             request = p.LeaveGroup(self.group, self.member_id, "")
             with contextlib.suppress(ClientError):  # else its session expires instead
                 await self.cluster.call_coordinator(
-                    self.group, request, timeout_s=self.cluster.request_timeout_s
+                    self.group, request, timeout_s=self.cluster.request_timeout_s, lane=self._lane
                 )
         self.member_id, self._rejoin = "", True
+        await self.cluster.close_lane(self._lane)
 
     # -- membership ------------------------------------------------------------------------------
 
@@ -189,7 +210,7 @@ class GroupConsumer:
         request = p.Heartbeat(self.group, self.generation, self.member_id, self.config.instance_id)
         try:
             response = await self.cluster.call_coordinator(
-                self.group, request, timeout_s=interval_s
+                self.group, request, timeout_s=interval_s, lane=self._lane
             )
         except ClientError as exc:
             if not exc.retriable:
@@ -216,7 +237,8 @@ class GroupConsumer:
                 self.config.instance_id,
                 tuple(p.MemberAssignment(m, a) for m, a in sorted(assignments.items())),
             )
-            synced = await self._call(request)
+            # Parked until the leader's assignment is in: as long as the rebalance may last.
+            synced = await self._call(request, wait_s=self.config.rebalance_timeout_ms / 1000)
             assert isinstance(synced, p.SyncGroupResponse)
             if synced.error in REJOIN:
                 self._member_error(ErrorCode(synced.error))
@@ -267,14 +289,17 @@ class GroupConsumer:
         for topic in sorted({t for ts in subscriptions.values() for t in ts}):
             try:
                 counts[topic] = len(await self.cluster.partitions(topic))
-            except ClientError:
-                continue  # a topic that does not exist (yet) is assigned to nobody
+            except ClientError as exc:
+                if exc.error != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise
+                # A topic that does not exist is assigned to nobody (nothing watches for its
+                # creation yet: the group's next rebalance assigns it).
         plan = range_assign(subscriptions, counts)
         return {member: encode_assignment(a) for member, a in plan.items()}
 
     async def _take(self, assignment_bytes: bytes) -> None:
-        """Start each assigned partition at the group's commit, else at auto_offset_reset;
-        a commit below the log start (retention removed it) starts at the log start."""
+        """Start each assigned partition at the group's commit; where there is none, or it is
+        outside the log (retention removed what it pointed at), at auto_offset_reset."""
         try:
             assignment = decode_assignment(assignment_bytes)
         except ConsumerProtocolError as exc:
@@ -283,21 +308,33 @@ class GroupConsumer:
         committed = await self._fetch_committed(owned)
         for topic, partition in owned:
             offset = committed.get((topic, partition))
-            if offset is None:
+            if offset is not None and await self._in_log(topic, partition, offset):
+                await self.consumer.seek(topic, partition, offset)
+                self._committed[(topic, partition)] = offset
+            else:
                 await self.consumer.seek(topic, partition, self.config.auto_offset_reset)
-                continue
-            start = await self._admin.list_offsets(topic, partition, Consumer.EARLIEST)
-            await self.consumer.seek(topic, partition, max(offset, start))
-            self._committed[(topic, partition)] = offset
+
+    async def _in_log(self, topic: str, partition: int, offset: int) -> bool:
+        start = await self._admin.list_offsets(topic, partition, Consumer.EARLIEST)
+        end = await self._admin.list_offsets(topic, partition, Consumer.LATEST)
+        return start <= offset <= end
+
+    async def _reset_out_of_range(self) -> None:
+        for (topic, partition), position in list(self.consumer.positions.items()):
+            if not await self._in_log(topic, partition, position.offset):
+                await self.consumer.seek(topic, partition, self.config.auto_offset_reset)
 
     async def _fetch_committed(self, owned: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        if not owned:
-            return {}
-        request = p.OffsetFetch(self.group, tuple(p.GroupPartition(t, i) for t, i in owned))
-        response = await self._call(request)
-        assert isinstance(response, p.OffsetFetchResponse)
-        self._check(response.error, "OffsetFetch")
-        return {(o.topic, o.partition): o.offset for o in response.offsets if o.offset >= 0}
+        found: dict[tuple[str, int], int] = {}
+        for chunk in _chunks(owned):
+            request = p.OffsetFetch(self.group, tuple(p.GroupPartition(t, i) for t, i in chunk))
+            response = await self._call(request)
+            assert isinstance(response, p.OffsetFetchResponse)
+            self._check(response.error, "OffsetFetch")
+            found.update(
+                ((o.topic, o.partition), o.offset) for o in response.offsets if o.offset >= 0
+            )
+        return found
 
     async def _call(self, request: p.Request, wait_s: float = 0.0) -> p.Response:
         per_request_s = max(self.cluster.request_timeout_s, wait_s + JOIN_MARGIN_S)
@@ -306,6 +343,7 @@ class GroupConsumer:
             request,
             timeout_s=self.cluster.retry.timeout_s + per_request_s,
             request_timeout_s=per_request_s,
+            lane=self._lane,
         )
 
     def _check(self, error: int, what: str) -> None:
@@ -314,3 +352,9 @@ class GroupConsumer:
             if code == ErrorCode.FENCED_INSTANCE_ID:
                 self._member_error(code)
             raise ClientError(code, f"group {self.group!r}: {what} refused")
+
+
+def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    """`items` in runs that a request may carry."""
+    for start in range(0, len(items), PARTITIONS_PER_REQUEST_MAX):
+        yield items[start : start + PARTITIONS_PER_REQUEST_MAX]

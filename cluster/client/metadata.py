@@ -66,8 +66,9 @@ class Cluster:
         self.bootstrap = list(bootstrap)
         self.request_timeout_s = request_timeout_s
         self.retry = retry or RetryPolicy()
-        self._connections: dict[str, Connection] = {}
-        self._opening: dict[str, asyncio.Lock] = {}
+        # By address, and by (address, lane) for a consumer group member's coordinator lane.
+        self._connections: dict[str | tuple[str, str], Connection] = {}
+        self._opening: dict[str | tuple[str, str], asyncio.Lock] = {}
         self._brokers: dict[int, str] = {}
         self._partitions: dict[str, tuple[PartitionInfo, ...]] = {}
         self._unknown: set[str] = set()  # topics the last Metadata answer said do not exist
@@ -75,17 +76,22 @@ class Cluster:
         self._unreachable: set[str] = set()
         self._coordinators: dict[str, str] = {}  # group -> its coordinator's address
 
-    def _open_connection(self, address: str) -> Connection | None:
-        conn = self._connections.get(address)
+    def _open_connection(self, address: str, lane: str = "") -> Connection | None:
+        conn = self._connections.get((address, lane) if lane else address)
         return None if conn is None or conn.closed else conn
 
-    async def connection(self, address: str, timeout_s: float | None = None) -> Connection:
-        """The one connection to `address`: requests on it keep their order at the broker."""
-        conn = self._open_connection(address)
+    async def connection(
+        self, address: str, timeout_s: float | None = None, lane: str = ""
+    ) -> Connection:
+        """The one connection to `address` (of `lane`: a consumer group member's own, so
+        that its JoinGroup, parked at the coordinator until the rebalance ends, holds up no
+        other request: a broker answers a connection's requests in order)."""
+        key: str | tuple[str, str] = (address, lane) if lane else address
+        conn = self._open_connection(address, lane)
         if conn is not None:
             return conn
-        async with self._opening.setdefault(address, asyncio.Lock()):
-            conn = self._open_connection(address)
+        async with self._opening.setdefault(key, asyncio.Lock()):
+            conn = self._open_connection(address, lane)
             if conn is None:
                 try:
                     conn = await Connection.open(address, timeout_s or self.request_timeout_s)
@@ -93,7 +99,7 @@ class Cluster:
                     raise ClientError(
                         ErrorCode.NETWORK_EXCEPTION, f"{address}: {exc!r}", address=address
                     ) from exc
-                self._connections[address] = conn
+                self._connections[key] = conn
             return conn
 
     async def send(
@@ -102,11 +108,13 @@ class Cluster:
         request: p.Request,
         timeout_s: float | None = None,
         on_answer: OnAnswer | None = None,
+        lane: str = "",
     ) -> p.Response:
-        """One attempt at `address`; a failure names the address (`ClientError.address`)."""
+        """One attempt at `address` (on `lane`'s connection); a failure names the address
+        (`ClientError.address`)."""
         timeout = timeout_s or self.request_timeout_s
         # An open connection without a coroutine: this is on the path of every produce.
-        conn = self._open_connection(address) or await self.connection(address, timeout)
+        conn = self._open_connection(address, lane) or await self.connection(address, timeout, lane)
         try:
             return await conn.request(request, timeout, on_answer)
         except TimeoutError as exc:
@@ -363,11 +371,13 @@ class Cluster:
         *,
         timeout_s: float | None = None,
         request_timeout_s: float | None = None,
+        lane: str = "",
     ) -> p.Response:
-        """`request` answered by `group`'s coordinator (FindCoordinator names it), riding out
-        dead nodes and coordinator moves (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
-        COORDINATOR_NOT_AVAILABLE) until `timeout_s`; any other answer is returned, for the
-        caller to read its `error`."""
+        """`request` answered by `group`'s coordinator (FindCoordinator names it), on `lane`'s
+        connection, riding out dead nodes, coordinator moves (NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE) and other retriable answers
+        (a commit's REQUEST_TIMED_OUT) until `timeout_s`; any other answer is returned, for
+        the caller to read its errors."""
         attempts = self._attempts(f"no coordinator of group {group!r} answered", timeout_s)
         per_request_s = request_timeout_s or self.request_timeout_s
         while True:
@@ -376,20 +386,21 @@ class Cluster:
                 if address is None:
                     address = await self._find_coordinator(group, attempts)
                 wait_s = attempts.request_timeout_s(per_request_s)
-                response = await self.send(address, request, wait_s)
+                response = await self.send(address, request, wait_s, lane=lane)
             except ClientError as exc:
                 if final(exc.error):
                     raise
                 attempts.failed(Failure.of(exc, address or ""))
                 self._coordinators.pop(group, None)
-                if address is not None and exc.unanswered:
+                if address is not None and exc.error == ErrorCode.NETWORK_EXCEPTION:
                     self.lost(address)
             else:
-                error = ErrorCode(getattr(response, "error", ErrorCode.NONE))
-                if error not in COORDINATOR_MOVED:
+                error = group_answer_error(response)
+                if error in COORDINATOR_MOVED:
+                    self._coordinators.pop(group, None)
+                elif not error.retriable or error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     return response
                 attempts.failed(Failure(error, address))
-                self._coordinators.pop(group, None)
             await attempts.pause()
 
     async def _find_coordinator(self, group: str, attempts: Attempts) -> str:
@@ -400,6 +411,11 @@ class Cluster:
             raise ClientError(ErrorCode(response.error), f"group {group!r}")
         self._coordinators[group] = response.address
         return response.address
+
+    async def close_lane(self, lane: str) -> None:
+        """Close `lane`'s connections (a group member's, when it leaves)."""
+        for key in [k for k in self._connections if isinstance(k, tuple) and k[1] == lane]:
+            await self._connections.pop(key).close()
 
     async def close(self) -> None:
         for conn in list(self._connections.values()):
@@ -412,6 +428,17 @@ def no_leader(refresh_failed: ClientError | None) -> Failure:
     if refresh_failed is not None:
         return Failure.of(refresh_failed)
     return Failure(ErrorCode.LEADER_NOT_AVAILABLE, detail="metadata names none")
+
+
+def group_answer_error(response: p.Response) -> ErrorCode:
+    """A group answer's error: its own, or (an OffsetCommit's) the first of its results."""
+    error = getattr(response, "error", None)
+    if error is not None:
+        return ErrorCode(error)
+    for result in getattr(response, "results", ()):
+        if result.error != ErrorCode.NONE:
+            return ErrorCode(result.error)
+    return ErrorCode.NONE
 
 
 def partition_error(response: p.Response) -> tuple[ErrorCode, str]:

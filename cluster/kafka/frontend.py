@@ -31,6 +31,7 @@ from functools import partial
 from cluster import protocol as p
 from cluster.addresses import parse_address
 from cluster.broker.frontend import RequestFrontend, fetch_answer_bytes_bound
+from cluster.broker.group_requests import client_host
 from cluster.broker.groups import GroupService
 from cluster.broker.metrics import Metrics
 from cluster.broker.node import Node, client_topics
@@ -120,11 +121,11 @@ class KafkaFrontend:
         """A JoinGroup or SyncGroup waits for its rebalance by design."""
         return self.group_apis.answer_wait_s(request.body)
 
-    async def handle(self, request: m.KafkaRequest) -> m.ResponseBody:
+    async def handle(self, request: m.KafkaRequest, source: str) -> m.ResponseBody:
         with self.metrics.timed(f"kafka.{m.Api(request.api_key).name}"):
-            return await self._dispatch(request)
+            return await self._dispatch(request, source)
 
-    async def _dispatch(self, request: m.KafkaRequest) -> m.ResponseBody:
+    async def _dispatch(self, request: m.KafkaRequest, source: str) -> m.ResponseBody:
         version, body = request.api_version, request.body
         match body:
             case m.ApiVersionsRequest():
@@ -147,14 +148,14 @@ class KafkaFrontend:
                 return await self.find_coordinator(body, version)
             case m.FetchRequest():
                 return await self.fetch(body)
-        return await self._group_api(request)
+        return await self._group_api(request, source)
 
-    async def _group_api(self, request: m.KafkaRequest) -> m.ResponseBody:
+    async def _group_api(self, request: m.KafkaRequest, source: str) -> m.ResponseBody:
         version, body, groups = request.api_version, request.body, self.group_apis
         match body:
             case m.JoinGroupRequest():
-                # No peer address reaches a handler: DescribeGroups shows the client id alone.
-                return await groups.join(body, version, request.header.client_id, "")
+                client = request.header.client_id
+                return await groups.join(body, version, client, client_host(source))
             case m.SyncGroupRequest():
                 return await groups.sync(body)
             case m.HeartbeatRequest():

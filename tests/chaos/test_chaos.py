@@ -1,10 +1,11 @@
 """The chaos harness end to end: a seeded run finds nothing, and a broken broker is caught.
 
 The positive run is what CI runs on every change: `raftbroker chaos run` for 30 s of a seeded
-schedule with at least four leader kills and two pauses (and network partitions inside a
-namespace of its own where the machine allows) against a real 3-node cluster, checked for every
-anomaly kind. The negative control runs the same command against nodes whose apply appends
-retried batches again: a checker that stayed green there would be worthless.
+schedule with at least four leader kills (the consumer group's coordinator among them) and two
+pauses (and network partitions inside a namespace of its own where the machine allows) against
+a real 3-node cluster, checked for every anomaly kind; its consumer group reads everything.
+The negative control runs the same command against nodes whose apply appends retried batches
+again: a checker that stayed green there would be worthless.
 
 The two negative controls (this one and the power cuts' without fsync, below) run under
 `-m slow` (`.venv/bin/pytest -m slow tests/chaos`, about 50 s): they prove the checker and the
@@ -36,6 +37,7 @@ from tests.cluster.procs import REPO
 
 pytestmark = pytest.mark.chaos
 CI_SEED = 7
+LEADER_KILLS = ("kill-leader", "kill-meta-leader", "kill-coordinator")
 CI_DURATION_S = 30
 CI_INTERVAL_S = 3
 # The Kafka client's short run: 2.0 s kill-leader, 6.4 pause-leader (long), 10.0 pause-leader
@@ -61,12 +63,13 @@ def chaos_run(out: Path, *args: str, timeout_s: float) -> tuple[int, dict[str, A
 
 @pytest.mark.parametrize("network", [False, True])
 def test_the_ci_schedule_has_the_faults_it_promises(network: bool) -> None:
-    faults = schedule(CI_SEED, CI_DURATION_S, 4, CI_INTERVAL_S, network=network)
+    faults = schedule(CI_SEED, CI_DURATION_S, 4, CI_INTERVAL_S, network=network, groups=True)
     kinds = [f.kind for f in faults]
-    assert kinds.count("kill-leader") + kinds.count("kill-meta-leader") >= 4
+    assert sum(kinds.count(k) for k in LEADER_KILLS) >= 4 and "kill-coordinator" in kinds
     assert sum(k.startswith("pause") for k in kinds) >= 2
     assert not network or {"partition-leader", "split"} <= set(kinds)
-    assert schedule(CI_SEED, CI_DURATION_S, 4, CI_INTERVAL_S, network=network) == faults
+    again = schedule(CI_SEED, CI_DURATION_S, 4, CI_INTERVAL_S, network=network, groups=True)
+    assert again == faults
 
 
 @pytest.mark.timeout(300)
@@ -88,10 +91,14 @@ def test_a_seeded_run_of_leader_kills_and_pauses_loses_and_duplicates_nothing(
     figures = report["figures"]
     assert figures["operations"]["ok"] > 1_000
     done = figures["faults"]
-    assert done.get("kill-leader", 0) + done.get("kill-meta-leader", 0) >= 4, done
+    assert sum(done.get(k, 0) for k in LEADER_KILLS) >= 4, done
+    assert done.get("kill-coordinator", 0) >= 1, done
     assert done.get("pause-leader", 0) + done.get("pause-follower", 0) >= 2, done
     if not report["faults_skipped"]:  # the machine gave the run a network namespace
         assert done.get("partition-leader", 0) + done.get("split", 0) >= 2, done
+    group = figures["group"]  # read everything, under coordinator kills among the rest
+    assert group["drained"] and group["records_read"] > 1_000, group
+    assert group["commits"]["ok"] > 0 and group["generations"] >= 2, group
 
 
 @pytest.mark.slow  # a negative control: see the module's docstring

@@ -221,7 +221,7 @@ async def test_consume_group_commits_what_it_printed_and_groups_describes_resets
     at = cli_bootstrap
 
     def consume(*extra: str) -> list[str]:
-        out = ok(raftbroker("consume", topic, "--group", group, "--timeout-ms", "1500", *at,
+        out = ok(raftbroker("consume", topic, "--group", group, "--timeout-ms", "800", *at,
                             *extra))  # fmt: skip
         return out.split()
 
@@ -255,6 +255,14 @@ async def test_consume_group_commits_what_it_printed_and_groups_describes_resets
     live = GroupConsumer(client, group, [topic], MEMBER)
     try:
         await poll_all([live], lambda _r: bool(live.assignment()), "a live member")
+        described = json.loads(ok(raftbroker("groups", "describe", group, "--json", *at)))
+        [shown] = described["members"]
+        assert (shown["member_id"], shown["client_id"]) == (live.member_id, "test")
+        assert shown["host"].startswith("/127.") and described["state"] == "Stable"
+        assert shown["partitions"] == [{"topic": topic, "partition": i} for i in range(PARTITIONS)]
+        assert {r["member_id"] for r in described["partitions"]} == {live.member_id}
+        table = ok(raftbroker("groups", "describe", group, *at))
+        assert f"members of {group}" in table and "Stable, 1 member" in table
         refused = one_line_error(raftbroker(*reset, "--execute"))
         assert "only while it is empty" in refused and "NON_EMPTY_GROUP" in refused
         refused = one_line_error(raftbroker("groups", "delete", group, *at))

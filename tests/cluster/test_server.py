@@ -56,7 +56,7 @@ class NeverAnswersProduce:
     def answer_wait_s(self, request: p.Request) -> float:  # noqa: ARG002
         return 0.0
 
-    async def handle(self, request: p.Request) -> p.Response:  # noqa: ARG002
+    async def handle(self, request: p.Request, source: str) -> p.Response:  # noqa: ARG002
         return STATUS
 
 
@@ -80,7 +80,7 @@ class LargeFetchAnswers:
     def answer_wait_s(self, request: p.Request) -> float:  # noqa: ARG002
         return 0.0
 
-    async def handle(self, request: p.Request) -> p.Response:
+    async def handle(self, request: p.Request, source: str) -> p.Response:  # noqa: ARG002
         return LARGE_ANSWER if isinstance(request, p.Fetch) else STATUS
 
 

@@ -1,5 +1,6 @@
 """`raftbroker pipeline run`, run as a user runs it, on what README's example does not show:
-a missing topic, and a streaming run stopped by Ctrl-C.
+a missing topic, and a streaming run stopped by Ctrl-C (under `-m slow`: a streaming Spark job
+runs about 30 s; `.venv/bin/pytest -m slow tests/pipeline/test_cli.py`).
 
 README's Spark jobs block (`pipeline generate`, `run settlement_totals --available-now`, `run
 audit`) runs as written in tests/cluster/test_docs_examples.py, which also checks where
@@ -41,6 +42,7 @@ def test_audit_of_a_missing_topic_is_one_line_and_exit_1(bootstrap: str) -> None
     assert "Traceback" not in audited.stderr
 
 
+@pytest.mark.slow  # 30 s of a streaming Spark job: within the default run's budget no more
 def test_a_streaming_settlement_run_stopped_by_ctrl_c_says_what_it_wrote(
     client: SyncClient, bootstrap: str, tmp_path: Path
 ) -> None:

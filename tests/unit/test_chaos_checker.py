@@ -444,3 +444,87 @@ def test_client_events_must_be_well_formed() -> None:
         parse_event({**good, **client_error("_FATAL", "x"), "fatal": 1})
     with pytest.raises(HistoryError, match="level"):
         parse_event({**good, **log_line(40, "FAIL", "x"), "level": True})
+
+
+# -- the consumer group ---------------------------------------------------------------------------
+
+
+def group_story() -> list[dict[str, Any]]:
+    """Two members: g0 holds both partitions in generation 1 and commits what it read of
+    partition 0, then generation 2 splits them and g1 reads partition 1 again from the start
+    (g0 never committed it): read again after a rebalance, no anomaly. The group drains."""
+    s = clean_story()
+    events = s.finish()
+    s.add("ok", "g0", "assigned", group="g", member="m0", generation=1, partitions=[0, 1])
+    head0 = [list(r) for r in s.log[0][:4]]
+    s.add("ok", "g0", "group_poll", group="g", member="m0", generation=1, partition=0,
+          records=head0)  # fmt: skip
+    s.add("ok", "g0", "group_poll", group="g", member="m0", generation=1, partition=1,
+          records=[list(r) for r in s.log[1][:2]])  # fmt: skip
+    s.add("ok", "g0", "commit", group="g", member="m0", generation=1, offsets=[[0, 4]], error="")
+    s.add("ok", "w0", "committed", group="g", offsets=[[0, 4]])
+    s.add("ok", "g0", "assigned", group="g", member="m0", generation=2, partitions=[0])
+    s.add("ok", "g1", "assigned", group="g", member="m1", generation=2, partitions=[1])
+    s.add("ok", "g0", "group_poll", group="g", member="m0", generation=2, partition=0,
+          records=[list(r) for r in s.log[0][4:]])  # fmt: skip
+    s.add("ok", "g1", "group_poll", group="g", member="m1", generation=2, partition=1,
+          records=[list(r) for r in s.log[1]])  # fmt: skip
+    s.add("ok", "w0", "committed", group="g", offsets=[[0, 11], [1, 10]])
+    s.add("ok", "runner", "group_drain", group="g", ends=[[0, 11], [1, 10]])
+    return events
+
+
+def test_a_group_that_reads_everything_once_per_generation_is_clean() -> None:
+    report = checked(group_story())
+    assert report.ok, report.summary()
+    group = report.figures["group"]
+    assert (group["members"], group["generations"], group["records_read"]) == (2, 2, 21)
+    assert group["read_again"] == 2 and group["drained"] is True
+    assert "consumer group: 2 members, 2 generations, 21 records read (2 again" in (
+        report.summary()
+    )
+
+
+def polls_of(events: list[dict[str, Any]], member: str, generation: int, partition: int) -> Row:
+    return next(
+        e["records"]
+        for e in events
+        if e["f"] == "group_poll"
+        and (e["member"], e["generation"], e["partition"]) == (member, generation, partition)
+    )
+
+
+def test_group_owned_twice_one_partition_two_members_one_generation() -> None:
+    events = group_story()
+    g0 = next(e for e in events if e["f"] == "assigned" and e["generation"] == 2)
+    g0["partitions"] = [0, 1]  # g0 says it holds partition 1 in generation 2, as g1 does
+    assert kinds_found(checked(events)) == {"group-owned-twice": 1}
+
+
+def test_group_commit_backwards_a_commit_read_lower_later() -> None:
+    events = group_story()
+    later = events[-1]["time_ms"] - 0.5  # after the read of 11, before the drain
+    events.append({"type": "ok", "time_ms": later, "process": "w0", "f": "committed",
+                   "group": "g", "offsets": [[0, 3]]})  # fmt: skip
+    assert kinds_found(checked(events)) == {"group-commit-backwards": 1}
+
+
+def test_group_lost_a_record_no_member_read() -> None:
+    events = group_story()
+    for member, generation in (("m0", 1), ("m1", 2)):  # offset 0 of partition 1, read by none
+        rows = polls_of(events, member, generation, 1)
+        rows[:] = [r for r in rows if r[0] != 0]
+    assert kinds_found(checked(events)) == {"group-lost": 1}
+
+
+def test_group_order_a_record_delivered_again_without_a_rebalance() -> None:
+    events = group_story()
+    rows = polls_of(events, "m0", 2, 0)
+    rows.insert(1, rows[0])  # offset 4 twice in one generation
+    assert kinds_found(checked(events)) == {"group-order": 1}
+
+
+def test_a_run_without_a_group_has_no_group_figures() -> None:
+    report = checked(clean_story().finish())
+    assert report.figures["group"] is None
+    assert "consumer group" not in report.summary()
