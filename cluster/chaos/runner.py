@@ -42,6 +42,7 @@ from statemachine.records import RecordBatch
 
 TOPIC = "chaos"
 GROUP = "chaos-group"  # the workload's consumer group (native client runs)
+GROUP_FORM_TIMEOUT_S = 30.0  # the faults wait this long at most for the group to form
 CLIENTS = ("native", "kafka")
 SETTLE_S = 3.0  # after healing, the workload goes on this long before it stops
 DRAIN_TIMEOUT_S = 60.0
@@ -191,6 +192,10 @@ async def _under_faults(
             tasks.create_task(workload.run_consumer("c0"))
             tasks.create_task(workload.run_resender("r0"))
             tasks.create_task(workload.run_sink("s0"))
+            if group is not None:  # faults on a formed group (a forming one only re-forms)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(workload.group_formed.wait(), GROUP_FORM_TIMEOUT_S)
+                progress("the consumer group formed; the faults begin")
             chaos = tasks.create_task(nemesis.run(faults, loop.time(), options.seed))
             await asyncio.sleep(options.duration_s)
             chaos.cancel()

@@ -83,7 +83,7 @@ class WorkloadSettings:
     group_members: int = 2  # the consumer group's members (native client runs only)
     group_session_timeout_ms: int = 6_000  # the broker's least
     group_heartbeat_interval_ms: int = 1_000
-    group_member_restart_s: float = 7.0  # one member leaves and joins again this often
+    group_member_restart_s: float = 5.0  # one member leaves and joins again this often
     committed_watch_interval_s: float = 0.2
 
 
@@ -226,6 +226,8 @@ class Workload:
         self._record = record
         self.stopping = asyncio.Event()
         self.group_stopping = asyncio.Event()  # once the group has read what was written
+        self.group_formed = asyncio.Event()  # every member has been assigned partitions once
+        self._assigned_once: set[str] = set()
 
     def event(self, kind: str, process: str, f: str, **fields: object) -> None:
         self._record({"type": kind, "process": process, "f": f, **fields})
@@ -471,6 +473,7 @@ class Workload:
                 if (got.generation, got.member_id, got.owned) != held:
                     held = (got.generation, got.member_id, got.owned)
                     self.event("ok", process, "assigned", partitions=list(got.owned), **who)
+                    self._note_assigned(process, got.owned)
                 by_partition: dict[int, list[list[object]]] = {}
                 for partition, row in got.rows:
                     by_partition.setdefault(partition, []).append(row)
@@ -482,6 +485,12 @@ class Workload:
                     kind, error = await member.commit(offsets)
                     self.event(kind, process, "commit", offsets=sorted(offsets.items()),
                                error=error, **who)  # fmt: skip
+
+    def _note_assigned(self, process: str, owned: tuple[int, ...]) -> None:
+        if owned:
+            self._assigned_once.add(process)
+        if len(self._assigned_once) >= self.settings.group_members:
+            self.group_formed.set()
 
     async def run_committed_watch(self, process: str, group: str) -> None:
         """The group's committed offsets, read again and again: they must never go back."""

@@ -1,6 +1,6 @@
 """The chaos harness end to end: a seeded run finds nothing, and a broken broker is caught.
 
-The positive run is what CI runs on every change: `raftbroker chaos run` for 30 s of a seeded
+The positive run is what CI runs on every change: `raftbroker chaos run` for 20 s of a seeded
 schedule with at least four leader kills (the consumer group's coordinator among them) and two
 pauses (and network partitions inside a namespace of its own where the machine allows) against
 a real 3-node cluster, checked for every anomaly kind; its consumer group reads everything.
@@ -38,8 +38,8 @@ from tests.cluster.procs import REPO
 pytestmark = pytest.mark.chaos
 CI_SEED = 7
 LEADER_KILLS = ("kill-leader", "kill-meta-leader", "kill-coordinator")
-CI_DURATION_S = 30
-CI_INTERVAL_S = 3
+CI_DURATION_S = 20
+CI_INTERVAL_S = 2.5
 # The Kafka client's short run: 2.0 s kill-leader, 6.4 pause-leader (long), 10.0 pause-leader
 # (short), 12.9 kill-leader, 16.6 kill-meta-leader.
 KAFKA_SEED = 10

@@ -22,9 +22,10 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -506,3 +507,61 @@ def test_a_static_member_restarted_takes_its_partitions_back_without_a_rebalance
     finally:
         static.close()
         other.close()
+
+
+# -- administration through librdkafka's AdminClient ------------------------------------------
+
+ADMIN_APIS = {"ListGroups": [4], "DescribeGroups": [5], "DeleteGroups": [2],
+              "OffsetCommit": [8], "OffsetFetch": [8]}  # fmt: skip
+
+
+def test_librdkafkas_admin_lists_describes_resets_and_deletes_a_group(
+    bootstrap: str, captured: Captured
+) -> None:
+    """What `kafka-consumer-groups` does, through librdkafka's AdminClient: a live group is
+    listed and described (its member, host and assignment, decoded by librdkafka), its offsets
+    can be neither reset nor deleted; once empty, both work. The admin APIs' versions are read
+    from librdkafka's log (README's table)."""
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions  # noqa: PLC0415
+    from confluent_kafka import TopicPartition as KafkaTopicPartition  # noqa: PLC0415
+
+    topic = new_topic(bootstrap, partitions=2, records=20)
+    group = f"adm-{uuid.uuid4().hex[:6]}"
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "debug": "protocol"}
+    admin = AdminClient(config | {"logger": logging.getLogger("librdkafka")})
+    live = member("confluent-kafka", bootstrap, group)
+    try:
+        live.subscribe(topic)
+        poll_until(lambda: live.assignment() == {0, 1}, TIMEOUT_S, "the member holding both")
+        listed = admin.list_consumer_groups().result(TIMEOUT_S)
+        [mine] = [g for g in listed.valid if g.group_id == group]
+        assert mine.state == ConsumerGroupState.STABLE
+        described = admin.describe_consumer_groups([group])[group].result(TIMEOUT_S)
+        [one] = described.members
+        assert one.host.startswith("/127.") and described.state == ConsumerGroupState.STABLE
+        owned = {(tp.topic, tp.partition) for tp in one.assignment.topic_partitions}
+        assert owned == {(topic, 0), (topic, 1)}
+        reset = [ConsumerGroupTopicPartitions(group, [KafkaTopicPartition(topic, 0, 5)])]
+        refused = admin.alter_consumer_group_offsets(reset)[group].result(TIMEOUT_S)
+        [error] = [tp.error for tp in refused.topic_partitions]  # per partition, as Kafka's
+        assert error is not None and error.code() == KafkaError.UNKNOWN_MEMBER_ID, error
+        with pytest.raises(KafkaException, match="NON_EMPTY_GROUP"):
+            admin.delete_consumer_groups([group])[group].result(TIMEOUT_S)
+    finally:
+        live.close()
+    done = admin.alter_consumer_group_offsets(reset)[group].result(TIMEOUT_S)
+    assert [(tp.partition, tp.offset, tp.error) for tp in done.topic_partitions] == [(0, 5, None)]
+    asked = [ConsumerGroupTopicPartitions(group, [KafkaTopicPartition(topic, 0)])]
+    fetched = admin.list_consumer_group_offsets(asked)[group].result(TIMEOUT_S)
+    assert [tp.offset for tp in fetched.topic_partitions] == [5]
+    admin.delete_consumer_groups([group])[group].result(TIMEOUT_S)
+    fetched = admin.list_consumer_group_offsets(asked)[group].result(TIMEOUT_S)
+    assert [tp.offset for tp in fetched.topic_partitions] == [-1001]  # none: deleted
+    admin.poll(0.5)  # its log lines reach the logger from poll
+    versions = {
+        name: sorted(found)
+        for name, found in negotiated(captured.lines, VERSION_PATTERNS["confluent-kafka"]).items()
+        if name in ADMIN_APIS
+    }
+    report("confluent-kafka (group administration)", {k: set(v) for k, v in versions.items()})
+    assert versions == ADMIN_APIS
