@@ -24,12 +24,10 @@ from cli.common import (
     one_line_errors,
     plural,
     resolve_bootstrap,
-    run,
 )
 from cli.io_cmd import parse_time
-from cli.topic_cmd import TimeoutOption
+from cli.topic_cmd import TimeoutOption, with_admin
 from cluster import protocol as p
-from cluster.client import Cluster, RetryPolicy
 from cluster.client.groups import GroupDescription, Groups, ResetTarget
 
 app = typer.Typer(help="List, describe and delete consumer groups; reset their offsets.",
@@ -41,14 +39,7 @@ GroupArgument = typer.Argument(..., metavar="GROUP", help="The group's id.")
 def with_groups(
     bootstrap: list[str], timeout_ms: int, action: Callable[[Groups], Awaitable[T]]
 ) -> T:
-    async def go() -> T:
-        client = Cluster(bootstrap, retry=RetryPolicy(timeout_ms / 1000))
-        try:
-            return await action(Groups(client))
-        finally:
-            await client.close()
-
-    return run(go())
+    return with_admin(bootstrap, timeout_ms, lambda admin: action(Groups(admin.cluster)))
 
 
 @app.command("list")

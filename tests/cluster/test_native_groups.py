@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 
@@ -35,7 +33,8 @@ from cluster.client import (
     Producer,
 )
 from cluster.local import launcher
-from tests.cluster.procs import REPO
+from tests.cluster.test_cli import ok as cli_ok
+from tests.cluster.test_cli import raftbroker
 from tests.kafka_group_clients import member
 from tests.polling import poll_until
 
@@ -181,23 +180,9 @@ async def test_a_native_member_and_librdkafka_share_a_group_whichever_leads(
 # -- the CLI ------------------------------------------------------------------------------------
 
 
-def raftbroker(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        cwd=REPO,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        env=os.environ.copy(),
-        check=False,
-    )
-
-
 def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr}"
     assert "Traceback" not in result.stderr, result.stderr
-    return result.stdout
+    return cli_ok(result)
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
