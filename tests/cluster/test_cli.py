@@ -188,7 +188,8 @@ def test_foreground_cluster_streams_logs_and_ctrl_c_stops_every_node(tmp_path: P
         assert started is not None
         pids = [n.pid for n in started.nodes]
         proc.send_signal(signal.SIGINT)
-        proc.wait(30)
+        # Read on while it stops: the nodes' last lines must not fill the pipe and block it.
+        proc.communicate(timeout=30)
         assert proc.returncode == 0
         assert not any(launcher.alive(pid) for pid in pids)
     finally:

@@ -55,6 +55,10 @@ NOT_RUN = {
     ("README.md", "client (Producer"): "a diagram",
     ("README.md", "make test "): "the test suite itself",
     ("README.md", "raftbroker chaos run --duration 600"): "10 minutes long (CI: tests/chaos)",
+    ("README.md", "raftbroker pipeline run audit merchant-totals"): (
+        "a third Spark job (20 s) in a run kept within its budget: tests/pipeline/test_jobs.py "
+        "and test_cli.py run audit"
+    ),
     ("compose/README.md", "# once: the cluster secret"): "docker compose: no Docker engine here",
     ("compose/README.md", 'dc="docker compose'): "docker compose: no Docker engine here",
     ("compose/README.md", "$dc exec raftbroker-1"): "docker compose: no Docker engine here",

@@ -15,6 +15,7 @@ delay, sessions from 1 s).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import uuid
@@ -240,22 +241,51 @@ async def test_consume_group_commits_what_it_printed_and_groups_describes_resets
     live = GroupConsumer(client, group, [topic], MEMBER)
     try:
         await poll_all([live], lambda _r: bool(live.assignment()), "a live member")
-        described = json.loads(ok(raftbroker("groups", "describe", group, "--json", *at)))
-        [shown] = described["members"]
-        assert (shown["member_id"], shown["client_id"]) == (live.member_id, "test")
-        assert shown["host"].startswith("/127.") and described["state"] == "Stable"
-        assert shown["partitions"] == [{"topic": topic, "partition": i} for i in range(PARTITIONS)]
-        assert {r["member_id"] for r in described["partitions"]} == {live.member_id}
-        table = ok(raftbroker("groups", "describe", group, *at))
-        assert f"members of {group}" in table and "Stable, 1 member" in table
-        refused = one_line_error(raftbroker(*reset, "--execute"))
-        assert "only while it is empty" in refused and "NON_EMPTY_GROUP" in refused
-        refused = one_line_error(raftbroker("groups", "delete", group, *at))
-        assert "has members" in refused
-        await live.poll(50)  # a heartbeat: still a member after the refusals
-        assert live.assignment()
+        async with polled(live):
+            await live_group_refusals(live, group, topic, reset, at)
+        assert live.assignment()  # still a member after the refusals
     finally:
         await live.close()
     assert ok(raftbroker("groups", "delete", group, *at)).strip() == f"deleted group {group}"
     gone = one_line_error(raftbroker("groups", "describe", group, *at))
     assert gone == f"raftbroker: group {group!r} does not exist (GROUP_ID_NOT_FOUND)"
+
+
+@contextlib.asynccontextmanager
+async def polled(member: GroupConsumer) -> AsyncIterator[None]:
+    """`member` polling (so heartbeating) meanwhile: its 3 s session outlives CLI commands
+    that take seconds each on a loaded machine."""
+    stop = asyncio.Event()
+
+    async def loop() -> None:
+        while not stop.is_set():
+            await member.poll(50)
+
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(loop())
+        try:
+            yield
+        finally:
+            stop.set()
+
+
+async def live_group_refusals(
+    live: GroupConsumer, group: str, topic: str, reset: list[str], at: list[str]
+) -> None:
+    """Describe shows the live member; reset and delete are refused while it is there."""
+
+    async def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(raftbroker, *args)
+
+    described = json.loads(ok(await cli("groups", "describe", group, "--json", *at)))
+    [shown] = described["members"]
+    assert (shown["member_id"], shown["client_id"]) == (live.member_id, "test")
+    assert shown["host"].startswith("/127.") and described["state"] == "Stable"
+    assert shown["partitions"] == [{"topic": topic, "partition": i} for i in range(PARTITIONS)]
+    assert {r["member_id"] for r in described["partitions"]} == {live.member_id}
+    table = ok(await cli("groups", "describe", group, *at))
+    assert f"members of {group}" in table and "Stable, 1 member" in table
+    refused = one_line_error(await cli(*reset, "--execute"))
+    assert "only while it is empty" in refused and "NON_EMPTY_GROUP" in refused
+    refused = one_line_error(await cli("groups", "delete", group, *at))
+    assert "has members" in refused
