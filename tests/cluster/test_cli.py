@@ -170,6 +170,9 @@ def test_foreground_cluster_streams_logs_and_ctrl_c_stops_every_node(tmp_path: P
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # Ctrl-C as a terminal's: a test run started in the background (`make test &`)
+        # hands its children SIGINT ignored, and Python then never raises KeyboardInterrupt.
+        preexec_fn=sigint_default,  # noqa: PLW1509 - no threads run between fork and exec
     )
     try:
         assert proc.stdout is not None
@@ -198,3 +201,7 @@ def test_foreground_cluster_streams_logs_and_ctrl_c_stops_every_node(tmp_path: P
         if proc.stdout is not None:
             proc.stdout.close()
         stop_recorded_cluster(tmp_path)
+
+
+def sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

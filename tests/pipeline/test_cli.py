@@ -22,6 +22,7 @@ pytest.importorskip("pyspark")
 from cluster.client.sync import SyncClient
 from tests.cluster.procs import REPO
 from tests.cluster.test_cli import raftbroker as cli_run
+from tests.cluster.test_cli import sigint_default
 from tests.pipeline.conftest import new_topic
 from tests.polling import poll_until
 
@@ -56,6 +57,7 @@ def test_a_streaming_settlement_run_stopped_by_ctrl_c_says_what_it_wrote(
         [sys.executable, "-m", "cli", "pipeline", "run", "settlement_totals", "--source", source,
          "--totals-topic", totals, "--bootstrap", first, "--data-dir", str(tmp_path)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=sigint_default,  # noqa: PLW1509 - Ctrl-C even in a run started in the background
     )  # fmt: skip
     try:
         poll_until(lambda: events_in(parquet) == 120, 120, "the totals of all 120 events")
