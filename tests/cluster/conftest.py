@@ -63,11 +63,12 @@ group_session_timeout_ms_min = 1000
 """
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def group_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[launcher.LocalCluster]:
-    """One cluster for the consumer-group modules (Kafka's clients, native ones, the CLI):
-    a new group's initial rebalance delay cut to 200 ms (not 3 s), and sessions from 1 s
-    allowed, so that a crashed member is seen within seconds."""
+    """A cluster per consumer-group module (Kafka's clients, native ones, the CLI): a new
+    group's initial rebalance delay cut to 200 ms (not 3 s), and sessions from 1 s allowed, so
+    that a crashed member is seen within seconds. Per module, not per package: an idle cluster
+    left up through the package's later modules slowed their timing-bound tests."""
     with running_cluster(tmp_path_factory.mktemp("groups"), GROUP_TOML) as cluster:
         yield cluster
 

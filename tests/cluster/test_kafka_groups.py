@@ -1,6 +1,6 @@
 """Consumer groups through the Kafka listener, with Kafka's own clients against a real 3-node
-cluster (`group_cluster`, shared with test_native_groups.py: a new group's initial rebalance
-delay cut to 200 ms, and sessions of 3 s allowed, which members use: a crash is seen in 3 s).
+cluster (`group_cluster`: a new group's initial rebalance delay cut to 200 ms, and sessions of
+3 s allowed, which members use: a crash is seen in 3 s).
 
 Each of confluent-kafka (librdkafka), kafka-python and aiokafka (tests/kafka_group_clients.py):
 two members of one group split a topic's partitions and read every record once, each from
