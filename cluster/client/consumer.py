@@ -5,7 +5,9 @@ not elected yet is asked again within the poll (its leader forgotten or its hint
 metadata refreshed, backing off) and is *stalled* (`stalled`, `stall_error`) until its leader
 answers; the caller decides how long a stall may last (the CLI: its --timeout-ms). While any
 partition is stalled, fetches wait at most `STALLED_WAIT_MS`, so the stalled one is asked
-again soon, not after a long poll of the others. A final error (OFFSET_OUT_OF_RANGE) raises.
+again soon, not after a long poll of the others. A final error (OFFSET_OUT_OF_RANGE) raises,
+unless `auto_offset_reset` says where such a partition starts over (Kafka's fetcher resets it
+there, and the other partitions' records of the same fetch are returned as usual).
 
 Fairness: a fetch's budget (`max_bytes`) goes to partitions in the order the fetch lists them,
 and a partition that returned records moves to the back of that order, so a partition with a
@@ -68,6 +70,9 @@ class ConsumerConfig:
     max_wait_ms: int = 500
     max_bytes: int = 4 << 20
     partition_max_bytes: int = 1 << 20
+    # Where a partition whose position is outside its log starts over (Consumer.EARLIEST or
+    # LATEST); None: OFFSET_OUT_OF_RANGE raises.
+    auto_offset_reset: int | None = None
 
 
 class Consumer:
@@ -182,7 +187,11 @@ class Consumer:
         error = ErrorCode(result.error)
         if error != ErrorCode.NONE:
             if error == ErrorCode.OFFSET_OUT_OF_RANGE:
-                raise ClientError(error, f"{result.topic}-{result.partition}@{position.offset}")
+                reset = self.config.auto_offset_reset
+                if reset is None:
+                    raise ClientError(error, f"{result.topic}-{result.partition}@{position.offset}")
+                await self.seek(result.topic, result.partition, reset)
+                return []
             self._stall(key, Failure(error, address))
             await self.cluster.reroute(result.topic, result.partition, hint=result.leader)
             return []

@@ -32,11 +32,10 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from cluster import protocol as p
-from cluster.client.admin import Admin
 from cluster.client.consumer import ConsumedRecord, Consumer, ConsumerConfig
 from cluster.client.consumer_protocol import (
     PROTOCOL_TYPE,
@@ -105,11 +104,17 @@ class GroupConsumer:
         self.group = group
         self.topics = tuple(sorted(set(topics)))
         self.config = config or GroupConfig()
-        self.consumer = Consumer(cluster, consumer_config)
+        # Its consumer resets a partition whose position falls outside the log (a commit
+        # retention passed, say) where the group's policy says, as Kafka's fetcher does.
+        self.consumer = Consumer(
+            cluster,
+            replace(
+                consumer_config or ConsumerConfig(), auto_offset_reset=self.config.auto_offset_reset
+            ),
+        )
         self.member_id = ""
         self.generation = -1
         self.rebalances = 0  # assignments received: a record may be delivered again after one
-        self._admin = Admin(cluster)
         self._lane = f"group-member-{uuid.uuid4().hex}"  # its own coordinator connection
         self._rejoin = True
         self._fenced: ClientError | None = None
@@ -143,13 +148,7 @@ class GroupConsumer:
         if not self.consumer.positions:  # a member without partitions: nothing to fetch
             await asyncio.sleep(wait_ms / 1000)
             return []
-        try:
-            return await self.consumer.poll(wait_ms)
-        except ClientError as exc:
-            if exc.error != ErrorCode.OFFSET_OUT_OF_RANGE:
-                raise
-            await self._reset_out_of_range()  # retention passed a position: Kafka's reset
-            return []
+        return await self.consumer.poll(wait_ms)
 
     async def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
         """Commit `offsets` (next offset per partition; default: every assigned partition's
@@ -308,21 +307,11 @@ class GroupConsumer:
         committed = await self._fetch_committed(owned)
         for topic, partition in owned:
             offset = committed.get((topic, partition))
-            if offset is not None and await self._in_log(topic, partition, offset):
+            if offset is None:
+                await self.consumer.seek(topic, partition, self.config.auto_offset_reset)
+            else:  # outside the log, the first fetch says so and the consumer resets it
                 await self.consumer.seek(topic, partition, offset)
                 self._committed[(topic, partition)] = offset
-            else:
-                await self.consumer.seek(topic, partition, self.config.auto_offset_reset)
-
-    async def _in_log(self, topic: str, partition: int, offset: int) -> bool:
-        start = await self._admin.list_offsets(topic, partition, Consumer.EARLIEST)
-        end = await self._admin.list_offsets(topic, partition, Consumer.LATEST)
-        return start <= offset <= end
-
-    async def _reset_out_of_range(self) -> None:
-        for (topic, partition), position in list(self.consumer.positions.items()):
-            if not await self._in_log(topic, partition, position.offset):
-                await self.consumer.seek(topic, partition, self.config.auto_offset_reset)
 
     async def _fetch_committed(self, owned: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         found: dict[tuple[str, int], int] = {}

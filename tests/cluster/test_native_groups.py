@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import pytest_asyncio
 
+from cluster import protocol as p
 from cluster.client import (
     Admin,
     Cluster,
@@ -146,6 +147,27 @@ async def test_two_native_members_split_the_partitions_then_a_third_resumes_afte
         assert third.assignment() == {(topic, i) for i in range(PARTITIONS)}
     finally:
         await third.close()
+
+
+async def test_a_commit_outside_the_log_starts_over_at_auto_offset_reset_losing_nothing(
+    client: Cluster,
+) -> None:
+    """A commit past the log's end (as one retention has passed would be before it) makes
+    that partition start over at auto_offset_reset; the other partitions read on from their
+    commits, none of their records lost to the reset."""
+    topic = await new_topic(client, records=40)  # offsets 0-9 in each partition
+    group = f"oor-{uuid.uuid4().hex[:6]}"
+    entries = (p.CommitEntry(topic, 0, 1_000, ""), p.CommitEntry(topic, 1, 5, ""))
+    committed = await client.call_coordinator(group, p.OffsetCommit(group, -1, "", "", entries))
+    assert isinstance(committed, p.OffsetCommitResponse)
+    assert all(r.error == 0 for r in committed.results)
+    member = GroupConsumer(client, group, [topic], MEMBER)
+    try:
+        read = await poll_all([member], count(35), "every record but partition 1's first five")
+    finally:
+        await member.close()
+    expected = [i for i in range(40) if not (i % PARTITIONS == 1 and i < 20)]
+    assert sorted(values(read[0])) == sorted(f"v{i}" for i in expected)
 
 
 async def test_a_native_member_and_librdkafka_share_a_group_whichever_leads(
