@@ -1,9 +1,10 @@
 """`python -m bench`: raftbroker and NATS JetStream side by side, in one run, on this machine.
 
 Role: run the raftbroker cluster benchmark (`bench.cluster`), its Kafka-listener benchmark
-with librdkafka (`bench.kafka`), and then the JetStream one (`bench.jetstream`), one after the
-other so neither disturbs the other, each in its own process (so each starts and stops its own
-servers by PID), then put their numbers side by side with the ratios the goals are stated in.
+with librdkafka (`bench.kafka`), the JetStream one (`bench.jetstream`), and then consumer groups
+on both (`bench.groups`), one after the other so none disturbs another, each in its own process
+(so each starts and stops its own servers by PID), then put their numbers side by side with
+the ratios the goals are stated in.
 Prints one JSON object; unless `--quick`, also writes the markdown report `bench/RESULTS.md`.
 Exit status 1 if any side failed a scenario (a goal missed is a result, not a failure).
 
@@ -52,14 +53,15 @@ def main(argv: list[str] | None = None) -> int:
         ours = run_side("bench.cluster", args.quick, Path(tmp))
         kafka = run_side("bench.kafka", args.quick, Path(tmp))
         peer = run_side("bench.jetstream", args.quick, Path(tmp))
-    combined = compare.combine(ours, peer, kafka)
+        groups = run_side("bench.groups", args.quick, Path(tmp))
+    combined = compare.combine(ours, peer, kafka, groups)
     text = json.dumps(combined, indent=2)
     if args.out is not None:
         args.out.write_text(text + "\n")
     if not args.quick:
         RESULTS.write_text(compare.markdown(combined))
     sys.stdout.write(text + "\n")
-    return 1 if ours.get("errors") or peer.get("errors") or kafka.get("errors") else 0
+    return 1 if any(side.get("errors") for side in (ours, peer, kafka, groups)) else 0
 
 
 if __name__ == "__main__":

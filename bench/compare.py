@@ -41,6 +41,8 @@ GOALS = {
 }
 # Goals whose denominator is raftbroker's own figure (named here), not JetStream's.
 OWN_BASELINE = {"fsync_pipelined": "fsync_pipelined_without"}
+# Issue 23 (bench.groups): consumer groups, no goal stated; their ratios are shown beside.
+RATIOS_ONLY = ("groups_consume", "groups_takeover_median", "groups_takeover_max")
 # Which JetStream figure each Kafka-listener goal is measured against.
 PEER_FIGURE = {
     "kafka_pipelined": "pipelined",
@@ -117,6 +119,19 @@ def kafka_figures(kafka: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def group_figures(groups: dict[str, Any], side: str) -> dict[str, Any]:
+    """bench.groups' figures for one side ("raftbroker" or "jetstream")."""
+    return {
+        "groups_consume": dig(groups, side, "throughput", "records_per_s"),
+        "groups_takeover_median": dig(groups, side, "crash", "takeover_median_s"),
+        "groups_takeover_max": dig(groups, side, "crash", "takeover_max_s"),
+    }
+
+
+def ratio(ours: float | None, peer: float | None) -> float | None:
+    return None if ours is None or not peer else round(ours / peer, 2)
+
+
 def peer_figures(peer: dict[str, Any]) -> dict[str, Any]:
     return {
         "pipelined": dig(peer, "pipelined", "msgs_per_s"),
@@ -148,9 +163,13 @@ def goal(name: str, ours: float | None, peer: float | None) -> dict[str, Any]:
 
 
 def combine(
-    ours: dict[str, Any], peer: dict[str, Any], kafka: dict[str, Any] | None = None
+    ours: dict[str, Any],
+    peer: dict[str, Any],
+    kafka: dict[str, Any] | None = None,
+    groups: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    a, b = ours_figures(ours) | kafka_figures(kafka or {}), peer_figures(peer)
+    a = ours_figures(ours) | kafka_figures(kafka or {}) | group_figures(groups or {}, "raftbroker")
+    b = peer_figures(peer) | group_figures(groups or {}, "jetstream")
     b |= {name: b[figure] for name, figure in PEER_FIGURE.items()}
     return {
         "benchmark": "raftbroker vs NATS JetStream, same machine, same run",
@@ -161,6 +180,7 @@ def combine(
             name: goal(name, a[name], a[OWN_BASELINE[name]] if name in OWN_BASELINE else b[name])
             for name in GOALS
         },
+        "ratios": {name: ratio(a[name], b[name]) for name in RATIOS_ONLY},
         "scaling": {
             str(p): (ours_pipelined(ours, p) or {}).get("records_per_s") for p in (1, 4, 16)
         },
@@ -183,8 +203,9 @@ def combine(
             "raftbroker": ours.get("errors") or {},
             "jetstream": peer.get("errors") or {},
             "kafka": (kafka or {}).get("errors") or {},
+            "groups": (groups or {}).get("errors") or {},
         },
-        "reports": {"raftbroker": ours, "jetstream": peer, "kafka": kafka},
+        "reports": {"raftbroker": ours, "jetstream": peer, "kafka": kafka, "groups": groups},
     }
 
 
@@ -221,6 +242,18 @@ def markdown(c: dict[str, Any]) -> str:
         ("Kafka listener, confluent-kafka: sequential p50, ms", "kafka_sequential_p50", 2),
         ("Kafka listener, kcat: consume records/s (1 partition)", "kafka_consume", 0),
         ("with fsync: sequential publish p50, ms", "fsync_sequential_p50", 2),
+        (
+            "consumer group of 3 (librdkafka, 4 partitions / JetStream: 3 pull subscribers on "
+            "one durable), records/s",
+            "groups_consume",
+            0,
+        ),
+        (
+            "consumer group: member SIGKILLed -> its work read by another, median s",
+            "groups_takeover_median",
+            2,
+        ),
+        ("consumer group: the same, max s", "groups_takeover_max", 2),
     ]
     lines = [
         "# raftbroker vs NATS JetStream",
@@ -255,9 +288,10 @@ def markdown(c: dict[str, Any]) -> str:
             "" if g is None else f"{'>=' if GOALS[key][2] == 'min' else '<='} {g['target']}x"
         )
         met = "" if g is None or g["met"] is None else ("yes" if g["met"] else "**no**")
-        ratio = "" if g is None else _n(g["ratio"], 2)
+        shown = c["ratios"].get(key) if g is None else g["ratio"]
+        ratio_text = "" if shown is None else _n(shown, 2)
         lines.append(
-            f"| {label} | {_n(a[key], digits)} | {_n(b[key], digits)} | {ratio} | {goal_text} "
+            f"| {label} | {_n(a[key], digits)} | {_n(b[key], digits)} | {ratio_text} | {goal_text} "
             f"| {met} |"
         )
     cpu = c["cpu_in_pipelined"]
@@ -287,10 +321,26 @@ def markdown(c: dict[str, Any]) -> str:
         "",
         _fsync_text(a, b, goals["fsync_pipelined"]),
         "",
+        _groups_text(dig(c, "reports", "groups", "config") or {}),
+        "",
         "Errors: " + (json.dumps(c["errors"]) if any(c["errors"].values()) else "none") + ".",
         "",
     ]
     return "\n".join(lines)
+
+
+def _groups_text(config: dict[str, Any]) -> str:
+    return (
+        "Consumer groups (`python -m bench.groups`, no goal stated): each member its own "
+        "process; raftbroker's are confluent-kafka consumers with `session.timeout.ms` "
+        f"{_n(config.get('session_timeout_ms'))} and `heartbeat.interval.ms` "
+        f"{_n(config.get('heartbeat_interval_ms'))}; JetStream's pull from one durable consumer "
+        f"with explicit acks and `ack_wait` {_n(config.get('jetstream_ack_wait_s'))} s, each "
+        "acknowledging a batch when it fetches the next. A crash holds up a raftbroker "
+        "member's partitions until the session times out and the group rebalances; it holds "
+        "up a JetStream member's unacknowledged batch until `ack_wait` passes (its other "
+        "members read new messages meanwhile)."
+    )
 
 
 def _fsync_text(a: dict[str, Any], b: dict[str, Any], pipelined: dict[str, Any]) -> str:

@@ -3,7 +3,8 @@
 `python -m bench --quick` runs raftbroker's scenarios (native, and librdkafka through the Kafka
 listener) and JetStream's for a few seconds each, one after the other; this checks that every
 side produced every figure the comparison needs, that neither lost or duplicated anything in
-its failover, and that no server is left running. Under `-m slow` (about 90 s): the default
+its failover, that consumer groups were measured on both sides, and that no server is left
+running. Under `-m slow` (about 90 s): the default
 test run keeps to its 15-minute budget, and `make bench` exercises the same code at length.
 """
 
@@ -36,7 +37,9 @@ def test_the_quick_comparison_produces_every_figure_on_both_sides(tmp_path: Path
     )
     assert out.exists(), done.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["errors"] == {"raftbroker": {}, "jetstream": {}, "kafka": {}}, report["errors"]
+    assert report["errors"] == {"raftbroker": {}, "jetstream": {}, "kafka": {}, "groups": {}}, (
+        report["errors"]
+    )
     for side in ("raftbroker", "jetstream"):
         figures = report[side]
         for name in ("pipelined", "sequential_p50", "failover", "consume"):
@@ -44,5 +47,7 @@ def test_the_quick_comparison_produces_every_figure_on_both_sides(tmp_path: Path
         assert (figures["failover_lost"], figures["failover_duplicated"]) == (0, 0), side
     for name in ("kafka_pipelined", "kafka_sequential_p50", "kafka_consume"):
         assert report["raftbroker"][name] > 0, name
+    for name in ("groups_consume", "groups_takeover_median", "groups_takeover_max"):
+        assert report["raftbroker"][name] > 0 and report["jetstream"][name] > 0, name
     assert all(g["ratio"] is not None for g in report["goals"].values())
     assert subprocess.run(["pgrep", "-x", "nats-server"], check=False).returncode == 1

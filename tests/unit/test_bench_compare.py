@@ -137,3 +137,33 @@ def test_the_fsync_goals_pair_throughput_with_its_own_and_latency_with_jetstream
     missing = compare.combine(ours(), peer())["goals"]
     assert missing["fsync_pipelined"]["met"] is None
     assert missing["fsync_sequential_p50"]["met"] is None
+
+
+def groups() -> dict[str, Any]:
+    def side(rate: int, median: float, top: float) -> dict[str, Any]:
+        crash = {"takeover_median_s": median, "takeover_max_s": top}
+        return {"throughput": {"records_per_s": rate}, "crash": crash}
+
+    config = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 2000}
+    return {"raftbroker": side(240_000, 7.9, 8.4), "jetstream": side(40_000, 6.3, 6.5)} | {
+        "config": config
+    }
+
+
+def test_consumer_groups_are_shown_side_by_side_as_ratios_without_a_goal() -> None:
+    combined = compare.combine(ours(), peer(), None, groups())
+    assert combined["ratios"] == {
+        "groups_consume": 6.0,
+        "groups_takeover_median": 1.25,
+        "groups_takeover_max": 1.29,
+    }
+    assert not any(name.startswith("groups") for name in combined["goals"])
+    text = compare.markdown(combined)
+    assert "median s | 7.90 | 6.30 | 1.25 |  |  |" in text
+    assert "`session.timeout.ms` 6,000" in text
+
+
+def test_a_groups_run_that_failed_is_not_measured() -> None:
+    combined = compare.combine(ours(), peer(), None, {"errors": {"raftbroker-crash": "boom"}})
+    assert combined["ratios"]["groups_takeover_median"] is None
+    assert "boom" in compare.markdown(combined)
