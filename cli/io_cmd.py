@@ -328,6 +328,9 @@ def parse_start(
     return Start(number)
 
 
+GROUP_DEFAULTS = GroupConfig()  # Kafka's member defaults, where a flag leaves one unset
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumeOptions:
     topic: str
@@ -339,6 +342,7 @@ class ConsumeOptions:
     follow: bool
     until_end: bool
     render: Callable[[ConsumedRecord], str]
+    session_timeout_ms: int = GROUP_DEFAULTS.session_timeout_ms
 
 
 @dataclass(slots=True)
@@ -424,10 +428,15 @@ async def _consume_in_group(
     coordinator's initial rebalance delay)."""
     await topic_partitions(client, options.topic, None)
     reset = Consumer.EARLIEST if options.start.offset == Consumer.EARLIEST else Consumer.LATEST
-    member = GroupConsumer(
-        client, group, [options.topic], GroupConfig(client_id="raftbroker-consume",
-                                                    auto_offset_reset=reset)
-    )  # fmt: skip
+    session_ms = options.session_timeout_ms
+    config = GroupConfig(
+        session_timeout_ms=session_ms,
+        # Kafka's advice, a third of the session at most; its default, 3 s, at most.
+        heartbeat_interval_ms=max(1, min(GROUP_DEFAULTS.heartbeat_interval_ms, session_ms // 3)),
+        client_id="raftbroker-consume",
+        auto_offset_reset=reset,
+    )
+    member = GroupConsumer(client, group, [options.topic], config)
     try:
         idle_since = time.monotonic()
         while options.max_messages is None or tally.printed < options.max_messages:
@@ -518,6 +527,15 @@ def consume(
         "--from-beginning, the first record where it has none), sharing the partitions with "
         "its other members; commits after printing.",
     ),
+    session_timeout_ms: int | None = typer.Option(
+        None,
+        "--session-timeout-ms",
+        min=1,
+        metavar="MS",
+        help="With --group: how long the group waits for this member, if it stops without "
+        "leaving, before its partitions go to others (Kafka's session.timeout.ms; default "
+        "45000; the coordinator allows 6000 to 1800000 unless configured otherwise).",
+    ),
     output: Format = typer.Option(
         Format.text,
         "--format",
@@ -555,6 +573,8 @@ def consume(
             "not with --offset, --partition, --from-time or --until-end "
             "(raftbroker groups reset moves a group's offsets)"
         )
+    if session_timeout_ms is not None and group is None:
+        raise CliError("--session-timeout-ms is a group member's setting: use it with --group")
     fields = TextFields(
         print_timestamp, print_partition, print_offset, print_headers, print_key, null_literal
     )
@@ -568,6 +588,7 @@ def consume(
         follow,
         until_end,
         as_json if output is Format.json else fields.render,
+        session_timeout_ms or GROUP_DEFAULTS.session_timeout_ms,
     )
     tally = Tally()
     with contextlib.suppress(KeyboardInterrupt):

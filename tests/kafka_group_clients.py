@@ -1,6 +1,8 @@
 """Kafka's three Python consumers behind one small interface, for the consumer-group tests: a
 group member that subscribes, polls, commits and reads its group's commits, whichever client
-it is (confluent-kafka, kafka-python, aiokafka: each speaks the group protocol itself).
+it is (confluent-kafka, kafka-python, aiokafka: each speaks the group protocol itself; and
+`native`, raftbroker's own `GroupConsumer` over the native protocol, whose bootstrap is the
+nodes' native addresses).
 
 Run as a module, a member that subscribes and writes its assignment to a file whenever it has
 one, for ever: the process a test SIGKILLs (`python -m tests.kafka_group_clients KIND
@@ -192,6 +194,56 @@ class AioMember:
             self._loop.close()
 
 
+class NativeMember:
+    """raftbroker's `GroupConsumer` on a loop of its own, which runs during each call, as
+    `AioMember`; `bootstrap` is the nodes' native addresses, comma-separated."""
+
+    def __init__(self, bootstrap: str, group: str, instance: str | None, session_ms: int) -> None:
+        from cluster.client import Cluster, Consumer, GroupConfig  # noqa: PLC0415
+
+        self._loop = asyncio.new_event_loop()
+        self._group = group
+        self._config = GroupConfig(
+            session_timeout_ms=session_ms,
+            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+            instance_id=instance or "",
+            client_id="native-member",
+            auto_offset_reset=Consumer.EARLIEST,
+        )
+
+        async def make() -> Cluster:
+            return Cluster(bootstrap.split(","), request_timeout_s=5.0)
+
+        self._cluster = self._loop.run_until_complete(make())
+        self._c: Any = None
+
+    def subscribe(self, topic: str) -> None:
+        from cluster.client import GroupConsumer  # noqa: PLC0415
+
+        self._c = GroupConsumer(self._cluster, self._group, [topic], self._config)
+
+    def poll(self) -> list[tuple[int, int]]:
+        records = self._loop.run_until_complete(self._c.poll(POLL_MS))
+        return [(r.partition, r.offset) for r in records]
+
+    def assignment(self) -> set[int]:
+        return {partition for _, partition in self._c.assignment()}
+
+    def commit(self, topic: str, partition: int, offset: int) -> None:
+        self._loop.run_until_complete(self._c.commit({(topic, partition): offset}))
+
+    def committed(self, topic: str, partition: int) -> int | None:
+        raise NotImplementedError("not needed by the native tests")
+
+    def close(self) -> None:
+        try:
+            if self._c is not None:
+                self._loop.run_until_complete(self._c.close())
+            self._loop.run_until_complete(self._cluster.close())
+        finally:
+            self._loop.close()
+
+
 class Threaded:
     """A member whose client polls without pause in a thread of its own, as an application's
     consumer would: a member a test does not poll still heartbeats and rejoins (kafka-python
@@ -276,10 +328,11 @@ def member(
     instance: str | None = None,
     session_ms: int = SESSION_TIMEOUT_MS,
 ) -> Threaded:
-    makers: dict[str, type[ConfluentMember | KafkaPythonMember | AioMember]] = {
+    makers: dict[str, type[ConfluentMember | KafkaPythonMember | AioMember | NativeMember]] = {
         "confluent-kafka": ConfluentMember,
         "kafka-python": KafkaPythonMember,
         "aiokafka": AioMember,
+        "native": NativeMember,
     }
     return Threaded(lambda: makers[kind](bootstrap, group, instance, session_ms))
 

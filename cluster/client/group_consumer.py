@@ -20,6 +20,10 @@ Rules:
   what was written before a member first took it is not read.
 - A commit after the group moved on fails with `CommitFailedError` (as Kafka's
   CommitFailedException): those records will be delivered again.
+- The member that leads the group looks at the partitions of every topic the group subscribes
+  to each `metadata_max_age_ms` (as Kafka's leader does) and rejoins when they changed, so a
+  subscribed topic created after the group formed is assigned then (a JoinGroup from the leader
+  rebalances a Stable group).
 - FENCED_INSTANCE_ID (another process took this static member's instance id) is final.
 - `close` leaves the group (a dynamic member only: a static one keeps its partitions for its
   session timeout, to come back to them, as KIP-345 intends).
@@ -31,7 +35,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -79,12 +83,15 @@ class GroupConfig:
     client_id: str = "raftbroker"
     # Where a partition the group has no commit for starts: Kafka's default, its end.
     auto_offset_reset: int = Consumer.LATEST
+    metadata_max_age_ms: int = 300_000  # the leader's look for topics and partitions changed
 
     def __post_init__(self) -> None:
         if not 0 < self.heartbeat_interval_ms < self.session_timeout_ms:
             raise ValueError("heartbeat_interval_ms must be positive and below the session")
         if self.rebalance_timeout_ms <= 0:
             raise ValueError("rebalance_timeout_ms must be positive")
+        if self.metadata_max_age_ms <= 0:
+            raise ValueError("metadata_max_age_ms must be positive")
         if self.auto_offset_reset not in (Consumer.EARLIEST, Consumer.LATEST):
             raise ValueError("auto_offset_reset is Consumer.EARLIEST or Consumer.LATEST")
 
@@ -120,6 +127,9 @@ class GroupConsumer:
         self._fenced: ClientError | None = None
         self._next_heartbeat = 0.0
         self._committed: dict[tuple[str, int], int] = {}
+        # The leader's: partitions per subscribed topic (0: none yet) when it last assigned.
+        self._assigned_counts: dict[str, int] = {}
+        self._next_metadata_look = 0.0
 
     # -- what a member holds ---------------------------------------------------------------------
 
@@ -141,6 +151,7 @@ class GroupConsumer:
         if self._rejoin:
             await self._join()
         await self._heartbeat_if_due()
+        await self._look_at_metadata_if_due()
         if self._rejoin:
             return []
         until_heartbeat_ms = max(0, round((self._next_heartbeat - time.monotonic()) * 1000))
@@ -219,11 +230,34 @@ class GroupConsumer:
         if response.error != ErrorCode.NONE:
             self._member_error(ErrorCode(response.error))
 
+    async def _look_at_metadata_if_due(self) -> None:
+        """The leader: rejoin if a subscribed topic's partitions changed since it assigned."""
+        if not self._assigned_counts or time.monotonic() < self._next_metadata_look:
+            return
+        self._next_metadata_look = time.monotonic() + self.config.metadata_max_age_ms / 1000
+        try:
+            counts = await self._partition_counts(self._assigned_counts)
+        except ClientError as exc:
+            if not exc.retriable:
+                raise
+            return  # looked at again at the next age
+        if counts != self._assigned_counts:
+            self._rejoin = True
+
+    async def _partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        """Fresh metadata: each topic's partitions, 0 for a topic that does not exist."""
+        if not topics:
+            return {}
+        answer = await self.cluster.metadata(sorted(topics))
+        found = {t.name: len(t.partitions) for t in answer.topics if t.error == ErrorCode.NONE}
+        return {topic: found.get(topic, 0) for topic in topics}
+
     async def _join(self) -> None:
         """Join (or rejoin) the group and take up the partitions it assigns."""
         self.consumer.positions.clear()
         self.consumer.stalled.clear()
         self._committed.clear()
+        self._assigned_counts = {}
         while True:
             joined = await self._join_once()
             if joined is None:
@@ -284,16 +318,12 @@ class GroupConsumer:
                 subscriptions[member.member_id] = decode_subscription(member.metadata)
             except ConsumerProtocolError:
                 subscriptions[member.member_id] = ()  # unreadable: it is assigned nothing
-        counts: dict[str, int] = {}
-        for topic in sorted({t for ts in subscriptions.values() for t in ts}):
-            try:
-                counts[topic] = len(await self.cluster.partitions(topic))
-            except ClientError as exc:
-                if exc.error != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                    raise
-                # A topic that does not exist is assigned to nobody (nothing watches for its
-                # creation yet: the group's next rebalance assigns it).
-        plan = range_assign(subscriptions, counts)
+        # Fresh, not cached: a topic that does not exist yet is assigned to nobody, and looked
+        # at again each metadata_max_age_ms (`_look_at_metadata_if_due`).
+        counts = await self._partition_counts({t for ts in subscriptions.values() for t in ts})
+        plan = range_assign(subscriptions, {t: n for t, n in counts.items() if n})
+        self._assigned_counts = counts
+        self._next_metadata_look = time.monotonic() + self.config.metadata_max_age_ms / 1000
         return {member: encode_assignment(a) for member, a in plan.items()}
 
     async def _take(self, assignment_bytes: bytes) -> None:
@@ -314,16 +344,13 @@ class GroupConsumer:
                 self._committed[(topic, partition)] = offset
 
     async def _fetch_committed(self, owned: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        found: dict[tuple[str, int], int] = {}
-        for chunk in _chunks(owned):
-            request = p.OffsetFetch(self.group, tuple(p.GroupPartition(t, i) for t, i in chunk))
+        async def checked(request: p.Request) -> p.Response:
             response = await self._call(request)
             assert isinstance(response, p.OffsetFetchResponse)
             self._check(response.error, "OffsetFetch")
-            found.update(
-                ((o.topic, o.partition), o.offset) for o in response.offsets if o.offset >= 0
-            )
-        return found
+            return response
+
+        return await fetch_committed(checked, self.group, owned)
 
     async def _call(self, request: p.Request, wait_s: float = 0.0) -> p.Response:
         per_request_s = max(self.cluster.request_timeout_s, wait_s + JOIN_MARGIN_S)
@@ -341,6 +368,23 @@ class GroupConsumer:
             if code == ErrorCode.FENCED_INSTANCE_ID:
                 self._member_error(code)
             raise ClientError(code, f"group {self.group!r}: {what} refused")
+
+
+async def fetch_committed(
+    call: Callable[[p.Request], Awaitable[p.Response]],
+    group: str,
+    partitions: Sequence[tuple[str, int]],
+) -> dict[tuple[str, int], int]:
+    """The group's committed offsets of `partitions` (none named: of every partition it has),
+    leaving out those it has none for; in requests of at most the partitions one may carry.
+    `call` sends a request to the group's coordinator and raises its errors."""
+    found: dict[tuple[str, int], int] = {}
+    for chunk in _chunks(partitions) if partitions else [()]:
+        request = p.OffsetFetch(group, tuple(p.GroupPartition(t, i) for t, i in chunk))
+        response = await call(request)
+        assert isinstance(response, p.OffsetFetchResponse)
+        found.update(((o.topic, o.partition), o.offset) for o in response.offsets if o.offset >= 0)
+    return found
 
 
 def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:

@@ -29,6 +29,7 @@ from cluster.client.consumer_protocol import (
     decode_assignment,
 )
 from cluster.client.errors import ClientError
+from cluster.client.group_consumer import fetch_committed
 from cluster.client.metadata import Cluster
 from statemachine.errors import ErrorCode
 
@@ -157,10 +158,9 @@ class Groups:
     ) -> dict[tuple[str, int], int]:
         """The group's committed offsets of `partitions` (of every partition it has: empty),
         leaving out those it has none for."""
-        asked = tuple(p.GroupPartition(t, i) for t, i in partitions)
-        response = await self._call(group, p.OffsetFetch(group, asked), timeout_s)
-        assert isinstance(response, p.OffsetFetchResponse)
-        return {(o.topic, o.partition): o.offset for o in response.offsets if o.offset >= 0}
+        return await fetch_committed(
+            lambda request: self._call(group, request, timeout_s), group, tuple(partitions)
+        )
 
     async def delete(self, group: str, *, timeout_s: float | None = None) -> None:
         """Delete an empty group and its committed offsets."""

@@ -6,8 +6,9 @@ Each of confluent-kafka (librdkafka), kafka-python and aiokafka (tests/kafka_gro
 two members of one group split a topic's partitions and read every record once, each from
 its own partitions; a consumer that commits and closes is followed by one that resumes exactly
 after the last commit; a member SIGKILLed has its partitions taken over by the other within
-its session timeout. Then the coordinator's node is killed while a group commits: no
-committed offset is lost, and the group goes on.
+its session timeout (and so does a native `GroupConsumer`'s, over the native protocol). Then
+the coordinator's node is killed while a group commits: no committed offset is lost, and the
+group goes on.
 """
 
 from __future__ import annotations
@@ -195,11 +196,13 @@ def test_a_consumer_resumes_exactly_after_its_groups_last_commit(
     assert {name: sorted(found) for name, found in versions.items()} == NEGOTIATED[kind]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [*KINDS, "native"])
 def test_a_killed_members_partitions_move_to_the_survivor_within_its_session_timeout(
-    bootstrap: str, kind: str, tmp_path: Path
+    group_cluster: launcher.LocalCluster, bootstrap: str, kind: str, tmp_path: Path
 ) -> None:
     topic = new_topic(bootstrap)
+    if kind == "native":  # raftbroker's GroupConsumer: the same coordinator, its own protocol
+        bootstrap = ",".join(group_cluster.bootstrap)
     group = f"g-{uuid.uuid4().hex[:6]}"
     ready = tmp_path / "assigned"
     doomed = subprocess.Popen(

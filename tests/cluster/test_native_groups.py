@@ -5,9 +5,12 @@ delay, sessions from 1 s).
 
 - Two native members split a topic's partitions and read every record once, each from its own
   partitions; after both commit and leave, a new member resumes exactly after the commits.
+- The group's leader assigns a subscribed topic created after the group formed, once its look
+  at metadata (each `metadata_max_age_ms`) sees it.
 - A native member and librdkafka share one group: whichever leads, the other reads the
   assignment it made (Kafka's consumer protocol and range assignor on both sides).
-- The CLI: `consume --group` prints, commits and resumes; `groups list`, `describe` (committed,
+- The CLI: `consume --group` prints, commits and resumes (its `--session-timeout-ms` reaches the
+  coordinator, which refuses one below its minimum); `groups list`, `describe` (committed,
   log end, lag), `reset` (dry run, then --execute; refused while the group has members) and
   `delete` (refused while it has members); a missing group is one line, not a traceback.
 """
@@ -20,6 +23,7 @@ import json
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 import pytest
 import pytest_asyncio
@@ -170,6 +174,26 @@ async def test_a_commit_outside_the_log_starts_over_at_auto_offset_reset_losing_
     assert sorted(values(read[0])) == sorted(f"v{i}" for i in expected)
 
 
+async def test_the_leader_assigns_a_subscribed_topic_created_after_the_group_formed(
+    client: Cluster,
+) -> None:
+    first = await new_topic(client, records=4)
+    later = f"ngrp-{uuid.uuid4().hex[:8]}"
+    config = replace(MEMBER, metadata_max_age_ms=300)
+    one = GroupConsumer(client, f"later-{uuid.uuid4().hex[:6]}", [first, later], config)
+    try:
+        await poll_all([one], count(4), "the first topic's records")
+        assert {t for t, _ in one.assignment()} == {first}
+        await one.commit()  # the rejoin that assigns the new topic resumes the first from here
+        await Admin(client).create_topic(later, PARTITIONS, 3)
+        await produce(client, later, range(4))
+        read = await poll_all([one], count(4), "the records of the topic created later")
+        assert sorted(values(read[0])) == ["v0", "v1", "v2", "v3"]
+        assert {t for t, _ in one.assignment()} == {first, later}
+    finally:
+        await one.close()
+
+
 async def test_a_native_member_and_librdkafka_share_a_group_whichever_leads(
     client: Cluster, group_cluster: launcher.LocalCluster
 ) -> None:
@@ -233,8 +257,14 @@ async def test_consume_group_commits_what_it_printed_and_groups_describes_resets
                             *extra))  # fmt: skip
         return out.split()
 
-    first = consume("--from-beginning", "--max-messages", "25")
+    first = consume("--from-beginning", "--max-messages", "25", "--session-timeout-ms", "2000")
     assert len(first) == 25
+    # The session reaches the coordinator, which allows 1 s and more here.
+    short = one_line_error(raftbroker("consume", topic, "--group", group, *at,
+                                      "--session-timeout-ms", "500"))  # fmt: skip
+    assert "INVALID_SESSION_TIMEOUT" in short, short
+    alone = one_line_error(raftbroker("consume", topic, *at, "--session-timeout-ms", "2000"))
+    assert "use it with --group" in alone, alone
     rest = consume("--from-beginning")  # --from-beginning: only where the group has no commit
     assert sorted(first + rest) == sorted(f"v{i}" for i in range(40)), "lost or read twice"
 
