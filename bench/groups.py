@@ -75,15 +75,15 @@ def progress(message: str) -> None:
 @dataclass(frozen=True, slots=True)
 class Settings:
     quick: bool
-    kafka_fill_s: float
+    kafka_fill_records: int
     jetstream_fill_s: float
     kills: int
 
     @classmethod
     def of(cls, quick: bool) -> Settings:
         if quick:
-            return cls(True, 0.5, 2.0, 1)
-        return cls(False, 3.0, 10.0, 5)
+            return cls(True, 300_000, 2.0, 1)
+        return cls(False, 2_000_000, 10.0, 5)
 
 
 # -- members and what they report ------------------------------------------------------------------
@@ -233,7 +233,7 @@ async def kafka_throughput(settings: Settings) -> dict[str, Any]:
     topic = "groups-throughput"
     async with fresh_cluster() as bench:
         await create_topic(bench, topic, PARTITIONS)
-        filled, _ = await kcat_produce(bench, topic, PARTITIONS, settings.kafka_fill_s)
+        filled, _ = await kcat_produce(bench, topic, PARTITIONS, settings.kafka_fill_records)
         async with running_group(kafka_argv(bench.local.kafka_bootstrap, topic)) as group:
             return await read_all(group, filled)
 
