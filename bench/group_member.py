@@ -65,6 +65,7 @@ def kafka_member(args: argparse.Namespace) -> None:
             "session.timeout.ms": args.session_timeout_ms,
             "heartbeat.interval.ms": args.heartbeat_interval_ms,
             "auto.offset.reset": "earliest",
+            **({"debug": args.debug} if args.debug else {}),
         }
     )
 
@@ -127,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     kafka.add_argument("--group", required=True)
     kafka.add_argument("--session-timeout-ms", type=int, required=True)
     kafka.add_argument("--heartbeat-interval-ms", type=int, required=True)
+    kafka.add_argument("--debug", default="", help="librdkafka's debug contexts (cgrp: the group)")
     jetstream = kinds.add_parser("jetstream")
     jetstream.add_argument("--servers", required=True)
     jetstream.add_argument("--stream", required=True)
