@@ -40,7 +40,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -261,20 +261,37 @@ async def kafka_kill_once(group: Group) -> dict[str, Any]:
     owned = victim.assigned
     killed_at = await group.kill(victim)
 
-    def taken_over(partition: int) -> float | None:
-        reads = group.partition_reads.get(partition, [])
-        return min((at for at, n in reads if n != victim.name and at > killed_at), default=None)
-
-    async def all_taken() -> bool:
-        return all(taken_over(p) is not None for p in owned)
-
-    await poll_until(all_taken, f"partitions {owned} read again", SETTLE_TIMEOUT_S)
-    takeover = max(t for p in owned if (t := taken_over(p)) is not None) - killed_at
+    reads = group.partition_reads
+    takeover = await read_again_s(reads, owned, victim.name, killed_at, f"partitions {owned}")
     return {"partitions": list(owned), "takeover_s": round(takeover, 3)}
 
 
+async def read_again_s(
+    reads: dict[int, list[tuple[float, str]]],
+    keys: Collection[int],
+    victim: str,
+    killed_at: float,
+    what: str,
+) -> float:
+    """Seconds from the kill until every key (a partition, or a message's seq) was read by a
+    member other than `victim` (polled, with a deadline)."""
+
+    def first(key: int) -> float | None:
+        after = [at for at, name in reads.get(key, []) if name != victim and at > killed_at]
+        return min(after, default=None)
+
+    async def all_read() -> bool:
+        return all(first(key) is not None for key in keys)
+
+    await poll_until(all_read, f"{what} read again", SETTLE_TIMEOUT_S)
+    return max(t for key in keys if (t := first(key)) is not None) - killed_at
+
+
 async def crash_cycles(
-    settings: Settings, group: Group, settled: Callable[[Group], bool], kill: Any
+    settings: Settings,
+    group: Group,
+    settled: Callable[[Group], bool],
+    kill: Callable[[Group], Awaitable[dict[str, Any]]],
 ) -> dict[str, Any]:
     """Start the members, then kill one and let a new one join, `settings.kills` times."""
     for _ in range(MEMBERS):
@@ -374,15 +391,9 @@ async def jetstream_kill_once(group: Group) -> dict[str, Any]:
     if not held:
         return {"held": 0}
 
-    def redelivered(seq: int) -> float | None:
-        reads = group.seq_reads.get(seq, [])
-        return min((at for at, n in reads if n != victim.name and at > killed_at), default=None)
-
-    async def all_redelivered() -> bool:
-        return all(redelivered(s) is not None for s in held)
-
-    await poll_until(all_redelivered, f"{len(held)} messages redelivered", SETTLE_TIMEOUT_S)
-    takeover = max(t for s in held if (t := redelivered(s)) is not None) - killed_at
+    takeover = await read_again_s(
+        group.seq_reads, held, victim.name, killed_at, f"{len(held)} held messages"
+    )
     return {"held": len(held), "takeover_s": round(takeover, 3)}
 
 

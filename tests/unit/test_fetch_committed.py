@@ -23,17 +23,23 @@ def answer(request: p.OffsetFetch) -> p.OffsetFetchResponse:
     return p.OffsetFetchResponse(0, offsets)
 
 
-def test_many_partitions_go_in_runs_a_node_takes_and_come_back_merged() -> None:
-    asked: list[p.OffsetFetch] = []
+class Coordinator:
+    """Answers as `answer` does, keeping every request it was sent."""
 
-    async def call(request: p.Request) -> p.Response:
+    def __init__(self) -> None:
+        self.asked: list[p.OffsetFetch] = []
+
+    async def __call__(self, request: p.Request) -> p.Response:
         assert isinstance(request, p.OffsetFetch)
-        asked.append(request)
+        self.asked.append(request)
         return answer(request)
 
+
+def test_many_partitions_go_in_runs_a_node_takes_and_come_back_merged() -> None:
+    call = Coordinator()
     wanted = [("t", i) for i in range(2 * PARTITIONS_PER_REQUEST_MAX + 5)]
     found = asyncio.run(fetch_committed(call, "g", wanted))
-    assert [len(r.partitions) for r in asked] == [
+    assert [len(r.partitions) for r in call.asked] == [
         PARTITIONS_PER_REQUEST_MAX,
         PARTITIONS_PER_REQUEST_MAX,
         5,
@@ -42,12 +48,6 @@ def test_many_partitions_go_in_runs_a_node_takes_and_come_back_merged() -> None:
 
 
 def test_naming_no_partition_asks_for_all_in_one_request() -> None:
-    asked: list[p.OffsetFetch] = []
-
-    async def call(request: p.Request) -> p.Response:
-        assert isinstance(request, p.OffsetFetch)
-        asked.append(request)
-        return answer(request)
-
+    call = Coordinator()
     assert asyncio.run(fetch_committed(call, "g", ())) == {("all", 0): 0}
-    assert [r.partitions for r in asked] == [()]
+    assert [r.partitions for r in call.asked] == [()]
