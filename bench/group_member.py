@@ -86,10 +86,11 @@ def read(messages: list[Any]) -> None:
         return
     at = now()
     last: dict[int, int] = {}
+    count = 0
     for message in messages:
-        if message.error() is None:
+        if message.error() is None:  # not one of librdkafka's events
             last[message.partition()] = message.offset()
-    count = len(messages)
+            count += 1
     emit(f"got {at} {count} " + " ".join(f"{p}:{o}" for p, o in sorted(last.items())))
 
 

@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import json
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -64,6 +65,7 @@ BATCH_SIZE_BYTES = 1_000_000
 LINGER_MS = 5
 QUEUE_RECORDS_MAX = 1_000_000
 FLUSH_TIMEOUT_S = 120.0
+PRODUCE_TIMEOUT_S = 300.0  # kcat's whole run: 6,000,000 records at 20,000/s at worst
 # kcat's report of a record it could not deliver, and librdkafka's fatal errors (log levels 0-2);
 # its warnings while a node is still starting ("Failed to acquire idempotence PID ...:
 # retrying") are not failures.
@@ -139,7 +141,9 @@ def lines_file(records: int) -> Iterator[Path]:
     """A file of `records` lines (the 4,096 values over and over), removed after."""
     chunk = lines_chunk()
     whole, rest = divmod(records, 4_096)
-    where = LINES_DIR if LINES_DIR.is_dir() else None
+    size = records * len(chunk) // 4_096
+    in_memory = LINES_DIR.is_dir() and shutil.disk_usage(LINES_DIR).free > 2 * size
+    where = LINES_DIR if in_memory else None  # else the temporary directory, on disk
     with tempfile.NamedTemporaryFile(prefix="raftbroker-bench-", dir=where) as handle:
         for _ in range(whole):
             handle.write(chunk)
@@ -161,7 +165,12 @@ async def kcat_produce(
             stdin=lines,
             stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        _, errors = await asyncio.wait_for(process.communicate(), FLUSH_TIMEOUT_S)
+        try:
+            _, errors = await asyncio.wait_for(process.communicate(), PRODUCE_TIMEOUT_S)
+        except TimeoutError:
+            process.kill()  # not left retrying against a cluster about to be stopped
+            await process.wait()
+            raise
         elapsed = time.monotonic() - start
     if process.returncode != 0 or KCAT_FAILED.search(errors.decode()):
         raise AssertionError(f"kcat exited {process.returncode}: {errors.decode()[-2000:]}")

@@ -530,7 +530,7 @@ def consume(
     session_timeout_ms: int | None = typer.Option(
         None,
         "--session-timeout-ms",
-        min=1,
+        min=2,  # a heartbeat, a millisecond at least, must fit inside it
         metavar="MS",
         help="With --group: how long the group waits for this member, if it stops without "
         "leaving, before its partitions go to others (Kafka's session.timeout.ms; default "

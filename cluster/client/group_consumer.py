@@ -23,7 +23,9 @@ Rules:
 - The member that leads the group looks at the partitions of every topic the group subscribes
   to each `metadata_max_age_ms` (as Kafka's leader does) and rejoins when they changed, so a
   subscribed topic created after the group formed is assigned then (a JoinGroup from the leader
-  rebalances a Stable group).
+  rebalances a Stable group). A static leader that comes back under a new id without a
+  rebalance is not told it leads (the coordinator names its old id, so that it does not assign
+  again): until the group next rebalances, no member looks.
 - FENCED_INSTANCE_ID (another process took this static member's instance id) is final.
 - `close` leaves the group (a dynamic member only: a static one keeps its partitions for its
   session timeout, to come back to them, as KIP-345 intends).
@@ -235,8 +237,10 @@ class GroupConsumer:
         if not self._assigned_counts or time.monotonic() < self._next_metadata_look:
             return
         self._next_metadata_look = time.monotonic() + self.config.metadata_max_age_ms / 1000
-        try:
-            counts = await self._partition_counts(self._assigned_counts)
+        try:  # bounded by a heartbeat's interval: the session must not lapse while it waits
+            counts = await self._partition_counts(
+                self._assigned_counts, timeout_s=self.config.heartbeat_interval_ms / 1000
+            )
         except ClientError as exc:
             if not exc.retriable:
                 raise
@@ -244,11 +248,13 @@ class GroupConsumer:
         if counts != self._assigned_counts:
             self._rejoin = True
 
-    async def _partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+    async def _partition_counts(
+        self, topics: Iterable[str], timeout_s: float | None = None
+    ) -> dict[str, int]:
         """Fresh metadata: each topic's partitions, 0 for a topic that does not exist."""
         if not topics:
             return {}
-        answer = await self.cluster.metadata(sorted(topics))
+        answer = await self.cluster.metadata(sorted(topics), timeout_s=timeout_s)
         found = {t.name: len(t.partitions) for t in answer.topics if t.error == ErrorCode.NONE}
         return {topic: found.get(topic, 0) for topic in topics}
 
@@ -257,8 +263,8 @@ class GroupConsumer:
         self.consumer.positions.clear()
         self.consumer.stalled.clear()
         self._committed.clear()
-        self._assigned_counts = {}
         while True:
+            self._assigned_counts = {}  # set again by `_assign` if this round makes it leader
             joined = await self._join_once()
             if joined is None:
                 continue
@@ -344,6 +350,9 @@ class GroupConsumer:
                 self._committed[(topic, partition)] = offset
 
     async def _fetch_committed(self, owned: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        if not owned:  # a member assigned nothing (naming no partition would ask for them all)
+            return {}
+
         async def checked(request: p.Request) -> p.Response:
             response = await self._call(request)
             assert isinstance(response, p.OffsetFetchResponse)
