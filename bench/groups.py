@@ -254,11 +254,9 @@ def kafka_settled(group: Group) -> bool:
     newest = max(m.started for m in live)
     if any(m.assigned_at < newest or not m.assigned for m in live):
         return False
+    if sorted(p for m in live for p in m.assigned) != list(range(PARTITIONS)):
+        return False  # a partition unowned, or owned twice (a rebalance half seen)
     owners = {p: m for m in live for p in m.assigned}
-    if sorted(owners) != list(range(PARTITIONS)) or sum(len(m.assigned) for m in live) != len(
-        owners
-    ):
-        return False
     return all(
         any(name == m.name and at > m.assigned_at for at, name in group.partition_reads.get(p, []))
         for p, m in owners.items()
@@ -269,9 +267,9 @@ async def kafka_kill_once(group: Group) -> dict[str, Any]:
     victim = group.live()[0]
     owned = victim.assigned
     killed_at = await group.kill(victim)
-
-    reads = group.partition_reads
-    takeover = await read_again_s(reads, owned, victim.name, killed_at, f"partitions {owned}")
+    takeover = await read_again_s(
+        group.partition_reads, owned, victim.name, killed_at, f"partitions {owned}"
+    )
     return {"partitions": list(owned), "takeover_s": round(takeover, 3)}
 
 
@@ -306,11 +304,11 @@ async def crash_cycles(
     for _ in range(MEMBERS):
         await group.start()
     kills: list[dict[str, Any]] = []
+
+    async def is_settled() -> bool:
+        return settled(group)
+
     while len([k for k in kills if "takeover_s" in k]) < settings.kills:
-
-        async def is_settled() -> bool:
-            return settled(group)
-
         await poll_until(is_settled, "the group settled", SETTLE_TIMEOUT_S)
         outcome = await kill(group)
         progress(f"crash: {outcome}")
