@@ -289,6 +289,7 @@ def test_a_request_round_trips(api: m.Api, version: int) -> None:
     request = codec.decode_request(frame[4:], LIMITS)
     assert request.header == header(api, version)
     assert codec.encode_request(request.header, request.body) == frame
+    assert request == codec.kio_decode_request(frame[4:], LIMITS)
 
 
 @pytest.mark.parametrize(("api", "version"), VERSIONS, ids=IDS)
@@ -416,9 +417,28 @@ VALID_FRAMES = [
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+def outcome(decode: Any, body: bytes) -> m.KafkaRequest | str:
+    try:
+        return decode(body, LIMITS)  # type: ignore[no-any-return]
+    except codec.KafkaProtocolError as exc:
+        return f"refused, correlation id {exc.correlation_id}, answer {exc.answer!r}"
+
+
 def decodes_or_refuses(body: bytes) -> None:
-    with contextlib.suppress(codec.KafkaProtocolError):
-        codec.decode_request(body, LIMITS)
+    """KafkaProtocolError or a request, and the same as kio's own reader after the walk (the
+    reference): the same request read, or both refused."""
+    ours = outcome(codec.decode_request, body)
+    reference = outcome(codec.kio_decode_request, body)
+    assert ours == reference, (ours, reference)
+
+
+@pytest.mark.parametrize("byte", [0x02, 0xFF])
+def test_every_byte_of_every_request_replaced_reads_as_kio_reads_it(byte: int) -> None:
+    """Each byte of each valid request in turn: a boolean of 2, a length of 255 or -1, a
+    varint that goes on, a bad UTF-8 byte; read as kio reads it, or refused as kio refuses."""
+    for body in VALID_FRAMES:
+        for at in range(len(body)):
+            decodes_or_refuses(body[:at] + bytes((byte,)) + body[at + 1 :])
 
 
 @FUZZ
