@@ -1105,6 +1105,14 @@ def take_frame(buf: bytearray, offset: int, frame_bytes_max: int) -> tuple[bytes
     return bytes(buf[start:end]), end
 
 
+def whole_frame(data: bytes, frame_bytes_max: int) -> bool:
+    """Whether `data` is exactly one frame, whole, of an allowed length."""
+    if len(data) < LENGTH_PREFIX.size:
+        return False
+    length: int = LENGTH_PREFIX.unpack_from(data)[0]
+    return length <= frame_bytes_max and len(data) == LENGTH_PREFIX.size + length
+
+
 def _check_frame_length(length: int, frame_bytes_max: int) -> None:
     if length > frame_bytes_max:
         message = f"a frame of {length} bytes exceeds the limit of {frame_bytes_max}"

@@ -14,6 +14,8 @@ in the entry too, so every replica reaches the same result at the same index.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -63,8 +65,7 @@ class Command:
     VERSION: ClassVar[int] = 1
 
     def encode(self) -> bytes:
-        values = [getattr(self, name) for name, _ in _SCHEMAS[self.TAG][1]]
-        return pack([self.TAG, self.VERSION, *values])
+        return pack([self.TAG, self.VERSION, *_FIELD_VALUES[self.TAG](self)])
 
 
 # -- Both kinds of group -------------------------------------------------------------------------
@@ -281,6 +282,22 @@ def _schemas() -> dict[int, tuple[type[Command], tuple[tuple[str, Rule], ...]]]:
 
 
 _SCHEMAS = _schemas()
+
+
+def _field_values(names: tuple[str, ...]) -> Callable[[Command], tuple[Any, ...]]:
+    """A command's field values in encoding order, read by one C call (a command is encoded
+    on the write path of every produce)."""
+    if len(names) == 1:
+        name = names[0]
+        return lambda command: (getattr(command, name),)
+    if not names:
+        return lambda _command: ()
+    return operator.attrgetter(*names)
+
+
+_FIELD_VALUES = {
+    tag: _field_values(tuple(name for name, _ in rules)) for tag, (_cls, rules) in _SCHEMAS.items()
+}
 
 
 def decode_fields(

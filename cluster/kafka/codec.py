@@ -190,7 +190,7 @@ def _read_header(body: bytes, versions: Versions) -> tuple[m.RequestHeader, int]
     header = m.RequestHeader(api_key, version, correlation_id, client_id)
     if _request_schema(api_key, version).__flexible__:
         try:  # header tagged fields: Kafka ignores those it does not know, and so do we
-            offset = _Walk(body, None).skip_tagged_fields(offset, len(body))
+            offset = _skip_tagged_fields(body, offset, len(body))
         except _MalformedError as exc:
             raise _refused(header, str(exc)) from None
     return header, offset
@@ -563,7 +563,7 @@ def decode_response(header: m.RequestHeader, body: bytes) -> tuple[int, m.Respon
     (correlation_id,) = _CORRELATION_ID.unpack_from(body)
     offset = _CORRELATION_ID.size
     if kio_cls.__header_schema__.__flexible__:
-        offset = _Walk(body, None).skip_tagged_fields(offset, len(body))
+        offset = _skip_tagged_fields(body, offset, len(body))
     entity, _size = kio.serial.entity_reader(kio_cls)(body, offset)
     return correlation_id, _from_kio(m.MESSAGES[api][1], entity)
 
@@ -1076,6 +1076,20 @@ def _read_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     raise _MalformedError("a varint longer than 5 bytes")
 
 
+def _skip_tagged_fields(buf: bytes, pos: int, end: int) -> int:
+    """Past a header's tagged fields, whatever their tags (nearly always none: one byte)."""
+    if pos < end and buf[pos] == 0:
+        return pos + 1
+    count, pos = _read_uvarint(buf, pos, end)
+    if count > end - pos:
+        raise _MalformedError(f"{count} items in {end - pos} bytes")
+    for _ in range(count):
+        _tag, pos = _read_uvarint(buf, pos, end)
+        size, pos = _read_uvarint(buf, pos, end)
+        pos = _need(pos, size, end)
+    return pos
+
+
 def _need(pos: int, size: int, end: int) -> int:
     if size > end - pos:
         raise _MalformedError(f"{size} bytes wanted, {end - pos} left")
@@ -1180,16 +1194,6 @@ class _Walk:
                 pos = self._field(field, flexible, pos, end)
         if flexible:
             pos = self._tagged_fields(tags, flexible, pos, end)
-        return pos
-
-    def skip_tagged_fields(self, pos: int, end: int) -> int:
-        """Past a header's tagged fields, whatever their tags."""
-        count, pos = self._uvarint(pos, end)
-        self._take_items(count, end - pos)
-        for _ in range(count):
-            _tag, pos = self._uvarint(pos, end)
-            size, pos = self._uvarint(pos, end)
-            pos = self._need(pos, size, end)
         return pos
 
     def _tagged_fields(self, tags: dict[int, _Field], flexible: bool, pos: int, end: int) -> int:
