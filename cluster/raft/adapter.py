@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from functools import partial
 from pathlib import Path
@@ -570,6 +570,13 @@ class _MeshTransport(Transport):  # type: ignore[misc]
             self._sync_obj.sync_journal()
         return self._mesh.send(node.address, self._group, message)
 
+    def send_to_each(self, nodes: Iterable[Any], message: dict[str, Any]) -> None:
+        """The same message to each of `nodes`, packed once (a leader's new entry)."""
+        assert message.get("type") != "next_node_idx", "an acknowledgement goes to one node"
+        payload = self._mesh.payload(self._group, message)
+        for node in nodes:
+            self._mesh.send_payload(node.address, payload)
+
     def destroy(self) -> None:
         self._mesh.unregister(self._group)
 
@@ -987,10 +994,11 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         self, log: Any, entry: tuple[bytes, int, int], previous: tuple[bytes, int, int]
     ) -> bool:
         """On a leader whose followers all hold everything up to `previous`, its last entry:
-        send each the new `entry` alone, as pysyncobj's `__sendAppendEntries` would, without
-        its general walk (slices of the journal per follower, chunking, snapshots). False, and
-        nothing sent, in any other case (a follower behind or away, an entry the stock walk
-        would send in chunks, the log's first entry), which the stock walk then handles."""
+        send each the new `entry` alone (one message, packed once for all of them), as
+        pysyncobj's `__sendAppendEntries` would, without its general walk (slices of the
+        journal per follower, chunking, snapshots). False, and nothing sent, in any other case
+        (a follower behind or away, an entry the stock walk would send in chunks, the log's
+        first entry), which the stock walk then handles."""
         index = entry[1]
         first, others = log[0][1], self._SyncObj__otherNodes
         next_indexes: dict[Any, int] = self._SyncObj__raftNextIndex
@@ -1010,10 +1018,9 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
             "prevLogTerm": previous[2],
         }
         self._SyncObj__newAppendEntriesTime = pysyncobj_clock() + self._append_period_s
-        transport = self._SyncObj__transport
         for node in others:
             next_indexes[node] = index + 1
-            transport.send(node, message)
+        self._SyncObj__transport.send_to_each(others, message)
         return True
 
     def holds_every_entry(self, node: Any) -> bool:

@@ -347,11 +347,21 @@ class Mesh:
         `held`; what the socket does not take stays queued, and `flush` or the socket's
         writability writes it.
         """
+        return self.send_payload(address, self.payload(group, message))
+
+    @staticmethod
+    def payload(group: str, message: dict[str, Any]) -> bytes:
+        """A message as `send` writes it (before the link seals it): to pack a message once
+        for several peers (a leader's append, a whole batch, to each of its followers)."""
+        return pack((group, message))
+
+    def send_payload(self, address: str, payload: bytes) -> bool:
+        """`send` of a message packed already by `payload`."""
         link = self._open.get(address)
         if link is None:
             return False
         idle = not link.out
-        link.queue(pack((group, message)))
+        link.queue(payload)
         if link.out_bytes > self.settings.queue_bytes_max:
             self._drop(link, f"{link.out_bytes} bytes queued: the peer is not reading")
             return False
