@@ -822,8 +822,8 @@ class _Budget:
 
     __slots__ = ("count_max", "items_left")
 
-    def __init__(self, limits: Limits | None) -> None:
-        per_request = limits.partitions_per_request_max if limits else 2**31
+    def __init__(self, limits: Limits) -> None:
+        per_request = limits.partitions_per_request_max
         self.count_max = per_request
         self.items_left = per_request * ITEMS_PER_PARTITION_BOUND
 
@@ -1175,13 +1175,11 @@ _NULL_MARKER, _PRESENT_MARKER = -1, 1  # a nullable struct's leading int8 (KIP-8
 class _Walk:
     """One pass over a request body that reads only lengths, counts and tags."""
 
-    __slots__ = ("_body", "_count_max", "_items_left")
+    __slots__ = ("_body", "_budget")
 
-    def __init__(self, body: bytes, limits: Limits | None) -> None:
+    def __init__(self, body: bytes, limits: Limits) -> None:
         self._body = body
-        per_request = limits.partitions_per_request_max if limits else 2**31
-        self._count_max = per_request
-        self._items_left = per_request * ITEMS_PER_PARTITION_BOUND
+        self._budget = _Budget(limits)
 
     def entity(self, cls: type[Any], pos: int, end: int) -> int:
         """The position after an entity of kio class `cls` that starts at `pos`."""
@@ -1197,12 +1195,12 @@ class _Walk:
         return pos
 
     def _tagged_fields(self, tags: dict[int, _Field], flexible: bool, pos: int, end: int) -> int:
-        count, pos = self._uvarint(pos, end)
-        self._take_items(count, end - pos)
+        count, pos = _read_uvarint(self._body, pos, end)
+        self._budget.take(count, end - pos)
         for _ in range(count):
-            tag, pos = self._uvarint(pos, end)
-            size, pos = self._uvarint(pos, end)
-            field_end = self._need(pos, size, end)
+            tag, pos = _read_uvarint(self._body, pos, end)
+            size, pos = _read_uvarint(self._body, pos, end)
+            field_end = _need(pos, size, end)
             field = tags.get(tag)
             if field is None:
                 raise _MalformedError(f"unknown tagged field {tag}")
@@ -1221,9 +1219,9 @@ class _Walk:
             if not kind.nullable:
                 raise _MalformedError(f"{field.name}: a null array where none may be")
             return pos
-        if count > self._count_max:
-            raise _MalformedError(f"{field.name}: {count} items, at most {self._count_max}")
-        self._take_items(count, end - pos)
+        if count > self._budget.count_max:
+            raise _MalformedError(f"{field.name}: {count} items, at most {self._budget.count_max}")
+        self._budget.take(count, end - pos)
         for _ in range(count):
             pos = self._item(field, flexible, pos, end)
         return pos
@@ -1232,7 +1230,7 @@ class _Walk:
         nested = field.kind.nested
         if nested is not None:
             if field.kind.nullable and not field.kind.array:
-                after = self._need(pos, 1, end)
+                after = _need(pos, 1, end)
                 (marker,) = _INT8.unpack_from(self._body, pos)
                 pos = after
                 if marker == _NULL_MARKER:
@@ -1243,7 +1241,7 @@ class _Walk:
         kafka_type = field.kafka_type
         size = _FIXED_BYTES.get(kafka_type)
         if size is not None:
-            return self._need(pos, size, end)
+            return _need(pos, size, end)
         if kafka_type == "string":
             legacy = _INT16
         elif kafka_type in ("bytes", "records"):
@@ -1251,7 +1249,7 @@ class _Walk:
         else:
             raise AssertionError(f"the walk does not know kafka_type {kafka_type!r}")
         length, pos = self._length(flexible, pos, end, legacy=legacy)
-        return pos if length < 0 else self._need(pos, length, end)
+        return pos if length < 0 else _need(pos, length, end)
 
     def _length(
         self, flexible: bool, pos: int, end: int, *, legacy: struct.Struct
@@ -1259,37 +1257,10 @@ class _Walk:
         """A length or count, -1 for null: compact (unsigned varint N+1) in flexible
         versions, else a signed int16 (strings) or int32 (bytes, arrays)."""
         if flexible:
-            value, pos = self._uvarint(pos, end)
+            value, pos = _read_uvarint(self._body, pos, end)
             return value - 1, pos
-        after = self._need(pos, legacy.size, end)
+        after = _need(pos, legacy.size, end)
         (value,) = legacy.unpack_from(self._body, pos)
         if value < -1:
             raise _MalformedError(f"negative length {value}")
         return value, after
-
-    def _uvarint(self, pos: int, end: int) -> tuple[int, int]:
-        value = shift = 0
-        for i in range(_UVARINT_BYTES_MAX):
-            if pos + i >= end:
-                raise _MalformedError("a varint past the end")
-            byte = self._body[pos + i]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                if value > _UVARINT_MAX:
-                    raise _MalformedError(f"a length or count of {value}")
-                return value, pos + i + 1
-            shift += 7
-        raise _MalformedError("a varint longer than 5 bytes")
-
-    def _need(self, pos: int, size: int, end: int) -> int:
-        if size > end - pos:
-            raise _MalformedError(f"{size} bytes wanted, {end - pos} left")
-        return pos + size
-
-    def _take_items(self, count: int, bytes_left: int) -> None:
-        # Every item takes at least a byte on the wire, so a count beyond the bytes left lies.
-        if count > bytes_left:
-            raise _MalformedError(f"{count} items in {bytes_left} bytes")
-        self._items_left -= count
-        if self._items_left < 0:
-            raise _MalformedError("too many items in one request")

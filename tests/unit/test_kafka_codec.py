@@ -6,7 +6,6 @@ frames, and lengths that claim more than there is: kio's native reader would all
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import struct
 import typing
