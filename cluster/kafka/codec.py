@@ -356,9 +356,7 @@ def _packable(field: dataclasses.Field[Any]) -> bool:
     return not kind.array and not kind.nullable and field.metadata.get("kafka_type") in _PACKED
 
 
-def _run_writer(
-    run: list[dataclasses.Field[Any]],
-) -> list[tuple[Callable[[Any], Any], None, _Write]]:
+def _run_writer(run: list[dataclasses.Field[Any]]) -> list[_Step]:
     """A row of fixed-size integer fields, written by one `struct.pack` of all of them."""
     if not run:
         return []
