@@ -69,6 +69,9 @@ from statemachine.errors import ErrorCode
 LENGTH_PREFIX = struct.Struct(">i")  # signed: a negative length is malformed
 _HEADER_FIXED = struct.Struct(">hhih")  # api key, version, correlation id, client id length
 _CORRELATION_ID = struct.Struct(">i")
+_INT8 = struct.Struct(">b")
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
 ITEMS_PER_PARTITION_BOUND = 8
 # Kafka's ApiVersionsRequest.isValid: client software name and version.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -316,14 +319,14 @@ def _make_writer(kio_cls: type[Any], cls: type[Any]) -> _Write:
             continue
         plain.extend(_run_writer(run))
         run = []
-        default = None if ours is not None else _kio_default(field)
         if field.metadata.get("tag") is not None:
-            tagged.append((field, ours, default))
+            tagged.append((field, ours))
             continue
+        default = None if ours is not None else _kio_default(field)
         get = None if ours is None else operator.attrgetter(ours)
         plain.append((get, default, _field_writer(field, flexible, plan.get(field.name))))
     plain.extend(_run_writer(run))
-    tags = _tags_writer(tagged, plan, cls) if flexible else None
+    tags = _tags_writer(tagged, plan, kio_cls, cls) if flexible else None
 
     def write(out: Writable, value: object) -> None:
         for get, default, write_field in plain:
@@ -469,17 +472,19 @@ def _nested_writer(kind: _Kind, flexible: bool) -> _Write:
     return write_one
 
 
-def _tags_writer(tagged: list[Any], plan: dict[str, tuple[int, Any]], cls: type[Any]) -> _Write:
+def _tags_writer(
+    tagged: list[Any], plan: dict[str, tuple[int, Any]], kio_cls: type[Any], cls: type[Any]
+) -> _Write:
     """The tagged-field section, as kio writes it: each field whose value is not its default,
     in tag order, converted to kio's form (as `plan` says) and written by kio's writer (a count
     of 0 when none is set, which is nearly always). A field ours lacks always holds kio's
     default; one of ours is compared with that default in our form first, without converting
     it (the conversion is what costs)."""
-    kinds = _our_kinds(cls)
+    from_kio = {name: (how, arg) for name, how, arg in _from_kio_plan(cls, kio_cls)}
     entries = sorted(
         (
-            (field, ours, _our_tag_default(field, kinds[ours].nested) if ours in kinds else _NEVER)
-            for field, ours, _default in tagged
+            (field, ours, _our_tag_default(field, from_kio[ours]) if ours in from_kio else _NEVER)
+            for field, ours in tagged
             if ours is not None
         ),
         key=lambda t: t[0].metadata["tag"],
@@ -812,6 +817,7 @@ def _mapped(
 # holds it to `kio_decode_request` on every version and on fuzzed bytes.
 
 _Read = Callable[[bytes, int, int, "_Budget"], tuple[Any, int]]
+_ReadLength = Callable[[bytes, int, int], tuple[int, int]]  # (length or count, -1: null; pos)
 _READERS: dict[tuple[type, type | None], _Read] = {}
 
 
@@ -826,9 +832,7 @@ class _Budget:
         self.items_left = per_request * ITEMS_PER_PARTITION_BOUND
 
     def take(self, count: int, bytes_left: int) -> None:
-        # Every item takes at least a byte on the wire, so a count beyond the bytes left lies.
-        if count > bytes_left:
-            raise _MalformedError(f"{count} items in {bytes_left} bytes")
+        _check_fits(count, bytes_left)
         self.items_left -= count
         if self.items_left < 0:
             raise _MalformedError("too many items in one request")
@@ -850,6 +854,7 @@ def _reader(kio_cls: type[Any], cls: type[Any] | None) -> _Read:
 def _make_reader(kio_cls: type[Any], cls: type[Any] | None) -> _Read:
     flexible: bool = kio_cls.__flexible__
     ours = _our_kinds(cls) if cls is not None else {}
+    from_kio = {name: (how, arg) for name, how, arg in _from_kio_plan(cls, kio_cls)} if cls else {}
     plain: list[tuple[str | None, _Read]] = []
     tagged: dict[int, tuple[str | None, _Read]] = {}
     tag_defaults: dict[str, Any] = {}
@@ -862,7 +867,7 @@ def _make_reader(kio_cls: type[Any], cls: type[Any] | None) -> _Read:
             continue
         tagged[field.tag] = (name, read_value)
         if name is not None:
-            tag_defaults[name] = _our_tag_default(kio_field, ours[name].nested)
+            tag_defaults[name] = _our_tag_default(kio_field, from_kio[name])
     tags = _tags_reader(tagged) if flexible else None
 
     def read(buf: bytes, pos: int, end: int, budget: _Budget) -> tuple[Any, int]:
@@ -878,25 +883,16 @@ def _make_reader(kio_cls: type[Any], cls: type[Any] | None) -> _Read:
     return read
 
 
-def _our_tag_default(field: dataclasses.Field[Any], nested: type[Any] | None) -> Any:
-    """What our field holds when its tag is absent: kio's default, as `_from_kio` gives it."""
-    if field.default is not dataclasses.MISSING:
-        value = field.default
-    elif field.default_factory is not dataclasses.MISSING:
-        value = field.default_factory()
-    else:
-        value = get_tagged_field_default(field)
-    if value is None:
-        return None
-    if nested is not None:
-        kind = _kind(field.type)
-        return (
-            tuple(_from_kio(nested, v) for v in value) if kind.array else _from_kio(nested, value)
-        )
-    convert = _FROM_KIO.get(field.metadata.get("kafka_type", ""))
-    if convert is None:
+def _our_tag_default(field: dataclasses.Field[Any], how: tuple[int, Any]) -> Any:
+    """What our field holds when its tag is absent: kio's default, converted as `_from_kio`
+    converts it (`how`: the field's step of `_from_kio_plan`)."""
+    has_default = (
+        field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
+    )
+    value = _kio_default(field) if has_default else get_tagged_field_default(field)
+    if how[0] == _AS_IS or value is None:
         return value
-    return tuple(map(convert, value)) if isinstance(value, tuple) else convert(value)
+    return _convert(how[0], how[1], value, _from_kio)
 
 
 def _tags_reader(
@@ -932,16 +928,15 @@ def _tags_reader(
 def _value_reader(field: _Field, flexible: bool, nested: type[Any] | None) -> _Read:
     """One field's value: an item, or an array of them (a tuple, None for a null one)."""
     kind = field.kind
+    one_nullable = kind.nullable and not kind.array  # an array's own null is checked below
     if kind.nested is not None:
-        item = _nested_reader(
-            _reader(kind.nested, nested), nullable=kind.nullable and not kind.array
-        )
+        item = _nested_reader(_reader(kind.nested, nested), nullable=one_nullable)
     else:
-        item = _scalar_reader(field.kafka_type, flexible, nullable=kind.nullable and not kind.array)
+        item = _scalar_reader(field.kafka_type, flexible, nullable=one_nullable)
     if not kind.array:
         return item
     name, nullable = field.name, kind.nullable
-    read_length = _compact_length if flexible else _legacy_length(_INT32)
+    read_length = _compact_length if flexible else _LEGACY_INT32_LENGTH
 
     def read_array(buf: bytes, pos: int, end: int, budget: _Budget) -> tuple[Any, int]:
         count, pos = read_length(buf, pos, end)
@@ -983,10 +978,10 @@ def _scalar_reader(kafka_type: str, flexible: bool, *, nullable: bool) -> _Read:
     if fixed is not None:
         return _fixed_reader(*fixed)
     if kafka_type == "string":
-        length = _compact_length if flexible else _legacy_length(_INT16)
+        length = _compact_length if flexible else _LEGACY_INT16_LENGTH
         return _sized_reader(length, nullable=nullable, text=True)
     if kafka_type in ("bytes", "records"):
-        length = _compact_length if flexible else _legacy_length(_INT32)
+        length = _compact_length if flexible else _LEGACY_INT32_LENGTH
         return _sized_reader(length, nullable=nullable, text=False)
     raise AssertionError(f"no reader for kafka_type {kafka_type!r}")
 
@@ -1004,6 +999,7 @@ def _fixed_reader(layout: struct.Struct, check: Callable[[Any], Any] | None) -> 
         return read
     convert = check
 
+    # `read` again with the check, not a call of `read`: a frame less per field of a request.
     def read_checked(buf: bytes, pos: int, end: int, _budget: _Budget) -> tuple[Any, int]:
         after = pos + size
         if after > end:
@@ -1013,9 +1009,7 @@ def _fixed_reader(layout: struct.Struct, check: Callable[[Any], Any] | None) -> 
     return read_checked
 
 
-def _sized_reader(
-    read_length: Callable[[bytes, int, int], tuple[int, int]], *, nullable: bool, text: bool
-) -> _Read:
+def _sized_reader(read_length: _ReadLength, *, nullable: bool, text: bool) -> _Read:
     def read(buf: bytes, pos: int, end: int, _budget: _Budget) -> tuple[Any, int]:
         length, pos = read_length(buf, pos, end)
         if length < 0:
@@ -1043,7 +1037,7 @@ def _compact_length(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     return value - 1, pos
 
 
-def _legacy_length(layout: struct.Struct) -> Callable[[bytes, int, int], tuple[int, int]]:
+def _legacy_length(layout: struct.Struct) -> _ReadLength:
     """An older version's length or count: a signed int16 (strings) or int32, -1 for null."""
     size, unpack = layout.size, layout.unpack_from
 
@@ -1057,6 +1051,10 @@ def _legacy_length(layout: struct.Struct) -> Callable[[bytes, int, int], tuple[i
         return value, after
 
     return read
+
+
+_LEGACY_INT16_LENGTH = _legacy_length(_INT16)  # strings
+_LEGACY_INT32_LENGTH = _legacy_length(_INT32)  # bytes, records, arrays
 
 
 def _read_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -1079,13 +1077,18 @@ def _skip_tagged_fields(buf: bytes, pos: int, end: int) -> int:
     if pos < end and buf[pos] == 0:
         return pos + 1
     count, pos = _read_uvarint(buf, pos, end)
-    if count > end - pos:
-        raise _MalformedError(f"{count} items in {end - pos} bytes")
+    _check_fits(count, end - pos)
     for _ in range(count):
         _tag, pos = _read_uvarint(buf, pos, end)
         size, pos = _read_uvarint(buf, pos, end)
         pos = _need(pos, size, end)
     return pos
+
+
+def _check_fits(count: int, bytes_left: int) -> None:
+    # Every item takes at least a byte on the wire, so a count beyond the bytes left lies.
+    if count > bytes_left:
+        raise _MalformedError(f"{count} items in {bytes_left} bytes")
 
 
 def _need(pos: int, size: int, end: int) -> int:
@@ -1164,9 +1167,6 @@ _FIXED_BYTES = {
     "datetime_i64": 8,
     "uuid": 16,
 }
-_INT8 = struct.Struct(">b")
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
 _NULL_MARKER, _PRESENT_MARKER = -1, 1  # a nullable struct's leading int8 (KIP-893)
 
 
@@ -1211,7 +1211,7 @@ class _Walk:
         kind = field.kind
         if not kind.array:
             return self._item(field, flexible, pos, end)
-        count, pos = self._length(flexible, pos, end, legacy=_INT32)
+        count, pos = self._length(flexible, pos, end, legacy=_LEGACY_INT32_LENGTH)
         if count < 0:
             # kio reads a null array as None whatever the schema says, as Kafka does not.
             if not kind.nullable:
@@ -1241,24 +1241,17 @@ class _Walk:
         if size is not None:
             return _need(pos, size, end)
         if kafka_type == "string":
-            legacy = _INT16
+            legacy = _LEGACY_INT16_LENGTH
         elif kafka_type in ("bytes", "records"):
-            legacy = _INT32
+            legacy = _LEGACY_INT32_LENGTH
         else:
             raise AssertionError(f"the walk does not know kafka_type {kafka_type!r}")
         length, pos = self._length(flexible, pos, end, legacy=legacy)
         return pos if length < 0 else _need(pos, length, end)
 
     def _length(
-        self, flexible: bool, pos: int, end: int, *, legacy: struct.Struct
+        self, flexible: bool, pos: int, end: int, *, legacy: _ReadLength
     ) -> tuple[int, int]:
         """A length or count, -1 for null: compact (unsigned varint N+1) in flexible
-        versions, else a signed int16 (strings) or int32 (bytes, arrays)."""
-        if flexible:
-            value, pos = _read_uvarint(self._body, pos, end)
-            return value - 1, pos
-        after = _need(pos, legacy.size, end)
-        (value,) = legacy.unpack_from(self._body, pos)
-        if value < -1:
-            raise _MalformedError(f"negative length {value}")
-        return value, after
+        versions, else `legacy` (a signed int16 for strings, int32 for bytes and arrays)."""
+        return (_compact_length if flexible else legacy)(self._body, pos, end)
