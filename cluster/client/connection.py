@@ -24,6 +24,14 @@ class _Waiting(NamedTuple):
     on_answer: OnAnswer | None
 
 
+class Call(NamedTuple):
+    """A request written on a connection, until its answer is awaited or it is forgotten."""
+
+    correlation_id: int
+    future: asyncio.Future[Any]
+    timer: asyncio.TimerHandle
+
+
 def _answered(error: ErrorCode, message: str, leader: str = "") -> ClientError:
     """The error of an answer the broker sent (it is alive and talking)."""
     return ClientError(error, message, leader, answered=True)
@@ -80,10 +88,19 @@ class Connection(asyncio.Protocol):
         """Send and await the answer; ClientError for an error answer or a broken connection,
         TimeoutError after `timeout_s`. `on_answer` gets a good answer the moment it is
         decoded, a turn of the loop before this returns it."""
+        return await self.answer(self.start(request, timeout_s, on_answer))
+
+    def start(
+        self, request: p.Request, timeout_s: float, on_answer: OnAnswer | None = None
+    ) -> Call:
+        """`request`'s first half: written now, in the caller's turn of the loop. Its
+        `answer` must be awaited, or the call `forget`-ten. ClientError if the connection is
+        closed; a failed write is raised by `answer`."""
         transport = self._transport
         if self.closed or transport is None or transport.is_closing():
             raise ClientError(ErrorCode.NETWORK_EXCEPTION, f"connection to {self.address} closed")
         correlation_id = next(self._ids) & 0x7FFF_FFFF
+        frame = p.encode_request(correlation_id, request)
         loop = self._loop
         future: asyncio.Future[Any] = loop.create_future()
         # A timer on the future, not asyncio.timeout(): no task cancellation to undo, and a
@@ -91,10 +108,20 @@ class Connection(asyncio.Protocol):
         timer = loop.call_later(timeout_s, _expire, future)
         self._waiting[correlation_id] = _Waiting(type(request), future, on_answer)
         try:
-            transport.write(p.encode_request(correlation_id, request))
+            transport.write(frame)
+        except (ConnectionError, OSError, RuntimeError) as exc:
+            # RuntimeError: uvloop's answer to a write on a transport the peer just closed,
+            # before we noticed (found by the chaos harness).
+            future.set_exception(exc)
+        return Call(correlation_id, future, timer)
+
+    async def answer(self, call: Call) -> p.Response:
+        """`request`'s second half: the answer to a call `start`ed on this connection."""
+        try:
             if self._drained is not None:
-                await asyncio.wait((self._drained, future), return_when=asyncio.FIRST_COMPLETED)
-            response: p.Response = await future
+                waits = (self._drained, call.future)
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            response: p.Response = await call.future
             return response
         except TimeoutError:
             # Before OSError, its base class: a timeout is reported as one (REQUEST_TIMED_OUT,
@@ -103,15 +130,19 @@ class Connection(asyncio.Protocol):
             await self.close()
             raise
         except (ConnectionError, OSError, RuntimeError) as exc:
-            # RuntimeError: uvloop's answer to a write on a transport the peer just closed,
-            # before we noticed (found by the chaos harness).
             await self.close()
             raise ClientError(ErrorCode.NETWORK_EXCEPTION, str(exc)) from exc
         finally:
-            timer.cancel()
-            self._waiting.pop(correlation_id, None)
-            if future.done() and not future.cancelled():
-                future.exception()  # failed by close() while we raise our own: retrieved
+            self.forget(call)
+
+    def forget(self, call: Call) -> None:
+        """A started call nobody will await: its answer, if one comes, is dropped."""
+        call.timer.cancel()
+        self._waiting.pop(call.correlation_id, None)
+        if not call.future.done():
+            call.future.cancel()
+        elif not call.future.cancelled():
+            call.future.exception()  # failed by close() while we raise our own: retrieved
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 

@@ -23,10 +23,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from cluster import protocol as p
 from cluster.addresses import parse_address
-from cluster.client.connection import Connection, OnAnswer
+from cluster.client.connection import Call, Connection, OnAnswer
 from cluster.client.errors import ClientError
 from cluster.client.retry import Attempts, Failure, RetryPolicy, final
 from statemachine.errors import ErrorCode
@@ -39,6 +40,14 @@ COORDINATOR_MOVED = frozenset(
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
     }
 )
+
+
+class Started(NamedTuple):
+    """A request written to a broker (`Cluster.start`), until `Cluster.finish` awaits it."""
+
+    address: str
+    connection: Connection
+    call: Call
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +124,51 @@ class Cluster:
         timeout = timeout_s or self.request_timeout_s
         # An open connection without a coroutine: this is on the path of every produce.
         conn = self._open_connection(address, lane) or await self.connection(address, timeout, lane)
+        return await self.finish(self._write(address, conn, request, timeout, on_answer))
+
+    def start(
+        self, address: str, request: p.Request, timeout_s: float, on_answer: OnAnswer | None
+    ) -> Started | None:
+        """`send`'s first half without an await, when a connection to `address` is open:
+        `request` is written now, and `finish` awaits its answer. None when no connection is
+        open (or it just closed): then `send`, which opens one."""
+        conn = self._open_connection(address)
+        if conn is None:
+            return None
         try:
-            return await conn.request(request, timeout, on_answer)
+            return self._write(address, conn, request, timeout_s, on_answer)
+        except ClientError:
+            return None
+
+    def _write(
+        self,
+        address: str,
+        conn: Connection,
+        request: p.Request,
+        timeout_s: float,
+        on_answer: OnAnswer | None,
+    ) -> Started:
+        try:
+            return Started(address, conn, conn.start(request, timeout_s, on_answer))
+        except ClientError as exc:
+            exc.address = exc.address or address
+            raise
+
+    async def finish(self, started: Started) -> p.Response:
+        """`send`'s second half: the answer to a `start`ed request."""
+        address = started.address
+        try:
+            return await started.connection.answer(started.call)
         except TimeoutError as exc:
             raise ClientError(ErrorCode.REQUEST_TIMED_OUT, address, address=address) from exc
         except ClientError as exc:
             exc.address = exc.address or address
             raise
+
+    @staticmethod
+    def forget(started: Started) -> None:
+        """A `start`ed request whose answer nobody will await."""
+        started.connection.forget(started.call)
 
     def addresses(self) -> list[str]:
         """Every address to ask: known brokers, then bootstrap; those that failed last."""

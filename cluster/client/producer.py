@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 from cluster import protocol as p
 from cluster.client.errors import ClientError, ProducerFencedError
-from cluster.client.metadata import Cluster
+from cluster.client.metadata import Cluster, Started
 from cluster.client.retry import CallTimeoutError, Failure
 from cluster.clock import wall_ms
 from statemachine.errors import ErrorCode
@@ -122,6 +122,7 @@ class _Batch:
     failed: ErrorCode | None = None
     out_of_order: bool = False
     sealed_at: float = 0.0  # monotonic: the delivery timeout counts from here
+    started: Started | None = None  # written by `send` itself, until the sender awaits it
 
 
 def stable_partition(key: bytes, partitions: int) -> int:
@@ -288,6 +289,8 @@ class _PartitionSender:
         self.idle.set()
         self.stopping = False
         self.flushing = False
+        # The task is waiting, for a record or for answers: `add` may write a batch itself.
+        self.parked = False
         self.first_added_at = 0.0
         self.last_failure: Failure | None = None  # for the message when delivery times out
 
@@ -298,9 +301,35 @@ class _PartitionSender:
         self.accumulating.append(pending)
         self.accumulated_bytes += len(pending.record.value or b"") + len(pending.record.key or b"")
         self.idle.clear()
+        if first and self._may_write_now():
+            self._write_now()
         # Wake the sender when a linger starts (it may be idle) and when a batch is full.
         if first or self.accumulated_bytes >= self.producer.config.batch_size_bytes:
             self.wakeup.set()
+
+    def _may_write_now(self) -> bool:
+        """Whether `add` may seal and write a batch of the one record it added, in the
+        caller's turn of the loop: with linger 0, while the task waits and every batch
+        before it is acknowledged (so it goes out as the first unacknowledged one, as the
+        task would send it), but a turn sooner: the task's wakeup is off the path."""
+        config = self.producer.config
+        return (
+            self.parked
+            and config.linger_ms <= 0
+            and len(self.unacked) < config.max_in_flight
+            and all(batch.done for batch in self.unacked)
+            and not self.stopping
+        )
+
+    def _write_now(self) -> None:
+        self._seal_batches()
+        batch = self.unacked[-1]
+        address = self.producer.cluster.leader_address(self.topic, self.partition)
+        if address is not None:  # else the task finds the leader, as for any batch
+            timeout_s = self.producer.config.request_timeout_ms / 1000 + 1
+            on_answer = partial(self._acknowledged, batch)
+            request = self._request(batch)
+            batch.started = self.producer.cluster.start(address, request, timeout_s, on_answer)
 
     def stop(self) -> None:
         self.stopping = True
@@ -324,7 +353,11 @@ class _PartitionSender:
                 if self.stopping:
                     return
                 self.wakeup.clear()
-                await self.wakeup.wait()
+                self.parked = True
+                try:
+                    await self.wakeup.wait()
+                finally:
+                    self.parked = False
                 continue
             if self.accumulating and not self.unacked and self.producer.config.linger_ms > 0:
                 await self._linger()
@@ -373,35 +406,47 @@ class _PartitionSender:
         batch.producer_id, batch.producer_epoch = rb.producer_id, rb.producer_epoch
 
     async def _send_window(self) -> None:
-        """Send every unacknowledged batch (at most max_in_flight), then settle the outcome."""
-        window = [b for b in self.unacked if not b.done][: self.producer.config.max_in_flight]
+        """Send every unacknowledged batch (at most max_in_flight), then settle the outcome.
+        A batch `add` wrote is awaited here, not sent again (its answer may be in already)."""
+        window = [b for b in self.unacked if not b.done or b.started is not None]
+        del window[self.producer.config.max_in_flight :]
         if not window:
             return
+        first = next((b for b in window if not b.done), window[0])
         for batch in window:
             batch.retry = batch.out_of_order = False
             batch.failed = None
-        if len(window) == 1:
-            await self._send(window[0])  # the common case: no task to create and wait for
-        else:
-            await asyncio.gather(*(self._send(batch) for batch in window))
+        self.parked = True
+        try:
+            if len(window) == 1:
+                await self._send(window[0])  # the common case: no task to create and wait for
+            else:
+                await asyncio.gather(*(self._send(batch) for batch in window))
+        finally:
+            self.parked = False
         # OUT_OF_ORDER is only final for the batch that was the first unacknowledged one when
         # the window went out; for a later one its predecessor was still in flight: retry it.
-        await self._settle(session_lost=window[0].out_of_order)
+        await self._settle(session_lost=first.out_of_order)
+
+    def _request(self, batch: _Batch) -> p.Produce:
+        entry = p.ProduceEntry(self.topic, self.partition, batch.encoded)
+        return p.Produce(self.producer.config.request_timeout_ms, (entry,))
 
     async def _send(self, batch: _Batch) -> None:
         config = self.producer.config
-        request = p.Produce(
-            config.request_timeout_ms, (p.ProduceEntry(self.topic, self.partition, batch.encoded),)
-        )
         cluster = self.producer.cluster
+        started, batch.started = batch.started, None
         try:
-            response = await cluster.send_to_leader(
-                self.topic,
-                self.partition,
-                request,
-                config.request_timeout_ms / 1000 + 1,
-                partial(self._acknowledged, batch),
-            )
+            if started is not None:
+                response = await cluster.finish(started)
+            else:
+                response = await cluster.send_to_leader(
+                    self.topic,
+                    self.partition,
+                    self._request(batch),
+                    config.request_timeout_ms / 1000 + 1,
+                    partial(self._acknowledged, batch),
+                )
         except ClientError as exc:
             batch.retry = True
             self.last_failure = Failure.of(exc)
@@ -463,10 +508,10 @@ class _PartitionSender:
     async def _settle(self, *, session_lost: bool) -> None:
         """After a window: release acked batches; decide retries, renumbering, new sessions."""
         producer = self.producer
-        while self.unacked and self.unacked[0].done:
+        while self.unacked and self.unacked[0].done and self.unacked[0].started is None:
             producer._released(len(self.unacked.popleft().pending))
-        if not self.unacked:
-            return
+        if not self.unacked or self.unacked[0].started is not None:
+            return  # what is left went out since the window did: the next window awaits it
         first = self.unacked[0]
         if first.failed in FENCED:
             self._fail_producer(ProducerFencedError(first.failed, "fenced by a newer instance"))
@@ -489,6 +534,7 @@ class _PartitionSender:
         return CallTimeoutError(waited_for, timeout_s, self.last_failure)
 
     def _fail_batch(self, batch: _Batch, error: ClientError) -> None:
+        self._forget(batch)
         for pending in batch.pending:
             if not pending.future.done():
                 pending.future.set_exception(error)
@@ -518,12 +564,19 @@ class _PartitionSender:
             except ClientError as exc:  # no new session within the delivery timeout: done
                 self._fail_producer(exc)
 
+    def _forget(self, batch: _Batch) -> None:
+        if batch.started is not None:
+            self.producer.cluster.forget(batch.started)
+            batch.started = None
+
     def _fail_producer(self, error: ClientError) -> None:
         self.producer.fatal = error
         self.producer._abandon(error)
 
     def fail_all(self, error: ClientError) -> None:
         """Fail every record not yet acknowledged, and stop."""
+        for batch in self.unacked:
+            self._forget(batch)
         pending = [p for b in self.unacked for p in b.pending] + self.accumulating
         for item in pending:
             if not item.future.done():
