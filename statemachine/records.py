@@ -64,7 +64,8 @@ CONTROL_BIT = 0x20
 # base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, record_count
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_BYTES = _HEADER.size  # 61
-_PREFIX = struct.Struct(">qii")  # base_offset, batch_length, partition_leader_epoch
+# base_offset, batch_length, partition_leader_epoch, magic, crc
+_HEAD = struct.Struct(">qiibI")
 _LENGTH_END = 12  # batch_length counts every byte after this
 _CRC_END = 21  # the CRC covers every byte from here on (attributes ...)
 _COVERED = struct.Struct(">hiqqqhii")
@@ -148,36 +149,7 @@ class RecordBatch:
     def encode(self) -> bytes:
         """The batch's bytes (uncompressed, base offset 0), CRC included; raises
         BatchFormatError for an invalid batch."""
-        records = self.records
-        if not records:
-            raise BatchFormatError("a batch holds at least one record")
-        base_timestamp = records[0].timestamp_ms
-        body = b"".join(_encode_records(records, base_timestamp))
-        size = HEADER_BYTES + len(body)
-        if size > DEFAULT_LIMITS.batch_bytes_max:
-            raise BatchFormatError(f"batch exceeds {DEFAULT_LIMITS.batch_bytes_max} bytes")
-        header = BatchHeader(
-            COMPRESSION_NONE,
-            self.producer_id,
-            self.producer_epoch,
-            self.base_sequence,
-            len(records),
-            self.max_timestamp_ms,
-        )
-        _check_header(header, DEFAULT_LIMITS)
-        covered = _COVERED.pack(
-            COMPRESSION_NONE,
-            len(records) - 1,
-            base_timestamp,
-            header.max_timestamp_ms,
-            self.producer_id,
-            self.producer_epoch,
-            self.base_sequence,
-            len(records),
-        )
-        crc = crc32c(body, crc32c(covered))
-        prefix = _PREFIX.pack(0, size - _LENGTH_END, NO_PARTITION_LEADER_EPOCH)
-        return prefix + bytes((BATCH_MAGIC,)) + crc.to_bytes(4, "big") + covered + body
+        return encode_batch(self.producer_id, self.producer_epoch, self.base_sequence, self.records)
 
     @classmethod
     def decode(cls, data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> RecordBatch:
@@ -185,6 +157,48 @@ class RecordBatch:
         header = verify_batch(data, limits)
         records = decode_records(data, limits)
         return cls(header.producer_id, header.producer_epoch, header.base_sequence, records)
+
+
+def encode_batch(
+    producer_id: int, producer_epoch: int, base_sequence: int, records: tuple[Record, ...]
+) -> bytes:
+    """`RecordBatch(...).encode()` without the object: a producer seals its batches here."""
+    if not records:
+        raise BatchFormatError("a batch holds at least one record")
+    base_timestamp = records[0].timestamp_ms
+    body = b"".join(_encode_records(records, base_timestamp))
+    size = HEADER_BYTES + len(body)
+    if size > DEFAULT_LIMITS.batch_bytes_max:
+        raise BatchFormatError(f"batch exceeds {DEFAULT_LIMITS.batch_bytes_max} bytes")
+    count = len(records)
+    max_timestamp_ms = base_timestamp if count == 1 else max(r.timestamp_ms for r in records)
+    if count > DEFAULT_LIMITS.batch_records_max or not (
+        (
+            producer_id >= 0
+            and 0 <= producer_epoch <= PRODUCER_EPOCH_MAX
+            and 0 <= base_sequence < SEQUENCE_MODULUS
+        )
+        or (producer_id, producer_epoch, base_sequence)
+        == (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
+    ):
+        # `_check_header`'s rules (the records' timestamps are checked already), at once
+        # for the common batch; it says which one a batch breaks.
+        fields = (COMPRESSION_NONE, producer_id, producer_epoch, base_sequence, count)
+        _check_header(BatchHeader(*fields, max_timestamp_ms), DEFAULT_LIMITS)
+        raise AssertionError("unreachable")
+    covered = _COVERED.pack(
+        COMPRESSION_NONE,
+        count - 1,
+        base_timestamp,
+        max_timestamp_ms,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    crc = crc32c(body, crc32c(covered))
+    head = _HEAD.pack(0, size - _LENGTH_END, NO_PARTITION_LEADER_EPOCH, BATCH_MAGIC, crc)
+    return b"".join((head, covered, body))
 
 
 def _check_header(header: BatchHeader, limits: StateLimits) -> None:

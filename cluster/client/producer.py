@@ -51,6 +51,7 @@ from statemachine.records import (
     BatchFormatError,
     Record,
     RecordBatch,
+    encode_batch,
 )
 
 FENCED = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
@@ -397,13 +398,13 @@ class _PartitionSender:
 
     def _encode(self, batch: _Batch) -> None:
         producer = self.producer
-        records = tuple(pd.record for pd in batch.pending)
+        records = tuple([pd.record for pd in batch.pending])
         if producer.config.idempotent:
-            rb = RecordBatch(producer.producer_id, producer.epoch, batch.base_sequence, records)
+            identity = producer.producer_id, producer.epoch, batch.base_sequence
         else:
-            rb = RecordBatch(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, records)
-        batch.encoded = rb.encode()
-        batch.producer_id, batch.producer_epoch = rb.producer_id, rb.producer_epoch
+            identity = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE
+        batch.encoded = encode_batch(*identity, records)
+        batch.producer_id, batch.producer_epoch = identity[0], identity[1]
 
     async def _send_window(self) -> None:
         """Send every unacknowledged batch (at most max_in_flight), then settle the outcome.
