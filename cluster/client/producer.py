@@ -323,8 +323,8 @@ class _PartitionSender:
         )
 
     def _write_now(self) -> None:
-        self._seal_batches()
-        batch = self.unacked[-1]
+        chosen, self.accumulating = self.accumulating, []
+        batch = self._seal(chosen, self.accumulated_bytes)  # its one record: a batch of its own
         address = self.producer.cluster.leader_address(self.topic, self.partition)
         if address is not None:  # else the task finds the leader, as for any batch
             timeout_s = self.producer.config.request_timeout_ms / 1000 + 1
@@ -390,11 +390,17 @@ class _PartitionSender:
                 take += 1
             chosen = self.accumulating[:take]
             del self.accumulating[:take]  # in place: no copy of the rest of the buffer
-            self.accumulated_bytes = max(0, self.accumulated_bytes - size)
-            batch = _Batch(chosen, self.next_sequence, sealed_at=time.monotonic())
-            self._encode(batch)
-            self.next_sequence = (self.next_sequence + len(chosen)) % SEQUENCE_MODULUS
-            self.unacked.append(batch)
+            self._seal(chosen, size)
+
+    def _seal(self, chosen: list[_Pending], size: int) -> _Batch:
+        """`chosen` (taken from `accumulating`, `size` bytes by `record_bytes`) as the next
+        batch: numbered, encoded, unacknowledged."""
+        self.accumulated_bytes = max(0, self.accumulated_bytes - size)
+        batch = _Batch(chosen, self.next_sequence, sealed_at=time.monotonic())
+        self._encode(batch)
+        self.next_sequence = (self.next_sequence + len(chosen)) % SEQUENCE_MODULUS
+        self.unacked.append(batch)
+        return batch
 
     def _encode(self, batch: _Batch) -> None:
         producer = self.producer
