@@ -18,7 +18,9 @@ Rules:
 - A payload is the array of a frozen dataclass's fields in order; a nested record is a nested
   array and a tuple an array. Each field carries a rule in its metadata (type and range of an
   integer, length of a string, count of a tuple, the record type of a nested array), and both
-  directions are driven by those rules alone: no per-class code, no eval, no pickle.
+  directions are driven by those rules alone: no hand-written per-class code, no pickle. A
+  class's loader is generated once from its rules (`_loader`, as `dataclasses` generates an
+  `__init__`): nothing read from the wire ever becomes code.
 - Decoding is strict and total: anything malformed raises `ProtocolError` and nothing else,
   carrying the correlation id whenever it could be read. Malformed content is INVALID_REQUEST,
   an unknown version or op UNSUPPORTED_VERSION, an oversize frame MESSAGE_TOO_LARGE.
@@ -889,6 +891,7 @@ class _Plan(NamedTuple):
     loads: tuple[Callable[[object, Limits], object], ...]
     values_of: Callable[[Any], tuple[object, ...]]  # every field's value, in one call
     dumps: tuple[tuple[int, Callable[[object], object]], ...]  # the fields not written as is
+    load: Callable[[object, Limits], Any]  # `_load_fields`, as one function of the class
 
 
 _PLANS: dict[type[Struct], _Plan] = {}
@@ -902,8 +905,56 @@ def _new_plan(cls: type[Struct]) -> _Plan:
         tuple(rule.load for _, rule in rules),
         _values_getter([name for name, _ in rules]),
         tuple((i, rule.dump) for i, (_, rule) in enumerate(rules) if not rule.AS_IS),
+        _loader(cls, rules),
     )
     return plan
+
+
+def _loader(cls: type[S], rules: tuple[tuple[str, Rule], ...]) -> Callable[[object, Limits], S]:
+    """`_load_fields` for `cls` as one function: each scalar's rule is the test it makes,
+    written inline (an IntRule `type(v) is int and lo <= v <= hi`, ...), nested records and
+    tuples go through their rules, and a body any of them does not accept goes to
+    `_load_fields`, which accepts it after all or raises naming the field and the reason.
+
+    Generated source, as `dataclasses` makes `__init__`: from this module's rules (integers
+    and local names) only; nothing read from the wire is ever part of it. Same values, same
+    errors as `_load_fields` (tests/property/test_protocol_roundtrip.py)."""
+    names = [f"v{i}" for i in range(len(rules))]
+    tests: list[str] = []
+    args: list[str] = []
+    scope: dict[str, Any] = {"cls": cls, "FieldError": FieldError, "fields": _load_fields}
+    for i, (v, (_, spec)) in enumerate(zip(names, rules, strict=True)):
+        match spec:
+            case IntRule(lo=lo, hi=hi):
+                tests.append(f"type({v}) is int and {lo} <= {v} <= {hi}")
+            case StrRule(chars_max=chars_max):
+                tests.append(f"type({v}) is str and len({v}) <= {chars_max}")
+            case BoolRule():
+                tests.append(f"type({v}) is bool")
+            case BytesRule():
+                tests.append(f"type({v}) is bytes")
+            case _:
+                scope[f"load{i}"] = spec.load
+                args.append(f"load{i}({v}, limits)")
+                continue
+        args.append(v)
+    unpacked = "".join(f"{v}, " for v in names) or "_"  # `_ = ()` for a class of no fields
+    source = "\n".join(
+        [
+            "def load(raw, limits):",
+            f"    if type(raw) is tuple and len(raw) == {len(names)}:",
+            f"        {unpacked} = raw",
+            f"        if {' and '.join(tests) or 'True'}:",
+            "            try:",
+            f"                return cls({', '.join(args)})",
+            "            except FieldError:",
+            "                pass",
+            "    return fields(cls, raw, limits)",
+        ]
+    )
+    exec(source, scope)  # generated from the rules above, never from input
+    load: Callable[[object, Limits], S] = scope["load"]
+    return load
 
 
 def _values_getter(names: list[str]) -> Callable[[Any], tuple[object, ...]]:
@@ -929,6 +980,14 @@ def _dump_struct(value: Struct) -> object:
 
 
 def _load_struct(cls: type[S], raw: object, limits: Limits) -> S:
+    plan = _PLANS.get(cls) or _new_plan(cls)
+    load: Callable[[object, Limits], S] = plan.load
+    return load(raw, limits)
+
+
+def _load_fields(cls: type[S], raw: object, limits: Limits) -> S:
+    """A body's record, field by field: the reference loader, and the one that names the
+    field (and the reason) a body breaks."""
     plan = _PLANS.get(cls) or _new_plan(cls)
     if type(raw) is not tuple or len(raw) != len(plan.loads):
         raise FieldError(f"expected an array of {len(plan.loads)} fields")
