@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import queue
 import socket
+import socketserver
+import threading
 import time
 
 import pytest
 
 from cluster import protocol as p
 from cluster.client import CallTimeoutError, Cluster, RetryPolicy
+from cluster.client.producer import Producer, ProducerConfig
+from cluster.config import Limits
 from statemachine.errors import ErrorCode
+from statemachine.records import RecordBatch
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
+ANSWER_WAIT_S = 5.0
 
 
 async def test_concurrent_first_requests_share_one_connection() -> None:
@@ -91,3 +99,63 @@ async def test_a_silent_broker_cannot_hold_a_call_past_its_timeout() -> None:
         f"no leader for orders-0 answered within 500 ms (last: REQUEST_TIMED_OUT from {address}"
     )
     assert failed.value.error == ErrorCode.REQUEST_TIMED_OUT  # not a broken connection
+
+
+class _OnePartitionBroker(socketserver.ThreadingTCPServer):
+    """A broker of one partition ("t"-0, led by itself) on blocking sockets in threads, which
+    notes each Produce's record as it reads it: a test can wait for one with its own loop
+    blocked, so what arrives was written before the loop ran again."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _BrokerConnection)
+        self.address = f"127.0.0.1:{self.server_address[1]}"
+        self.produced: queue.Queue[bytes | None] = queue.Queue()
+        self.offsets = itertools.count()
+
+    def answer(self, request: p.Request) -> p.Response:
+        match request:
+            case p.Metadata():
+                partition = p.PartitionMetadata(0, 1, (1,), 1)
+                topic = p.TopicMetadata("t", ErrorCode.NONE, 1, (partition,))
+                return p.MetadataResponse("c", 1, (p.BrokerAddress(1, self.address),), (topic,))
+            case p.InitProducerId():
+                return p.InitProducerIdResponse(1_000, 0)
+            case p.Produce(entries=(entry,)):
+                offset = next(self.offsets)
+                self.produced.put(RecordBatch.decode(entry.batch).records[0].value)
+                result = p.ProduceResult("t", 0, ErrorCode.NONE, offset, offset, 1, False, "")
+                return p.ProduceResponse((result,))
+        raise AssertionError(f"unexpected {request!r}")
+
+
+class _BrokerConnection(socketserver.StreamRequestHandler):
+    server: _OnePartitionBroker
+
+    def handle(self) -> None:
+        while head := self.rfile.read(p.LENGTH_PREFIX.size):
+            (length,) = p.LENGTH_PREFIX.unpack(head)
+            correlation_id, request = p.decode_request(self.rfile.read(length), Limits())
+            self.wfile.write(p.encode_response(correlation_id, self.server.answer(request)))
+
+
+async def test_with_linger_0_a_send_is_written_before_send_returns() -> None:
+    # The sequential writer's latency: a record sent while its partition's sender waits goes
+    # out in the caller's turn of the loop, not one wakeup of the sender's task later.
+    broker = _OnePartitionBroker()
+    threading.Thread(target=broker.serve_forever, daemon=True).start()
+    cluster = Cluster([broker.address])
+    try:
+        async with Producer(cluster, ProducerConfig(linger_ms=0.0)) as producer:
+            await (await producer.send("t", b"first"))  # starts the partition's sender task
+            assert broker.produced.get(timeout=ANSWER_WAIT_S) == b"first"
+            for offset, value in enumerate((b"second", b"third"), start=1):
+                acked = await producer.send("t", value)
+                # Blocking: this loop runs nothing until the broker has read the record.
+                assert broker.produced.get(timeout=ANSWER_WAIT_S) == value
+                assert (await acked).offset == offset
+    finally:
+        await cluster.close()
+        broker.shutdown()
+        broker.server_close()
