@@ -332,7 +332,16 @@ def _encode_records(records: tuple[Record, ...], base_timestamp: int) -> list[by
     append = parts.append
     small, small_max = _SMALL, _SMALL_MAX
     for delta, (key, value, timestamp_ms, headers) in enumerate(records):
-        _check_record(timestamp_ms, key, value, headers)
+        # `_check_record`'s rules, at once for the common record (bytes or None, no
+        # headers); it decides on any other, and says what is wrong with it.
+        if not (
+            type(timestamp_ms) is int
+            and 0 <= timestamp_ms <= INT64_MAX
+            and (key is None or type(key) is bytes)
+            and (value is None or type(value) is bytes)
+            and headers == ()
+        ):
+            _check_record(timestamp_ms, key, value, headers)
         ts = timestamp_ms - base_timestamp
         body = b"".join(
             (
@@ -340,7 +349,9 @@ def _encode_records(records: tuple[Record, ...], base_timestamp: int) -> list[by
                 small[ts] if 0 <= ts < small_max else _zigzag_bytes(ts),
                 small[delta] if delta < small_max else _zigzag_bytes(delta),
                 _sized(key),
-                _sized(value),
+                _NULL
+                if value is None
+                else (small[len(value)] if len(value) < small_max else _varint(len(value))) + value,
                 _encode_headers(headers) if headers else b"\x00",
             )
         )

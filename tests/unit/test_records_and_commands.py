@@ -78,6 +78,28 @@ def test_invalid_headers_are_refused(batch_args: tuple[int, int, int], message: 
         RecordBatch(*batch_args, (Record(None, b"v", 1),)).encode()
 
 
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        (Record("key", b"v", 1), "key and value"),  # type: ignore[arg-type]
+        (Record(None, 7, 1), "key and value"),  # type: ignore[arg-type]
+        (Record(None, b"v", -1), "timestamp"),
+        (Record(None, b"v", True), "timestamp"),
+        (Record(None, b"v", 2**63), "timestamp"),
+        (Record(None, b"v", 1, [("h", b"x")]), "bounded tuple"),  # type: ignore[arg-type]
+        (Record(None, b"v", 1, (("h", "x"),)), "header is"),  # type: ignore[arg-type]
+        (Record(None, b"v", 1, ((b"h", b"x"),)), "header is"),  # type: ignore[arg-type]
+        (Record(None, b"v", 1, (("\ud800", b"x"),)), "UTF-8"),
+    ],
+)
+def test_invalid_records_are_refused_by_name(record: Record, message: str) -> None:
+    # The encoder's checks at once for the common record must leave every other to
+    # `_check_record`: each of these is refused as a BatchFormatError saying why.
+    for records in ((record,), (Record(None, b"first", 1), record)):
+        with pytest.raises(BatchFormatError, match=message):
+            RecordBatch(1, 0, 0, records).encode()
+
+
 def test_empty_batch_and_short_bytes_are_refused() -> None:
     with pytest.raises(BatchFormatError):
         RecordBatch(1, 0, 0, ()).encode()
