@@ -172,20 +172,8 @@ def encode_batch(
         raise BatchFormatError(f"batch exceeds {DEFAULT_LIMITS.batch_bytes_max} bytes")
     count = len(records)
     max_timestamp_ms = base_timestamp if count == 1 else max(r.timestamp_ms for r in records)
-    if count > DEFAULT_LIMITS.batch_records_max or not (
-        (
-            producer_id >= 0
-            and 0 <= producer_epoch <= PRODUCER_EPOCH_MAX
-            and 0 <= base_sequence < SEQUENCE_MODULUS
-        )
-        or (producer_id, producer_epoch, base_sequence)
-        == (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
-    ):
-        # `_check_header`'s rules (the records' timestamps are checked already), at once
-        # for the common batch; it says which one a batch breaks.
-        fields = (COMPRESSION_NONE, producer_id, producer_epoch, base_sequence, count)
-        _check_header(BatchHeader(*fields, max_timestamp_ms), DEFAULT_LIMITS)
-        raise AssertionError("unreachable")
+    fields = (COMPRESSION_NONE, producer_id, producer_epoch, base_sequence, count, max_timestamp_ms)
+    _check_fields(fields, DEFAULT_LIMITS)
     covered = _COVERED.pack(
         COMPRESSION_NONE,
         count - 1,
@@ -229,7 +217,7 @@ _new_header = tuple.__new__  # BatchHeader's own __new__ is a Python function: s
 def read_header(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> BatchHeader:
     """Parse and range-check the header without touching the records or the CRC (apply's path).
 
-    The length and magic checks, then `_check_header`'s in its order, on locals: one call.
+    The length and magic checks, then `_check_fields` on the unpacked fields.
     """
     size = len(data)
     if size > limits.batch_bytes_max:
@@ -245,6 +233,16 @@ def read_header(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> BatchHeade
     if last_delta != count - 1:
         raise BatchFormatError(f"record count {count} disagrees with last offset delta")
     fields = (attributes, producer_id, epoch, base_sequence, count, max_timestamp_ms)
+    _check_fields(fields, limits)
+    header: BatchHeader = _new_header(BatchHeader, fields)
+    return header
+
+
+def _check_fields(fields: tuple[int, int, int, int, int, int], limits: StateLimits) -> None:
+    """`_check_header` on a header's fields, for the batch read and the batch written: the
+    common header passes in one expression; any other goes to `_check_header`, which raises
+    naming the rule it breaks. `fields` are a `BatchHeader`'s, in its order."""
+    attributes, producer_id, epoch, base_sequence, count, max_timestamp_ms = fields
     if (
         attributes & ~COMPRESSION_MASK
         or attributes > COMPRESSION_ZSTD
@@ -265,8 +263,6 @@ def read_header(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> BatchHeade
     ):
         _check_header(BatchHeader(*fields), limits)  # raises, with the precise message
         raise AssertionError("unreachable")
-    header: BatchHeader = _new_header(BatchHeader, fields)
-    return header
 
 
 def verify_batch(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> BatchHeader:
@@ -349,9 +345,7 @@ def _encode_records(records: tuple[Record, ...], base_timestamp: int) -> list[by
                 small[ts] if 0 <= ts < small_max else _zigzag_bytes(ts),
                 small[delta] if delta < small_max else _zigzag_bytes(delta),
                 _sized(key),
-                _NULL
-                if value is None
-                else (small[len(value)] if len(value) < small_max else _varint(len(value))) + value,
+                _sized(value),
                 _encode_headers(headers) if headers else b"\x00",
             )
         )

@@ -327,10 +327,11 @@ class _PartitionSender:
         batch = self._seal(chosen, self.accumulated_bytes)  # its one record: a batch of its own
         address = self.producer.cluster.leader_address(self.topic, self.partition)
         if address is not None:  # else the task finds the leader, as for any batch
-            timeout_s = self.producer.config.request_timeout_ms / 1000 + 1
             on_answer = partial(self._acknowledged, batch)
             request = self._request(batch)
-            batch.started = self.producer.cluster.start(address, request, timeout_s, on_answer)
+            batch.started = self.producer.cluster.start(
+                address, request, self._answer_timeout_s(), on_answer
+            )
 
     def stop(self) -> None:
         self.stopping = True
@@ -435,12 +436,15 @@ class _PartitionSender:
         # the window went out; for a later one its predecessor was still in flight: retry it.
         await self._settle(session_lost=first.out_of_order)
 
+    def _answer_timeout_s(self) -> float:
+        # The broker's own timeout, and a second for the answer to come back.
+        return self.producer.config.request_timeout_ms / 1000 + 1
+
     def _request(self, batch: _Batch) -> p.Produce:
         entry = p.ProduceEntry(self.topic, self.partition, batch.encoded)
         return p.Produce(self.producer.config.request_timeout_ms, (entry,))
 
     async def _send(self, batch: _Batch) -> None:
-        config = self.producer.config
         cluster = self.producer.cluster
         started, batch.started = batch.started, None
         try:
@@ -451,7 +455,7 @@ class _PartitionSender:
                     self.topic,
                     self.partition,
                     self._request(batch),
-                    config.request_timeout_ms / 1000 + 1,
+                    self._answer_timeout_s(),
                     partial(self._acknowledged, batch),
                 )
         except ClientError as exc:
