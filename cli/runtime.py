@@ -12,6 +12,7 @@ node.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import faulthandler
 import logging
 import os
@@ -96,6 +97,32 @@ def _stop(task: asyncio.Task[Any]) -> None:
     faulthandler.dump_traceback_later(SHUTDOWN_TIMEOUT_S, exit=True)
 
 
+# glibc's malloc, as a node uses it: a produced batch of up to a frame's size is copied a few
+# times on its way (read, framed, decoded, packed for the followers), each copy freed before
+# the next batch comes. By default glibc serves a block this large with a fresh mmap, or gives
+# the heap's freed top back to the kernel, so that every batch pays a page fault and a zeroed
+# page per 4 KiB of each copy: several times the copy itself (bench/HISTORY.md). Kept in the
+# heap instead, up to these bounds: what the node holds is bounded by its limits anyway.
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024  # glibc's largest (DEFAULT_MMAP_THRESHOLD_MAX)
+TRIM_THRESHOLD_BYTES = 256 * 1024 * 1024
+
+
+def keep_large_blocks_in_the_heap() -> bool:
+    """Set glibc's thresholds for the node's large buffers (above); False where the C library
+    is not glibc (its allocator is left as it is)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(
+        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    )
+
+
 def run_node_process(config: NodeConfig) -> None:
     """Run a node until a signal; a port it cannot bind, or a data directory another node
     holds, ends it at once with a clear error."""
@@ -106,6 +133,8 @@ def run_node_process(config: NodeConfig) -> None:
     from cluster.broker.service import run_node  # noqa: PLC0415
 
     configure_logging(f"node{config.node_id}")
+    if not keep_large_blocks_in_the_heap():
+        log.info("not glibc: its allocator's thresholds are left as they are")
     config.data_dir.mkdir(parents=True, exist_ok=True)
     try:
         lock = layout.lock_data_dir(config.data_dir)

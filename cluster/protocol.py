@@ -1161,7 +1161,8 @@ def take_frame(buf: bytearray, offset: int, frame_bytes_max: int) -> tuple[bytes
     end = start + length
     if end > len(buf):
         return None
-    return bytes(buf[start:end]), end
+    with memoryview(buf) as view:  # one copy: a slice of the bytearray would be a second
+        return bytes(view[start:end]), end
 
 
 def whole_frame(data: bytes, frame_bytes_max: int) -> bool:

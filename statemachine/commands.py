@@ -301,7 +301,7 @@ _FIELD_VALUES = {
 
 
 def decode_fields(
-    data: bytes, limits: StateLimits = DEFAULT_LIMITS
+    data: bytes | memoryview, limits: StateLimits = DEFAULT_LIMITS
 ) -> tuple[type[Command], tuple[Any, ...]]:
     """Decode and check one entry without building the command: its class and field values.
 
@@ -348,7 +348,7 @@ def _check_fields(
             raise AssertionError(f"{field_rule!r} loads {value!r}, which its inline check refused")
 
 
-def decode_command(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> Command:
+def decode_command(data: bytes | memoryview, limits: StateLimits = DEFAULT_LIMITS) -> Command:
     """Decode one entry; anything but a valid, known command raises CommandDecodeError."""
     cls, values = decode_fields(data, limits)
     return cls(*values)

@@ -169,7 +169,7 @@ class MetadataStateMachine:
         """Whether ExpireTransactionalIds stamped `now_ms` would remove an id."""
         return self.txns.expiry_due(max(self._clock_ms, now_ms), expiration_ms)
 
-    def apply(self, entry: bytes) -> MetadataResult:
+    def apply(self, entry: bytes | memoryview) -> MetadataResult:
         try:
             command = decode_command(entry, self._limits)
         except CommandDecodeError:

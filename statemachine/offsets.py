@@ -109,7 +109,7 @@ class OffsetsStateMachine:
     def clock_ms(self) -> int:
         return self._clock_ms
 
-    def apply(self, entry: bytes) -> OffsetsResult:
+    def apply(self, entry: bytes | memoryview) -> OffsetsResult:
         try:
             command = decode_command(entry, self._limits)
         except CommandDecodeError:

@@ -126,7 +126,7 @@ class PartitionStateMachine:
             now_ms, expiration_ms
         )
 
-    def apply(self, entry: bytes) -> PartitionResult:
+    def apply(self, entry: bytes | memoryview) -> PartitionResult:
         try:
             cls, values = decode_fields(entry, self._limits)
         except CommandDecodeError:

@@ -68,6 +68,7 @@ HEADER_BYTES = _HEADER.size  # 61
 _HEAD = struct.Struct(">qiibI")
 _LENGTH_END = 12  # batch_length counts every byte after this
 _CRC_END = 21  # the CRC covers every byte from here on (attributes ...)
+CRC_COVERED_FROM = _CRC_END
 _COVERED = struct.Struct(">hiqqqhii")
 assert _CRC_END + _COVERED.size == HEADER_BYTES
 _SNAPPY_XERIAL = b"\x82SNAPPY\x00"  # the Java client's framed snappy (xerial's stream format)
@@ -269,24 +270,38 @@ def verify_batch(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> BatchHead
     """Everything the leader checks before a batch may enter the log: the header's fields,
     lengths and ranges (`read_header`) and the CRC-32C. Per batch, never per record."""
     header = read_header(data, limits)
-    crc = int.from_bytes(data[17:_CRC_END], "big")
-    if crc32c(memoryview(data)[_CRC_END:]) != crc:
+    if not crc_holds(data):
         raise BatchFormatError("batch CRC mismatch")
     return header
+
+
+def crc_holds(data: bytes | memoryview) -> bool:
+    """Whether a batch's CRC-32C matches the bytes it covers (storage's recovery: every batch
+    was verified whole before it was stored)."""
+    if len(data) < HEADER_BYTES:
+        return False
+    crc = int.from_bytes(data[17:_CRC_END], "big")
+    return bool(crc32c(memoryview(data)[_CRC_END:]) == crc)
 
 
 def with_base_offset(data: bytes, base_offset: int) -> bytes:
     """The batch as storage keeps it: its first record at `base_offset`, and its partition
     leader epoch unknown (-1: a producer's value means nothing to a reader, and apply does not
     know the term of an entry). The CRC covers neither field."""
-    if data[:8] == (prefix := base_offset.to_bytes(8, "big", signed=True)) and (
-        data[12:16] == _UNKNOWN_EPOCH
-    ):
+    head = stored_head(data, base_offset)
+    if data[:STORED_HEAD_BYTES] == head:
         return data
-    return b"".join((prefix, data[8:12], _UNKNOWN_EPOCH, data[16:]))
+    return head + data[STORED_HEAD_BYTES:]
 
 
-_UNKNOWN_EPOCH = NO_PARTITION_LEADER_EPOCH.to_bytes(4, "big", signed=True)
+def stored_head(data: bytes, base_offset: int) -> bytes:
+    """The first `STORED_HEAD_BYTES` of `with_base_offset(data, base_offset)`: what a writer
+    puts before the rest of the batch as it is, with no copy of the whole."""
+    return _STORED_HEAD.pack(base_offset, int.from_bytes(data[8:12], "big", signed=True), -1)
+
+
+_STORED_HEAD = struct.Struct(">qii")  # base_offset, batch_length, partition_leader_epoch
+STORED_HEAD_BYTES = _STORED_HEAD.size
 
 
 def base_offset_of(data: bytes) -> int:

@@ -26,7 +26,10 @@ answer, not a pid file's. The kernel drops the lock when the process ends, howev
 Kafka record batches (v2) since format 2; a directory of an earlier version (records in
 raftbroker's own msgpack batches, in its Raft journals as in its segments) is refused with one
 line (`check_data_format`), never half read: it holds no data a user of this version can have
-made, and a converter would have to rewrite every journal entry of every group.
+made, and a converter would have to rewrite every journal entry of every group. Format 3 adds a
+kind of segment frame (storage.py, `HEAD_CHECKED`) and reads format 2's frames as they are: a
+directory of format 2 is stamped 3 when a node of this version starts on it, so that an older
+node, which would take the new frames for damage, refuses it from then on.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import logging
 import os
 from pathlib import Path
 
+from cluster.files import sync_directory
 from statemachine.metadata import TopicInfo
 
 log = logging.getLogger(__name__)
@@ -49,7 +53,9 @@ TOPIC_FILE = "topic"
 NAME_BYTES_MAX = 255
 LOCK_FILE = "node.lock"
 FORMAT_FILE = "format"
-DATA_FORMAT = "raftbroker-data 2"  # 2: record batch v2 (Kafka's) in journals and segments
+# 2: record batch v2 (Kafka's) in journals and segments; 3: HEAD_CHECKED segment frames as well
+DATA_FORMAT = "raftbroker-data 3"
+_READ_AS_IS = ("raftbroker-data 2",)  # older formats this version reads, stamped DATA_FORMAT
 
 
 class DataDirLockedError(OSError):
@@ -66,8 +72,9 @@ class DataFormatError(OSError):
 
 
 def check_data_format(data_dir: Path) -> None:
-    """Stamp an empty directory with `DATA_FORMAT`; DataFormatError for one that holds data of
-    another format (a directory with groups but no stamp predates format 2)."""
+    """Stamp an empty directory, or one of a format this version reads as it is, with
+    `DATA_FORMAT`; DataFormatError for one that holds data of another format (a directory with
+    groups but no stamp predates format 2)."""
     stamp = data_dir / FORMAT_FILE
     try:
         found = stamp.read_text().strip()
@@ -75,15 +82,21 @@ def check_data_format(data_dir: Path) -> None:
         found = None
     if found == DATA_FORMAT:
         return
-    if found is not None or any((data_dir / d).exists() for d in (METADATA_DIR, PARTITIONS_DIR)):
+    if found in _READ_AS_IS:
+        log.info("data directory %s: %s, stamped %s", data_dir, found, DATA_FORMAT)
+    elif found is not None or any((data_dir / d).exists() for d in (METADATA_DIR, PARTITIONS_DIR)):
         raise DataFormatError(
             f"data directory {data_dir} holds data of another raftbroker version "
             f"({found or 'format 1, msgpack record batches'}); this version stores Kafka record "
             f"batches ({DATA_FORMAT}) and does not convert it: start on an empty directory"
         )
     tmp = stamp.with_suffix(".tmp")
-    tmp.write_text(DATA_FORMAT + "\n")
+    with tmp.open("w") as f:
+        f.write(DATA_FORMAT + "\n")
+        f.flush()
+        os.fsync(f.fileno())  # a stamp lost to a power cut would leave the data refused
     os.replace(tmp, stamp)
+    sync_directory(data_dir)
 
 
 class _Flock(ctypes.Structure):

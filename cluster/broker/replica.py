@@ -77,7 +77,7 @@ class PartitionReplica(_Notifying[PartitionResult]):
         self._fatal = fatal
         self._unsettled: list[PartitionResult] = []  # applied, effects not yet carried out
 
-    def apply(self, command: bytes) -> PartitionResult:
+    def apply(self, command: bytes | memoryview) -> PartitionResult:
         """Apply to the machine; its effect follows in `settle`, once this run of applies has
         told its proposers: an answer does not wait for a file write it does not need (the
         entry is committed, in the Raft journal, and a restart applies it again from there;
@@ -169,7 +169,7 @@ class _PlainMachine(Protocol[R_co]):
 
     def __init__(self, limits: StateLimits) -> None: ...
 
-    def apply(self, entry: bytes) -> R_co: ...
+    def apply(self, entry: bytes | memoryview) -> R_co: ...
 
     def snapshot(self) -> bytes: ...
 
@@ -194,7 +194,7 @@ class _PlainReplica(_Notifying[R], Generic[M, R]):
         self.machine = machine_type(limits)
         self._limits = limits
 
-    def apply(self, command: bytes) -> R:
+    def apply(self, command: bytes | memoryview) -> R:
         result: R = self.machine.apply(command)
         self._notify(result)
         return result

@@ -17,11 +17,19 @@ segment takes any frame, so an oversize batch still fits). Each batch is one fra
 
     length u32 | crc u32 | base_offset i64 | record_count i32 | append_time_ms i64 | batch
 
-`length` counts the batch bytes. The CRC (zlib's CRC-32) covers every byte after the crc field,
-header and batch. The batch (Kafka's record batch v2, with a CRC-32C of its own) is stored as
-given but for its `base_offset` field, set to the offset of its first record
-(`records.with_base_offset`; the batch's CRC does not cover it), so that a Kafka Fetch answers
-with the stored bytes as they are. Nothing else of a batch is read here.
+`length` counts the batch bytes; its top bit is the frame's kind (`HEAD_CHECKED`). The batch
+(Kafka's record batch v2, with a CRC-32C of its own over everything from its `attributes` on)
+is stored as given but for its `base_offset` and partition leader epoch, which the batch's CRC
+does not cover (`records.with_base_offset`: the offset of its first record, so that a Kafka
+Fetch answers with the stored bytes as they are). The frame's CRC:
+- `HEAD_CHECKED` (every frame written since data format 3): a CRC-32C of the frame's header
+  after the crc field and of the batch's first 21 bytes, the ones its own CRC leaves out. The
+  batch's own CRC covers the rest: every batch was verified whole at the edge before it could
+  enter the log, so nothing here checksums a batch's body again when it is written, and
+  recovery checks both.
+- otherwise (frames of format 2, read as before): zlib's CRC-32 over every byte after the crc
+  field, header and batch.
+Nothing else of a batch is read here.
 
 Rules:
 - Offsets are contiguous: each frame starts at the offset where the one before it ended. An
@@ -57,16 +65,27 @@ from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, NamedTuple, Self
 
+from crc32c import crc32c
+
 from cluster.config import Limits
 from cluster.errors import RaftbrokerError
 from cluster.files import sync_directory
 from statemachine.errors import ErrorCode
 from statemachine.limits import KIB, MIB
-from statemachine.records import with_base_offset
+from statemachine.records import (
+    CRC_COVERED_FROM,
+    HEADER_BYTES,
+    STORED_HEAD_BYTES,
+    crc_holds,
+    stored_head,
+    with_base_offset,
+)
 
-_FRAME_HEAD = struct.Struct(">II")  # length of the batch, crc
+_FRAME_HEAD = struct.Struct(">II")  # length of the batch (the top bit: HEAD_CHECKED), crc
+HEAD_CHECKED = 1 << 31
 _FRAME_TAIL = struct.Struct(">qiq")  # base_offset, record_count, append_time_ms
 FRAME_HEADER_BYTES = _FRAME_HEAD.size + _FRAME_TAIL.size
+_HEAD_CHECKED_END = FRAME_HEADER_BYTES + CRC_COVERED_FROM  # what a HEAD_CHECKED frame's CRC covers
 # Far above any batch one Raft entry can carry (StateLimits.entry_bytes_max), and low enough
 # that a corrupt length met during recovery cannot make a read allocate gigabytes.
 FRAME_BATCH_BYTES_MAX = 64 * MIB
@@ -163,7 +182,15 @@ def _pread(fd: int, size: int, position: int) -> bytes:
     return b"".join(parts)
 
 
-def _pwrite(fd: int, parts: Sequence[bytes], position: int) -> None:
+def _intact(frame: memoryview, crc: int, kind: int) -> bool:
+    """Whether a whole frame's checksums hold, by its kind."""
+    if not kind:
+        return zlib.crc32(frame[_FRAME_HEAD.size :]) == crc
+    head_crc = crc32c(frame[_FRAME_HEAD.size : _HEAD_CHECKED_END])
+    return head_crc == crc and crc_holds(frame[FRAME_HEADER_BYTES:])
+
+
+def _pwrite(fd: int, parts: Sequence[bytes | memoryview], position: int) -> None:
     """Write all of `parts` at `position`: one system call unless the kernel writes short."""
     written = os.pwritev(fd, parts, position)
     if written == sum(len(part) for part in parts):
@@ -225,13 +252,15 @@ class _Scanner:
         if head is None:
             return "torn frame header"
         length, crc = _FRAME_HEAD.unpack_from(head)
+        kind, length = length & HEAD_CHECKED, length & ~HEAD_CHECKED
         base_offset, record_count, append_time_ms = _FRAME_TAIL.unpack_from(head, _FRAME_HEAD.size)
-        if not 0 < length <= FRAME_BATCH_BYTES_MAX or record_count < 1:
+        length_min = HEADER_BYTES if kind else 1
+        if not length_min <= length <= FRAME_BATCH_BYTES_MAX or record_count < 1:
             return f"implausible frame header (length {length}, count {record_count})"
         frame = self._view(self.position, FRAME_HEADER_BYTES + length)
         if frame is None:
             return "torn frame"
-        if self._verify_crc and zlib.crc32(frame[_FRAME_HEAD.size :]) != crc:
+        if self._verify_crc and not _intact(frame, crc, kind):
             return "frame CRC mismatch"
         if base_offset != self.expected_offset:
             return f"frame at offset {base_offset}, expected {self.expected_offset}"
@@ -477,14 +506,14 @@ class PartitionStore:
 
         Raises StorageGapError if `base_offset` is past `next_offset`.
         """
-        if record_count < 1 or not 0 < len(batch) <= FRAME_BATCH_BYTES_MAX:
+        if record_count < 1 or not HEADER_BYTES <= len(batch) <= FRAME_BATCH_BYTES_MAX:
             raise ValueError(f"bad batch: {record_count} records, {len(batch)} bytes")
-        batch = with_base_offset(batch, base_offset)
-        wanted = StoredBatch(base_offset, record_count, append_time_ms, batch)
         self._check_open()
-        if base_offset != self._next_offset and self._already_stored(wanted):
-            return
-        self._write(wanted)
+        if base_offset != self._next_offset:
+            stored = with_base_offset(batch, base_offset)
+            if self._already_stored(StoredBatch(base_offset, record_count, append_time_ms, stored)):
+                return
+        self._write(base_offset, record_count, append_time_ms, batch)
 
     def _already_stored(self, wanted: StoredBatch) -> bool:
         """Whether a replayed batch is stored as is; if it is not, make room for it."""
@@ -512,24 +541,25 @@ class PartitionStore:
             )
         return False
 
-    def _write(self, wanted: StoredBatch) -> None:
-        assert wanted.base_offset == self._next_offset, "append must extend the log"
-        tail = _FRAME_TAIL.pack(wanted.base_offset, wanted.record_count, wanted.append_time_ms)
-        crc = zlib.crc32(wanted.batch, zlib.crc32(tail))
-        header = _FRAME_HEAD.pack(len(wanted.batch), crc) + tail
-        frame_size = len(header) + len(wanted.batch)
+    def _write(
+        self, base_offset: int, record_count: int, append_time_ms: int, batch: bytes
+    ) -> None:
+        """A frame of `batch` as stored (`with_base_offset`), its head patched on the way out
+        rather than in a copy of the whole batch."""
+        assert base_offset == self._next_offset, "append must extend the log"
+        tail = _FRAME_TAIL.pack(base_offset, record_count, append_time_ms)
+        head = stored_head(batch, base_offset)
+        crc = crc32c(batch[STORED_HEAD_BYTES:CRC_COVERED_FROM], crc32c(head, crc32c(tail)))
+        header = _FRAME_HEAD.pack(len(batch) | HEAD_CHECKED, crc) + tail
+        frame_size = len(header) + len(batch)
         segment = self._segments[-1]
         if segment.size and segment.size + frame_size > self._segment_bytes_max:
             segment = self._roll()
-        _pwrite(segment.fd, (header, wanted.batch), segment.size)
+        _pwrite(segment.fd, (header, head, memoryview(batch)[STORED_HEAD_BYTES:]), segment.size)
         if self._fsync:
             os.fsync(segment.fd)
         segment.add_frame(  # only now: from here on, reads see the frame
-            frame_size,
-            wanted.base_offset,
-            wanted.record_count,
-            wanted.append_time_ms,
-            self._index_interval_bytes,
+            frame_size, base_offset, record_count, append_time_ms, self._index_interval_bytes
         )
         self._next_offset = segment.next_offset
         self._size_bytes += frame_size

@@ -48,7 +48,8 @@ class KafkaWire:
         end = start + length
         if end > len(buf):
             return None
-        return bytes(buf[start:end]), end
+        with memoryview(buf) as view:  # one copy: a slice of the bytearray would be a second
+            return bytes(view[start:end]), end
 
     def decode(self, body: bytes) -> tuple[int, m.KafkaRequest]:
         try:

@@ -944,7 +944,7 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         # so the group reports unhealthy. Skipping it would leave the machine past a command
         # it never applied and its proposer without an answer.
         if entry[:2] == _ENTRY_PREFIX:
-            return self.raftbroker_machine.apply(entry[2:])
+            return self.raftbroker_machine.apply(memoryview(entry)[2:])  # no copy of a batch
         assert entry == _NO_OP_ENTRY, f"a log entry that is not ours: {entry[:16]!r}"
         return None
 

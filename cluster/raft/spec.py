@@ -21,7 +21,9 @@ from statemachine.errors import ErrorCode
 class ReplicatedMachine(Protocol):
     """What a Raft group applies: deterministic, called only by the driver, on its loop."""
 
-    def apply(self, command: bytes) -> object: ...
+    def apply(self, command: bytes | memoryview) -> object:
+        """`command` may be a view into the log's entry (no copy of a large batch): read it
+        within the call, never keep it."""
 
     def settle(self) -> None:
         """After a run of applies, once their proposers heard: carry out what they left."""

@@ -269,6 +269,7 @@ def test_without_a_secret_on_both_sides_links_open_in_clear(net: Net, port: int)
         pack(("raftbroker-mesh", 1, "127.0.0.9:1", "x", os.urandom(16))),  # unframed
         b"GET / HTTP/1.1\r\n\r\n",
     ],
+    ids=["not-msgpack", "oversize-length", "unframed-handshake", "http"],
 )
 def test_garbage_on_the_raft_port_is_dropped_and_peers_still_link(
     net: Net, port: int, garbage: bytes

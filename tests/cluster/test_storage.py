@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import random
+import struct
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -210,6 +212,21 @@ def _flip_header_byte(path: Path, last: StoredBatch) -> int:
     return frame_bytes(last)
 
 
+def _flip_leader_epoch(path: Path, last: StoredBatch) -> int:
+    data = bytearray(path.read_bytes())
+    # The batch's partition leader epoch: outside the batch's own CRC, inside the frame's.
+    data[len(data) - frame_bytes(last) + FRAME_HEADER_BYTES + 13] ^= 0x01
+    path.write_bytes(bytes(data))
+    return frame_bytes(last)
+
+
+def _clear_frame_kind(path: Path, last: StoredBatch) -> int:
+    data = bytearray(path.read_bytes())
+    data[len(data) - frame_bytes(last)] &= 0x7F  # HEAD_CHECKED off: read as a format-2 frame
+    path.write_bytes(bytes(data))
+    return frame_bytes(last)
+
+
 def _append_garbage(path: Path, last: StoredBatch) -> int:
     with path.open("ab") as f:
         f.write(b"\x00" * 100)  # blocks allocated but never written, as after a crash
@@ -222,6 +239,8 @@ def _append_garbage(path: Path, last: StoredBatch) -> int:
         (_cut_half_of_last_frame, True),
         (_flip_last_byte, True),
         (_flip_header_byte, True),
+        (_flip_leader_epoch, True),
+        (_clear_frame_kind, True),
         (_append_garbage, False),
     ],
 )
@@ -247,6 +266,34 @@ def test_a_torn_tail_is_truncated_and_the_log_goes_on(
     with open_store(tmp_path) as store:
         assert store.recovered_truncated_bytes == 0
         assert read_all(store) == kept + again
+
+
+def format_2_frame(batch: StoredBatch) -> bytes:
+    """A frame as data format 2 wrote it: zlib's CRC-32 over all of it after the crc field."""
+    tail = struct.pack(">qiq", batch.base_offset, batch.record_count, batch.append_time_ms)
+    crc = zlib.crc32(tail + batch.batch)
+    return struct.pack(">II", len(batch.batch), crc) + tail + batch.batch
+
+
+def test_frames_of_format_2_are_read_and_recovered_beside_new_ones(tmp_path: Path) -> None:
+    with open_store(tmp_path, segment_bytes_max=1 << 20) as store:
+        old = fill(store, 4)
+    (active,) = segment_files(tmp_path)
+    active.write_bytes(b"".join(format_2_frame(b) for b in old))  # as format 2 left it
+    with open_store(tmp_path, segment_bytes_max=1 << 20) as store:
+        assert (store.recovered_truncated_bytes, store.recovery_problem) == (0, None)
+        assert read_all(store) == old
+        new = fill(store, 2, first=4)
+    with open_store(tmp_path, segment_bytes_max=1 << 20) as store:
+        assert (store.recovered_truncated_bytes, store.recovery_problem) == (0, None)
+        assert read_all(store) == old + new
+    data = bytearray(active.read_bytes())
+    data[frame_bytes(old[0]) - 1] ^= 0x01  # the first (format 2) frame's last byte
+    active.write_bytes(bytes(data))
+    with open_store(tmp_path, segment_bytes_max=1 << 20) as store:
+        assert store.recovery_problem is not None
+        assert "CRC" in store.recovery_problem
+        assert read_all(store) == []
 
 
 def test_damage_in_a_sealed_segment_refuses_to_open(tmp_path: Path) -> None:

@@ -36,6 +36,14 @@ def test_data_of_the_first_format_is_refused_with_one_line(tmp_path: Path, group
 
 
 def test_a_directory_stamped_with_another_format_is_refused(tmp_path: Path) -> None:
-    (tmp_path / FORMAT_FILE).write_text("raftbroker-data 3\n")
-    with pytest.raises(DataFormatError, match="raftbroker-data 3"):
+    (tmp_path / FORMAT_FILE).write_text("raftbroker-data 4\n")
+    with pytest.raises(DataFormatError, match="raftbroker-data 4"):
         check_data_format(tmp_path)
+
+
+def test_a_directory_of_format_2_is_read_and_stamped_with_this_format(tmp_path: Path) -> None:
+    (tmp_path / FORMAT_FILE).write_text("raftbroker-data 2\n")
+    (tmp_path / PARTITIONS_DIR).mkdir()
+    check_data_format(tmp_path)
+    assert (tmp_path / FORMAT_FILE).read_text() == DATA_FORMAT + "\n"
+    assert DATA_FORMAT == "raftbroker-data 3"
