@@ -300,6 +300,17 @@ _FIELD_VALUES = {
 }
 
 
+def encode_append(
+    now_ms: int, batch: bytes | memoryview, fence: tuple[str, int, int, int] | None = None
+) -> bytes:
+    """`AppendBatch(now_ms, batch).encode()`, or with `fence` (sink, writer, batch id, part)
+    `AppendFencedBatch`'s, the batch given as bytes or as a view of them: the same entry,
+    without a copy of a batch of up to a frame's size before it is packed."""
+    if fence is None:
+        return pack([AppendBatch.TAG, AppendBatch.VERSION, now_ms, batch])
+    return pack([AppendFencedBatch.TAG, AppendFencedBatch.VERSION, now_ms, batch, *fence])
+
+
 def decode_fields(
     data: bytes | memoryview, limits: StateLimits = DEFAULT_LIMITS
 ) -> tuple[type[Command], tuple[Any, ...]]:

@@ -215,7 +215,7 @@ def _check_header(header: BatchHeader, limits: StateLimits) -> None:
 _new_header = tuple.__new__  # BatchHeader's own __new__ is a Python function: skip its frame
 
 
-def read_header(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> BatchHeader:
+def read_header(data: bytes | memoryview, limits: StateLimits = DEFAULT_LIMITS) -> BatchHeader:
     """Parse and range-check the header without touching the records or the CRC (apply's path).
 
     The length and magic checks, then `_check_fields` on the unpacked fields.
@@ -266,7 +266,7 @@ def _check_fields(fields: tuple[int, int, int, int, int, int], limits: StateLimi
         raise AssertionError("unreachable")
 
 
-def verify_batch(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> BatchHeader:
+def verify_batch(data: bytes | memoryview, limits: StateLimits = DEFAULT_LIMITS) -> BatchHeader:
     """Everything the leader checks before a batch may enter the log: the header's fields,
     lengths and ranges (`read_header`) and the CRC-32C. Per batch, never per record."""
     header = read_header(data, limits)

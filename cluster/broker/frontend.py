@@ -28,11 +28,10 @@ from cluster.config import Limits
 from cluster.errors import RequestRefusedError
 from cluster.raft import ProposalError
 from statemachine.commands import (
-    AppendBatch,
-    AppendFencedBatch,
     CreateTopic,
     DeleteTopic,
     InitTransactionalProducer,
+    encode_append,
 )
 from statemachine.errors import ErrorCode, Rejected
 from statemachine.limits import StateLimits
@@ -48,6 +47,7 @@ from statemachine.txn_registry import ProducerIdAndEpoch
 
 EARLIEST, LATEST = -2, -1
 Fence = tuple[str, int, int, int]  # (sink, writer, batch id, part) of a FencedProduce
+Where = tuple[str, int]  # a topic and a partition
 # What a Fetch answer holds besides its batches' bytes and the topic names it echoes, in msgpack:
 # the frame and response headers; per partition its integers, array headers and a leader hint;
 # per batch its offset, append time and headers (less than the HEADER_BYTES every batch has).
@@ -181,67 +181,66 @@ class RequestFrontend:
             respond(p.ProduceResponse(()))
             return True
         for index, (entry, fence) in enumerate(zip(entries, fences, strict=True)):
-            self._start_produce(entry, timeout_s, fence, partial(finish, index))
+            where = (entry.topic, entry.partition)
+            self._start_produce(where, entry.batch, timeout_s, fence, partial(finish, index))
         return True
 
     def start_produce(
         self,
-        entry: p.ProduceEntry,
+        where: Where,
+        batch: bytes | memoryview,
         timeout_s: float,
         finish: Callable[[p.ProduceResult], None],
     ) -> None:
-        """One plain (unfenced) entry through the native produce path: the Kafka listener's
-        Produce (cluster/kafka/frontend.py)."""
-        self._start_produce(entry, timeout_s, None, finish)
+        """One plain (unfenced) batch through the native produce path: the Kafka listener's
+        Produce (cluster/kafka/frontend.py), whose batch is a view of its request."""
+        self._start_produce(where, batch, timeout_s, None, finish)
 
     def _start_produce(
         self,
-        entry: p.ProduceEntry,
+        where: Where,
+        batch: bytes | memoryview,
         timeout_s: float,
         fence: Fence | None,
         finish: Callable[[p.ProduceResult], None],
     ) -> None:
-        """Validate and propose one entry; `finish` gets its result once, now or on apply."""
+        """Validate and propose one batch; `finish` gets its result once, now or on apply."""
 
         def applied(result: object, error: ProposalError | None) -> None:
             if error is not None:
-                finish(self._failed(entry, error.error))
+                finish(self._failed(where, error.error))
             else:
-                finish(self._produced(entry, result))
+                finish(self._produced(where, result))
                 self._count(result)
 
-        handle = self._leading(entry.topic, entry.partition)
+        handle = self._leading(*where)
         if isinstance(handle, ErrorCode):
-            finish(self._failed(entry, handle))
+            finish(self._failed(where, handle))
             return
         try:
-            verify_batch(entry.batch, self.node.limits)
+            verify_batch(batch, self.node.limits)
         except UnsupportedBatchError:
-            finish(self._failed(entry, ErrorCode.INVALID_RECORD))
+            finish(self._failed(where, ErrorCode.INVALID_RECORD))
             return
         except BatchFormatError:
-            finish(self._failed(entry, ErrorCode.CORRUPT_MESSAGE))
+            finish(self._failed(where, ErrorCode.CORRUPT_MESSAGE))
             return
-        command = (
-            AppendBatch(wall_ms(), entry.batch).encode()
-            if fence is None
-            else AppendFencedBatch(wall_ms(), entry.batch, *fence).encode()
-        )
+        command = encode_append(wall_ms(), batch, fence)
         try:
             handle.group.submit(command, timeout_s, applied)
         except ProposalError as exc:
-            finish(self._failed(entry, exc.error))
+            finish(self._failed(where, exc.error))
 
-    def _failed(self, entry: p.ProduceEntry, error: ErrorCode) -> p.ProduceResult:
-        hint = self._leader_hint(error, entry.topic, entry.partition)
-        return p.ProduceResult(entry.topic, entry.partition, error, -1, -1, -1, False, hint)
+    def _failed(self, where: Where, error: ErrorCode) -> p.ProduceResult:
+        topic, partition = where
+        hint = self._leader_hint(error, topic, partition)
+        return p.ProduceResult(topic, partition, error, -1, -1, -1, False, hint)
 
-    def _produced(self, entry: p.ProduceEntry, result: object) -> p.ProduceResult:
+    def _produced(self, where: Where, result: object) -> p.ProduceResult:
         match result:
             case Appended() | Duplicate():
                 return p.ProduceResult(
-                    entry.topic,
-                    entry.partition,
+                    *where,
                     ErrorCode.NONE,
                     result.base_offset,
                     result.last_offset,
@@ -250,7 +249,7 @@ class RequestFrontend:
                     "",
                 )
             case Rejected(error=error):
-                return self._failed(entry, error)
+                return self._failed(where, error)
         raise AssertionError(f"unexpected apply result {result!r}")
 
     def _count(self, result: object) -> None:

@@ -486,24 +486,21 @@ class KafkaFrontend:
                 # CORRUPT_MESSAGE the native path gives any batch it cannot take.
                 done(m.PartitionProduceResponse(data.index, ErrorCode.MESSAGE_TOO_LARGE))
             else:
-                entry = p.ProduceEntry(topic, data.index, data.records or b"")
-                self.native.start_produce(
-                    entry, timeout_s, partial(self._partition_produced, entry, done)
-                )
+                where = (topic, data.index)
+                records = data.records or b""
+                answer = partial(self._partition_produced, done)
+                self.native.start_produce(where, records, timeout_s, answer)
 
     def _partition_produced(
-        self,
-        entry: p.ProduceEntry,
-        done: Callable[[m.PartitionProduceResponse], None],
-        result: p.ProduceResult,
+        self, done: Callable[[m.PartitionProduceResponse], None], result: p.ProduceResult
     ) -> None:
-        index = entry.partition
+        index = result.partition
         if result.error == ErrorCode.NONE:
             # The record timestamps are the producer's (CreateTime): no log append time.
-            start = self._log_start(entry.topic, index)
+            start = self._log_start(result.topic, index)
             done(m.PartitionProduceResponse(index, ErrorCode.NONE, result.base_offset, -1, start))
             return
-        leader = self._current_leader(entry.topic, index, result.error)
+        leader = self._current_leader(result.topic, index, result.error)
         done(m.PartitionProduceResponse(index, result.error, current_leader=leader))
 
     def _produced(

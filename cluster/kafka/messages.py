@@ -691,7 +691,7 @@ class DeleteGroupsResponse:
 @dataclass(frozen=True, slots=True)
 class PartitionProduceData:
     index: int
-    records: bytes | None
+    records: bytes | memoryview | None  # decoded: a view of the request (codec.py)
 
 
 @dataclass(frozen=True, slots=True)

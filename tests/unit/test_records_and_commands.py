@@ -10,10 +10,12 @@ from statemachine.codec import CodecError, pack
 from statemachine.commands import (
     COMMAND_TYPES,
     AppendBatch,
+    AppendFencedBatch,
     CommandDecodeError,
     CreateTopic,
     InitTransactionalProducer,
     decode_command,
+    encode_append,
 )
 from statemachine.limits import StateLimits
 from statemachine.records import (
@@ -221,3 +223,15 @@ def test_limits_are_validated() -> None:
         StateLimits(topics_max=0)
     with pytest.raises(ValueError, match="entry_bytes_max"):
         StateLimits(batch_bytes_max=StateLimits().entry_bytes_max)
+
+
+@pytest.mark.parametrize("fence", [None, ("sink", 3, 17, 2)])
+def test_an_append_encoded_from_a_view_is_the_command_s_own_encoding(
+    fence: tuple[str, int, int, int] | None,
+) -> None:
+    batch = RecordBatch(7, 0, 0, (Record(b"k", b"v", 1_000),)).encode()
+    command = AppendBatch(5, batch) if fence is None else AppendFencedBatch(5, batch, *fence)
+    request = b"head" + batch + b"tail"  # the batch as a Kafka Produce's request holds it
+    view = memoryview(request)[4 : 4 + len(batch)]
+    assert encode_append(5, view, fence) == encode_append(5, batch, fence) == command.encode()
+    assert decode_command(encode_append(5, view, fence)) == command
