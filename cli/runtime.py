@@ -1,4 +1,5 @@
-"""A node's process setup, done only here: TOML, logging, signals, and the fatal exit.
+"""A node's process setup, done only here: TOML, logging, the allocator, signals, and the
+fatal exit.
 
 A node runs under `run_node_process`, on `cli.common.run`'s loop (uvloop where installed):
 SIGTERM and SIGINT cancel it cleanly (Raft driver stopped, stores closed); a fatal storage error
@@ -113,7 +114,7 @@ def keep_large_blocks_in_the_heap() -> bool:
     """Set glibc's thresholds for the node's large buffers (above); False where the C library
     is not glibc (its allocator is left as it is)."""
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc = ctypes.CDLL("libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
@@ -134,7 +135,7 @@ def run_node_process(config: NodeConfig) -> None:
 
     configure_logging(f"node{config.node_id}")
     if not keep_large_blocks_in_the_heap():
-        log.info("not glibc: its allocator's thresholds are left as they are")
+        log.info("glibc's allocator thresholds not set (another C library, or refused)")
     config.data_dir.mkdir(parents=True, exist_ok=True)
     try:
         lock = layout.lock_data_dir(config.data_dir)

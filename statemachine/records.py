@@ -12,8 +12,9 @@ encoding is Kafka's (magic 2, KIP-98), big-endian:
 
 `batch_length` counts the bytes after itself. The CRC is CRC-32C (Castagnoli) over every byte
 from `attributes` on; it does not cover the first three fields, so storage assigns offsets by
-patching `base_offset` (`with_base_offset`, which also sets the leader epoch to -1) without
-touching the CRC. The low three bits of
+patching `base_offset` (`with_base_offset`, which also sets the leader epoch to -1; a writer
+puts `stored_head` before the rest of the batch instead of copying it) without touching the
+CRC, and relies on it for the rest of a stored batch (`crc_holds`). The low three bits of
 `attributes` name the records' compression (none, gzip, snappy, lz4, zstd): a compressed batch
 is stored as it came and decompressed only by readers (`decode_records`).
 
@@ -297,7 +298,8 @@ def with_base_offset(data: bytes, base_offset: int) -> bytes:
 def stored_head(data: bytes, base_offset: int) -> bytes:
     """The first `STORED_HEAD_BYTES` of `with_base_offset(data, base_offset)`: what a writer
     puts before the rest of the batch as it is, with no copy of the whole."""
-    return _STORED_HEAD.pack(base_offset, int.from_bytes(data[8:12], "big", signed=True), -1)
+    length = int.from_bytes(data[8:12], "big", signed=True)
+    return _STORED_HEAD.pack(base_offset, length, NO_PARTITION_LEADER_EPOCH)
 
 
 _STORED_HEAD = struct.Struct(">qii")  # base_offset, batch_length, partition_leader_epoch

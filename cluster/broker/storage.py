@@ -86,6 +86,7 @@ HEAD_CHECKED = 1 << 31
 _FRAME_TAIL = struct.Struct(">qiq")  # base_offset, record_count, append_time_ms
 FRAME_HEADER_BYTES = _FRAME_HEAD.size + _FRAME_TAIL.size
 _HEAD_CHECKED_END = FRAME_HEADER_BYTES + CRC_COVERED_FROM  # what a HEAD_CHECKED frame's CRC covers
+_BATCH_LENGTH_AT = 8  # a batch's length field (counting the bytes after it)
 # Far above any batch one Raft entry can carry (StateLimits.entry_bytes_max), and low enough
 # that a corrupt length met during recovery cannot make a read allocate gigabytes.
 FRAME_BATCH_BYTES_MAX = 64 * MIB
@@ -187,7 +188,13 @@ def _intact(frame: memoryview, crc: int, kind: int) -> bool:
     if not kind:
         return zlib.crc32(frame[_FRAME_HEAD.size :]) == crc
     head_crc = crc32c(frame[_FRAME_HEAD.size : _HEAD_CHECKED_END])
-    return head_crc == crc and crc_holds(frame[FRAME_HEADER_BYTES:])
+    batch = frame[FRAME_HEADER_BYTES:]
+    # The frame's length is under no CRC: the batch's own length field, under the head's, has
+    # to agree with it exactly.
+    batch_length = int.from_bytes(batch[_BATCH_LENGTH_AT : _BATCH_LENGTH_AT + 4], "big")
+    return (
+        head_crc == crc and batch_length == len(batch) - _BATCH_LENGTH_AT - 4 and crc_holds(batch)
+    )
 
 
 def _pwrite(fd: int, parts: Sequence[bytes | memoryview], position: int) -> None:
@@ -503,6 +510,10 @@ class PartitionStore:
         self, base_offset: int, record_count: int, append_time_ms: int, batch: bytes
     ) -> None:
         """Store `batch` so that its first record has `base_offset`; a replay is a no-op.
+
+        `batch` was verified whole (`records.verify_batch`, at the edge): recovery relies on its
+        CRC-32C for all of it but its head, so a batch whose CRC does not hold would be cut off
+        at the next start, with every frame after it.
 
         Raises StorageGapError if `base_offset` is past `next_offset`.
         """

@@ -26,7 +26,9 @@ Rules:
   all-topics Metadata v9+ leaves three). `kio_decode_request` is the reference the tests hold
   it to: the walk (`_Walk`, the same bounds: kio's native reader allocates what a count
   claims before it reads the items, and a count of 2^35 aborts the process), then kio's
-  reader, then `_from_kio`.
+  reader, then `_from_kio`. A field of Kafka's type `records` (a Produce's batches) is read
+  as a `memoryview` of the request's bytes, not a copy of up to a frame's size; every other
+  bytes field as bytes.
 - Fields map by name between kio's class of the version on the wire and ours (messages.py):
   a field a version lacks is dropped on encode and takes our default on decode. Durations and
   times are ms on our side, error codes integers.

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -16,6 +18,36 @@ from cluster.local import launcher
 from tests.kafka_wire import Captured, capturing
 
 READY_TIMEOUT_S = 60.0
+# Shared by every test process of this machine (the two workers of a run, and another run).
+CONVENTIONAL_PORTS_LOCK = Path(tempfile.gettempdir()) / "raftbroker-tests-conventional-ports.lock"
+# A test that waits for the ports may wait for a whole module that holds them (the README's
+# examples: about two minutes) before its own work: its timeout counts the wait.
+CONVENTIONAL_PORTS_TIMEOUT_S = 420
+
+
+@contextlib.contextmanager
+def conventional_ports_held() -> Iterator[None]:
+    """The conventional ports (`launcher.CONVENTIONAL_PORTS` on 127.0.0.2-4) to this test
+    process alone: `cluster up` takes them when they are free, and the README's examples
+    need them, so two test workers must not start such clusters at once. A blocking `flock`,
+    which the kernel releases with the file however the process ends."""
+    with CONVENTIONAL_PORTS_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@pytest.fixture
+def conventional_ports() -> Iterator[None]:
+    with conventional_ports_held():
+        yield
+
+
+def uses_conventional_ports() -> list[pytest.MarkDecorator]:
+    """A module's `pytestmark` when its tests may start clusters on the conventional ports."""
+    return [
+        pytest.mark.usefixtures("conventional_ports"),
+        pytest.mark.timeout(CONVENTIONAL_PORTS_TIMEOUT_S),
+    ]
 
 
 async def wait_ready(cluster: launcher.LocalCluster, timeout_s: float = READY_TIMEOUT_S) -> None:

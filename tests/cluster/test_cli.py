@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 
 from cluster.local import launcher
+from tests.cluster.conftest import uses_conventional_ports
 from tests.cluster.procs import REPO, stop_recorded_cluster
+
+# `cluster up` takes the conventional ports when they are free: one test process at a time.
+pytestmark = uses_conventional_ports()
 
 
 def raftbroker(

@@ -27,8 +27,12 @@ import yaml
 
 from cluster.client import Admin, Cluster, Consumer, Producer
 from cluster.local import launcher
+from tests.cluster.conftest import uses_conventional_ports
 from tests.cluster.procs import REPO, running, spawn
 from tests.polling import apoll_until
+
+# `cluster up` takes the conventional ports when they are free: one test process at a time.
+pytestmark = uses_conventional_ports()
 
 COMPOSE = REPO / "compose"
 CONFIG_IN_CONTAINER = "/etc/raftbroker/node.toml"

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from cluster.local import launcher
+from tests.cluster.conftest import conventional_ports_held
 from tests.cluster.procs import stop_recorded_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,14 +108,15 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     directory = tmp_path_factory.mktemp("docs")
     (directory / ".venv").symlink_to(Path(sys.prefix))
     data_dir = directory / "data"
-    assert launcher.ports_free(3, launcher.CONVENTIONAL_PORTS), (
-        f"the examples need ports {launcher.CONVENTIONAL_PORTS} free on 127.0.0.2-4 (a local "
-        "cluster of yours holds them: stop it)"
-    )
-    try:
-        yield directory
-    finally:
-        stop_recorded_cluster(data_dir)
+    with conventional_ports_held():  # no other test process starts a cluster on them meanwhile
+        assert launcher.ports_free(3, launcher.CONVENTIONAL_PORTS), (
+            f"the examples need ports {launcher.CONVENTIONAL_PORTS} free on 127.0.0.2-4 (a "
+            "local cluster of yours holds them: stop it)"
+        )
+        try:
+            yield directory
+        finally:
+            stop_recorded_cluster(data_dir)
 
 
 def run_block(block: Block, cwd: Path) -> subprocess.CompletedProcess[str]:

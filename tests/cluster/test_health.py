@@ -47,13 +47,30 @@ async def poll_health(
     return detail
 
 
+async def settled_leader(
+    client: Cluster, cluster: launcher.LocalCluster, group: str
+) -> launcher.NodeProcess:
+    """The node that leads `group` with every replica in sync. Just after a topic is created,
+    the leader a metadata refresh names may not have won its first election yet; on a loaded
+    machine another node can win it."""
+
+    async def leading() -> tuple[launcher.NodeProcess] | None:
+        for node in cluster.nodes:
+            status = await Admin(client).cluster_status(node.client_address)
+            found = next((g for g in status.groups if g.group == group), None)
+            if found is not None and found.is_leader and len(found.in_sync) == len(cluster.nodes):
+                return (node,)
+        return None
+
+    (node,) = await apoll_until(leading, 20, f"{group} led with every replica in sync")
+    return node
+
+
 async def test_a_paused_follower_makes_the_leader_report_unhealthy(
     client: Cluster, three_nodes: launcher.LocalCluster
 ) -> None:
     await Admin(client).create_topic("watched", 1, 3)
-    meta = await client.refresh(["watched"])
-    partition = meta.topics[0].partitions[0]
-    leader = next(n for n in three_nodes.nodes if n.node_id == partition.leader_id)
+    leader = await settled_leader(client, three_nodes, "watched-0")
     follower = next(n for n in three_nodes.nodes if n.node_id != leader.node_id)
     assert http_get(leader.host, leader.http_port, "/healthz")[0] == 200
 

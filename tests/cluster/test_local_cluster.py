@@ -21,9 +21,13 @@ import pytest
 
 from cluster.broker import layout
 from cluster.local import launcher
+from tests.cluster.conftest import uses_conventional_ports
 from tests.cluster.procs import REPO, stop_recorded_cluster
 from tests.cluster.test_cli import raftbroker as cli
 from tests.polling import poll_until
+
+# `cluster up` takes the conventional ports when they are free: one test process at a time.
+pytestmark = uses_conventional_ports()
 
 CLI_TIMEOUT_S = 90.0
 

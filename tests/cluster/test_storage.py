@@ -227,6 +227,15 @@ def _clear_frame_kind(path: Path, last: StoredBatch) -> int:
     return frame_bytes(last)
 
 
+def _shorten_frame_length(path: Path, last: StoredBatch) -> int:
+    data = bytearray(path.read_bytes())
+    at = len(data) - frame_bytes(last)
+    length = int.from_bytes(data[at : at + 4], "big")
+    data[at : at + 4] = (length - 4).to_bytes(4, "big")  # under no CRC but the batch's length
+    path.write_bytes(bytes(data))
+    return frame_bytes(last)
+
+
 def _append_garbage(path: Path, last: StoredBatch) -> int:
     with path.open("ab") as f:
         f.write(b"\x00" * 100)  # blocks allocated but never written, as after a crash
@@ -241,6 +250,7 @@ def _append_garbage(path: Path, last: StoredBatch) -> int:
         (_flip_header_byte, True),
         (_flip_leader_epoch, True),
         (_clear_frame_kind, True),
+        (_shorten_frame_length, True),
         (_append_garbage, False),
     ],
 )
