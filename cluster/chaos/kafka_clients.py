@@ -397,6 +397,9 @@ class KafkaClients:
                 "enable.auto.offset.store": False,
                 # A reset would show as the consumer going back: the checker's consumer-order.
                 "auto.offset.reset": "earliest",
+                # In the history: leader changes, migrations and offset resets (one a consumer
+                # saw once, with no error behind it, is logged at debug only: "OFFSET").
+                "debug": "topic",
                 **callbacks.config(),
             }
         )
