@@ -14,7 +14,7 @@ encoding is Kafka's (magic 2, KIP-98), big-endian:
 from `attributes` on; it does not cover the first three fields, so storage assigns offsets by
 patching `base_offset` (`with_base_offset`, which also sets the leader epoch to -1; a writer
 puts `stored_head` before the rest of the batch instead of copying it) without touching the
-CRC, and relies on it for the rest of a stored batch (`crc_holds`). The low three bits of
+CRC, and relies on it for the rest of a stored batch (`stored_intact`). The low three bits of
 `attributes` name the records' compression (none, gzip, snappy, lz4, zstd): a compressed batch
 is stored as it came and decompressed only by readers (`decode_records`).
 
@@ -277,12 +277,22 @@ def verify_batch(data: bytes | memoryview, limits: StateLimits = DEFAULT_LIMITS)
 
 
 def crc_holds(data: bytes | memoryview) -> bool:
-    """Whether a batch's CRC-32C matches the bytes it covers (storage's recovery: every batch
-    was verified whole before it was stored)."""
+    """Whether a batch's CRC-32C matches the bytes it covers (`verify_batch`, `stored_intact`)."""
     if len(data) < HEADER_BYTES:
         return False
     crc = int.from_bytes(data[17:_CRC_END], "big")
     return bool(crc32c(memoryview(data)[_CRC_END:]) == crc)
+
+
+def stored_intact(data: bytes | memoryview) -> bool:
+    """Whether a stored batch is whole and undamaged as far as its own fields tell: its length
+    field counts exactly the bytes after it, and its CRC-32C holds (storage's recovery; the
+    rest of its header was checked before it was stored)."""
+    return (
+        len(data) >= HEADER_BYTES
+        and _HEAD.unpack_from(data)[1] == len(data) - _LENGTH_END
+        and crc_holds(data)
+    )
 
 
 def with_base_offset(data: bytes, base_offset: int) -> bytes:
@@ -298,7 +308,7 @@ def with_base_offset(data: bytes, base_offset: int) -> bytes:
 def stored_head(data: bytes, base_offset: int) -> bytes:
     """The first `STORED_HEAD_BYTES` of `with_base_offset(data, base_offset)`: what a writer
     puts before the rest of the batch as it is, with no copy of the whole."""
-    length = int.from_bytes(data[8:12], "big", signed=True)
+    length = _HEAD.unpack_from(data)[1]
     return _STORED_HEAD.pack(base_offset, length, NO_PARTITION_LEADER_EPOCH)
 
 

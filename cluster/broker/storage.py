@@ -76,8 +76,8 @@ from statemachine.records import (
     CRC_COVERED_FROM,
     HEADER_BYTES,
     STORED_HEAD_BYTES,
-    crc_holds,
     stored_head,
+    stored_intact,
     with_base_offset,
 )
 
@@ -86,7 +86,6 @@ HEAD_CHECKED = 1 << 31
 _FRAME_TAIL = struct.Struct(">qiq")  # base_offset, record_count, append_time_ms
 FRAME_HEADER_BYTES = _FRAME_HEAD.size + _FRAME_TAIL.size
 _HEAD_CHECKED_END = FRAME_HEADER_BYTES + CRC_COVERED_FROM  # what a HEAD_CHECKED frame's CRC covers
-_BATCH_LENGTH_AT = 8  # a batch's length field (counting the bytes after it)
 # Far above any batch one Raft entry can carry (StateLimits.entry_bytes_max), and low enough
 # that a corrupt length met during recovery cannot make a read allocate gigabytes.
 FRAME_BATCH_BYTES_MAX = 64 * MIB
@@ -188,13 +187,9 @@ def _intact(frame: memoryview, crc: int, kind: int) -> bool:
     if not kind:
         return zlib.crc32(frame[_FRAME_HEAD.size :]) == crc
     head_crc = crc32c(frame[_FRAME_HEAD.size : _HEAD_CHECKED_END])
-    batch = frame[FRAME_HEADER_BYTES:]
     # The frame's length is under no CRC: the batch's own length field, under the head's, has
-    # to agree with it exactly.
-    batch_length = int.from_bytes(batch[_BATCH_LENGTH_AT : _BATCH_LENGTH_AT + 4], "big")
-    return (
-        head_crc == crc and batch_length == len(batch) - _BATCH_LENGTH_AT - 4 and crc_holds(batch)
-    )
+    # to agree with it exactly (`stored_intact`).
+    return head_crc == crc and stored_intact(frame[FRAME_HEADER_BYTES:])
 
 
 def _pwrite(fd: int, parts: Sequence[bytes | memoryview], position: int) -> None:
