@@ -5,6 +5,13 @@ with librdkafka (`bench.kafka`), the JetStream one (`bench.jetstream`), and then
 on both (`bench.groups`), one after the other so none disturbs another, each in its own process
 (so each starts and stops its own servers by PID), then put their numbers side by side with
 the ratios the goals are stated in.
+Then the sequential latencies the goals compare, again, in rounds: each round runs the compared
+case of every side (raftbroker's native producer, librdkafka through the Kafka listener,
+JetStream's client on its stream leader's server) on a fresh cluster, one after the other, the
+order rotated from round to round; the goals compare each side's median over the rounds. A
+sequential p50 here moves by 20% within minutes (bench/HISTORY.md), more than the gap the goal
+is about, and the scenario runs above measure the sides minutes apart: the rounds compare
+neighbours in time.
 Prints one JSON object; unless `--quick`, also writes the markdown report `bench/RESULTS.md`.
 Exit status 1 if any side failed a scenario (a goal missed is a result, not a failure).
 
@@ -27,17 +34,45 @@ from typing import Any
 from bench import compare
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
+SEQUENTIAL_ROUNDS = 3
+# Each side's compared sequential case alone: (side, module, its scenario).
+SEQUENTIAL_SIDES = (
+    ("raftbroker", "bench.cluster", "sequential"),
+    ("kafka", "bench.kafka", "sequential"),
+    ("jetstream", "bench.jetstream", "sequential_on_leader"),
+)
 
 
-def run_side(module: str, quick: bool, scratch: Path) -> dict[str, Any]:
+def run_side(
+    module: str, quick: bool, scratch: Path, scenario: str | None = None, tag: str = ""
+) -> dict[str, Any]:
     """One side's benchmark in its own process; its JSON (with `errors` if it failed)."""
-    out = scratch / f"{module.rpartition('.')[2]}.json"
+    out = scratch / f"{module.rpartition('.')[2]}{tag}.json"
     argv = [sys.executable, "-m", module, "--out", str(out), *(["--quick"] if quick else [])]
+    if scenario is not None:
+        argv += ["--scenarios", scenario]
     done = subprocess.run(argv, stdout=subprocess.DEVNULL, check=False)
     if not out.exists():
         return {"errors": {"run": f"{module} exited {done.returncode} without a report"}}
     report: dict[str, Any] = json.loads(out.read_text())
     return report
+
+
+def sequential_rounds(quick: bool, scratch: Path) -> list[dict[str, Any]]:
+    """The compared sequential cases in rounds, the sides' order rotated each round: per round
+    and side, the p50 in ms (None if it failed) and the side's errors."""
+    rounds = []
+    for number in range(1 if quick else SEQUENTIAL_ROUNDS):
+        shift = number % len(SEQUENTIAL_SIDES)
+        row: dict[str, Any] = {}
+        for side, module, scenario in SEQUENTIAL_SIDES[shift:] + SEQUENTIAL_SIDES[:shift]:
+            report = run_side(module, quick, scratch, scenario, f"-round{number + 1}")
+            row[side] = {
+                "p50_ms": compare.dig(report, "sequential", "p50_ms"),
+                "errors": report.get("errors") or {},
+            }
+        rounds.append(row)
+    return rounds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,14 +89,16 @@ def main(argv: list[str] | None = None) -> int:
         kafka = run_side("bench.kafka", args.quick, Path(tmp))
         peer = run_side("bench.jetstream", args.quick, Path(tmp))
         groups = run_side("bench.groups", args.quick, Path(tmp))
-    combined = compare.combine(ours, peer, kafka, groups)
+        rounds = sequential_rounds(args.quick, Path(tmp))
+    combined = compare.combine(ours, peer, kafka, groups, rounds)
     text = json.dumps(combined, indent=2)
     if args.out is not None:
         args.out.write_text(text + "\n")
     if not args.quick:
         RESULTS.write_text(compare.markdown(combined))
     sys.stdout.write(text + "\n")
-    return 1 if any(side.get("errors") for side in (ours, peer, kafka, groups)) else 0
+    sides = (ours, peer, kafka, groups, *(s for row in rounds for s in row.values()))
+    return 1 if any(side.get("errors") for side in sides) else 0
 
 
 if __name__ == "__main__":

@@ -780,6 +780,14 @@ async def latency_scenario(settings: Settings) -> dict[str, Any]:
     return {"latency": {"params": params, "cases": cases}}
 
 
+async def sequential_scenario(settings: Settings) -> dict[str, Any]:
+    """The compared latency case alone (sequential, linger 0, links in clear) on a fresh
+    cluster: what `python -m bench` runs again in rounds, alternating with the peer's."""
+    async with fresh_cluster() as bench:
+        case = await latency_case(bench, "sequential", 0.0, settings.latency_s)
+    return {"sequential": case}
+
+
 # -- failover -------------------------------------------------------------------------------------
 
 
@@ -1112,10 +1120,13 @@ SCENARIOS: dict[str, Scenario] = {
     "baseline": baseline_scenario,
     "throughput": throughput_scenario,
     "latency": latency_scenario,
+    "sequential": sequential_scenario,
     "failover": failover_scenario,
     "idle": idle_scenario,
     "fsync": fsync_scenario,
 }
+# `sequential` repeats a case of `latency`: `python -m bench` runs it in its rounds, not here.
+DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name != "sequential")
 
 
 def event_loop_name() -> str:
@@ -1235,8 +1246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the JSON to this file")
     parser.add_argument(
         "--scenarios",
-        default=",".join(SCENARIOS),
-        help=f"comma-separated subset of {','.join(SCENARIOS)} (default: all)",
+        default=",".join(DEFAULT_SCENARIOS),
+        help=f"comma-separated subset of {','.join(SCENARIOS)} (default: all but sequential)",
     )
     args = parser.parse_args(argv)
     names = [n for n in args.scenarios.split(",") if n]

@@ -6,12 +6,15 @@ and its goal is "not measured", never a guess.
 
 Pairing: a raftbroker partition and a JetStream stream are each one Raft group, so the goal
 ratios pair one partition with one stream; raftbroker's scaling over 4 and 16 partitions is
-shown beside them.
+shown beside them. The sequential p50s the goals compare are each side's median over the
+rounds that `python -m bench` runs in alternation (`ROUND_FIGURES`), when it ran them; the
+scenario runs' own figures are kept beside them (`..._scenario`).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Any
 
 GOALS = {
@@ -49,6 +52,14 @@ PEER_FIGURE = {
     "kafka_sequential_p50": "sequential_p50",
     "kafka_consume": "consume",
 }
+
+
+# The figure each side's sequential rounds stand for: (side in a round, its report, figure).
+ROUND_FIGURES = (
+    ("raftbroker", "raftbroker", "sequential_p50"),
+    ("kafka", "raftbroker", "kafka_sequential_p50"),
+    ("jetstream", "jetstream", "sequential_p50"),
+)
 
 
 def dig(report: dict[str, Any] | None, *keys: str) -> Any:
@@ -128,6 +139,27 @@ def group_figures(groups: dict[str, Any], side: str) -> dict[str, Any]:
     }
 
 
+def round_medians(rounds: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Each side's median sequential p50 over the rounds (None: no round measured it)."""
+    medians: dict[str, float | None] = {}
+    for side, _, _ in ROUND_FIGURES:
+        values = [p50 for row in rounds if (p50 := dig(row, side, "p50_ms")) is not None]
+        medians[side] = round(statistics.median(values), 3) if values else None
+    return medians
+
+
+def _with_rounds(
+    figures: dict[str, dict[str, Any]], rounds: list[dict[str, Any]]
+) -> dict[str, float | None]:
+    """Put each side's median over `rounds` in place of its scenario figure (kept as
+    `<figure>_scenario`); the medians."""
+    medians = round_medians(rounds)
+    for side, report, figure in ROUND_FIGURES:
+        figures[report][f"{figure}_scenario"] = figures[report][figure]
+        figures[report][figure] = medians[side]
+    return medians
+
+
 def ratio(ours: float | None, peer: float | None) -> float | None:
     return None if ours is None or not peer else round(ours / peer, 2)
 
@@ -167,9 +199,11 @@ def combine(
     peer: dict[str, Any],
     kafka: dict[str, Any] | None = None,
     groups: dict[str, Any] | None = None,
+    rounds: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     a = ours_figures(ours) | kafka_figures(kafka or {}) | group_figures(groups or {}, "raftbroker")
     b = peer_figures(peer) | group_figures(groups or {}, "jetstream")
+    medians = _with_rounds({"raftbroker": a, "jetstream": b}, rounds) if rounds else None
     b |= {name: b[figure] for name, figure in PEER_FIGURE.items()}
     return {
         "benchmark": "raftbroker vs NATS JetStream, same machine, same run",
@@ -189,6 +223,7 @@ def combine(
             "raftbroker": dig(a, "pipelined_case", "cpu"),
             "jetstream": dig(b, "pipelined_case", "cpu"),
         },
+        "sequential_rounds": {"rounds": rounds or [], "medians": medians},
         "versions": {"jetstream": peer.get("versions"), "python": dig(ours, "machine", "python")},
         "fsync_before_ack": {
             "raftbroker": "no (fsync = false, set for the comparison: an ack means a "
@@ -204,6 +239,12 @@ def combine(
             "jetstream": peer.get("errors") or {},
             "kafka": (kafka or {}).get("errors") or {},
             "groups": (groups or {}).get("errors") or {},
+            "rounds": {
+                f"{number}-{side}": row[side]["errors"]
+                for number, row in enumerate(rounds or [], 1)
+                for side in row
+                if row[side].get("errors")
+            },
         },
         "reports": {"raftbroker": ours, "jetstream": peer, "kafka": kafka, "groups": groups},
     }
@@ -297,6 +338,8 @@ def markdown(c: dict[str, Any]) -> str:
     cpu = c["cpu_in_pipelined"]
     lines += [
         "",
+        _rounds_text(c),
+        "",
         "Sequential publishes: JetStream's client is connected to the stream leader's server "
         "(raftbroker's producer sends to the partition leader); connected to a follower's "
         f"server instead, its p50 is {_n(b.get('sequential_p50_via_follower'), 2)} ms (the "
@@ -327,6 +370,35 @@ def markdown(c: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _rounds_text(c: dict[str, Any]) -> str:
+    rounds = dig(c, "sequential_rounds", "rounds") or []
+    a, b = c["raftbroker"], c["jetstream"]
+    scenario = (
+        f"raftbroker {_n(a.get('sequential_p50_scenario', a['sequential_p50']), 2)}, Kafka "
+        f"listener {_n(a.get('kafka_sequential_p50_scenario', a['kafka_sequential_p50']), 2)}, "
+        f"JetStream {_n(b.get('sequential_p50_scenario', b['sequential_p50']), 2)} ms"
+    )
+    if not rounds:
+        return f"Sequential p50 in the scenario runs (no rounds run): {scenario}."
+    each = "; ".join(
+        f"round {number}: "
+        + ", ".join(
+            f"{label} {_n(dig(row, side, 'p50_ms'), 3)}"
+            for side, label in (
+                ("raftbroker", "raftbroker"),
+                ("kafka", "Kafka listener"),
+                ("jetstream", "JetStream"),
+            )
+        )
+        for number, row in enumerate(rounds, 1)
+    )
+    return (
+        "Sequential p50, ms, in rounds (each side's compared case alone, on a fresh cluster, "
+        "one after the other, the order rotated each round); the goal rows above compare each "
+        f"side's median over them: {each}. In the scenario runs, minutes apart: {scenario}."
+    )
 
 
 def _groups_text(config: dict[str, Any]) -> str:

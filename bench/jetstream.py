@@ -355,6 +355,17 @@ async def sequential_scenario(settings: Settings) -> dict[str, Any]:
     }
 
 
+async def sequential_on_leader_scenario(settings: Settings) -> dict[str, Any]:
+    """The compared case alone (the client on the stream leader's server) on a fresh cluster:
+    what `python -m bench` runs again in rounds, alternating with raftbroker's."""
+    async with fresh_cluster() as cluster:
+        group = await wait_group(cluster, lambda g: g.leader is not None, "a stream leader")
+        leader = cluster.by_name(str(group.leader))
+        on_leader = await sequential_through(cluster, leader, settings.sequential_s, 1_000_000)
+    mode = "each publish awaited before the next"
+    return {"sequential": {"mode": mode, "client_on": "the stream leader's server", **on_leader}}
+
+
 async def sequential_through(
     cluster: JetStreamCluster, server: Server, seconds: float, first_index: int
 ) -> dict[str, Any]:
@@ -714,10 +725,13 @@ async def fsync_scenario(settings: Settings) -> dict[str, Any]:
 
 SCENARIOS = {
     "sequential": sequential_scenario,
+    "sequential_on_leader": sequential_on_leader_scenario,
     "pipelined": pipelined_scenario,
     "failover": failover_scenario,
     "fsync": fsync_scenario,
 }
+# `sequential_on_leader` repeats half of `sequential`: `python -m bench` runs it in its rounds.
+DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name != "sequential_on_leader")
 # consume reads back what the pipelined load wrote (as bench.cluster reads back each throughput
 # topic): naming either runs that one scenario, which reports both
 ALIASES = {"consume": "pipelined"}
@@ -777,7 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the JSON to this file")
     parser.add_argument(
         "--scenarios",
-        default=",".join(SCENARIOS),
+        default=",".join(DEFAULT_SCENARIOS),
         help=f"comma-separated, of {', '.join([*SCENARIOS, *ALIASES])}",
     )
     args = parser.parse_args(argv)

@@ -5,7 +5,8 @@ grow with its records. A real 3-node cluster (replication 3) on loopback, starte
 as `bench.cluster` starts it (`fresh_cluster`); the clients are librdkafka, configured as a user
 would for throughput. Run it as `python -m bench.kafka [--quick] [--out FILE]`; it prints one
 JSON object on stdout (progress on stderr) and exits 1 if a case failed; a goal missed is a
-result.
+result. `--scenarios sequential` runs the sequential case alone (`python -m bench` repeats it in
+rounds, alternating with the other sides').
 
 Clients: the pipelined and consume cases run kcat (librdkafka's own command-line client, C),
 the sequential case confluent-kafka (librdkafka in Python). Not confluent-kafka throughout,
@@ -85,6 +86,9 @@ class Settings:
         if quick:
             return cls(True, 400_000, (1,), 200)
         return cls(False, 6_000_000, (1, 4), 3_000)
+
+
+SCENARIOS = ("pipelined", "sequential")
 
 
 def progress(message: str) -> None:
@@ -271,8 +275,21 @@ async def sequential_case(settings: Settings) -> dict[str, Any]:
     return {"records": len(latencies), "linger_ms": 0, **latency_summary_ms(latencies)}
 
 
-async def run(settings: Settings) -> dict[str, Any]:
+async def run(settings: Settings, names: tuple[str, ...] = SCENARIOS) -> dict[str, Any]:
     report: dict[str, Any] = {"quick": settings.quick, "errors": {}}
+    if "pipelined" in names:
+        await pipelined_cases(settings, report)
+    if "sequential" in names:
+        progress("sequential")
+        try:
+            report["sequential"] = await sequential_case(settings)
+        except Exception as exc:  # noqa: BLE001
+            report["errors"]["sequential"] = repr(exc)
+    return report
+
+
+async def pipelined_cases(settings: Settings, report: dict[str, Any]) -> None:
+    """The pipelined and consume cases, into `report` (a failed case in its errors)."""
     pipelined, consumed = [], []
     for partitions in settings.partitions:
         progress(f"pipelined, {partitions} partition(s)")
@@ -283,11 +300,6 @@ async def run(settings: Settings) -> dict[str, Any]:
             continue
         pipelined.append(produced)
         consumed.append(consume)
-    progress("sequential")
-    try:
-        report["sequential"] = await sequential_case(settings)
-    except Exception as exc:  # noqa: BLE001
-        report["errors"]["sequential"] = repr(exc)
     report["pipelined"] = {
         "params": {
             "client": "confluent-kafka (librdkafka), one producer",
@@ -302,15 +314,24 @@ async def run(settings: Settings) -> dict[str, Any]:
         "cases": pipelined,
     }
     report["consume"] = {"cases": consumed}
-    return report
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.kafka", description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated subset of {','.join(SCENARIOS)} (default: all; pipelined "
+        "includes consume)",
+    )
     args = parser.parse_args(argv)
-    report = asyncio.run(run(Settings.of(args.quick)))
+    names = tuple(n for n in args.scenarios.split(",") if n)
+    unknown = set(names) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios: {sorted(unknown)}")
+    report = asyncio.run(run(Settings.of(args.quick), names))
     text = json.dumps(report, indent=2)
     if args.out:
         args.out.write_text(text + "\n")

@@ -3,9 +3,10 @@
 `python -m bench --quick` runs raftbroker's scenarios (native, and librdkafka through the Kafka
 listener) and JetStream's for a few seconds each, one after the other; this checks that every
 side produced every figure the comparison needs, that neither lost or duplicated anything in
-its failover, that consumer groups were measured on both sides, and that no server is left
-running. Under `-m slow` (about 90 s): the default
-test run keeps to its 15-minute budget, and `make bench` exercises the same code at length.
+its failover, that consumer groups were measured on both sides, that the sequential round
+ran every side's compared case, and that no server is left running. Under `-m slow` (about
+3 minutes): the default test run keeps to its 15-minute budget, and `make bench` exercises the
+same code at length.
 """
 
 from __future__ import annotations
@@ -37,9 +38,18 @@ def test_the_quick_comparison_produces_every_figure_on_both_sides(tmp_path: Path
     )
     assert out.exists(), done.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["errors"] == {"raftbroker": {}, "jetstream": {}, "kafka": {}, "groups": {}}, (
-        report["errors"]
-    )
+    assert report["errors"] == {
+        "raftbroker": {},
+        "jetstream": {},
+        "kafka": {},
+        "groups": {},
+        "rounds": {},
+    }, report["errors"]
+    # The compared sequential latencies come from the alternating rounds (one when quick).
+    (row,) = report["sequential_rounds"]["rounds"]
+    assert all(row[side]["p50_ms"] > 0 for side in ("raftbroker", "kafka", "jetstream")), row
+    assert report["raftbroker"]["sequential_p50"] == row["raftbroker"]["p50_ms"]
+    assert report["jetstream"]["sequential_p50"] == row["jetstream"]["p50_ms"]
     for side in ("raftbroker", "jetstream"):
         figures = report[side]
         for name in ("pipelined", "sequential_p50", "failover", "consume"):

@@ -167,3 +167,51 @@ def test_a_groups_run_that_failed_is_not_measured() -> None:
     combined = compare.combine(ours(), peer(), None, {"errors": {"raftbroker-crash": "boom"}})
     assert combined["ratios"]["groups_takeover_median"] is None
     assert "boom" in compare.markdown(combined)
+
+
+def rounds(*p50s: tuple[float | None, float | None, float | None]) -> list[dict[str, Any]]:
+    """Rounds of (raftbroker, Kafka listener, JetStream) sequential p50s, as bench runs them."""
+    sides = ("raftbroker", "kafka", "jetstream")
+    return [
+        {
+            side: {"p50_ms": p50, "errors": {} if p50 else {"sequential": "failed"}}
+            for side, p50 in zip(sides, row, strict=True)
+        }
+        for row in p50s
+    ]
+
+
+def test_the_sequential_goals_compare_each_sides_median_over_the_rounds() -> None:
+    kafka = {"sequential": {"p50_ms": 0.9}}
+    played = rounds((0.5, 0.45, 0.6), (0.7, 0.5, 0.4), (0.4, 0.55, 0.5))
+    combined = compare.combine(ours(), peer(), kafka, None, played)
+    # Medians 0.5 / 0.5 / 0.5, not the scenario runs' 1.2 / 0.9 / 0.7.
+    assert combined["sequential_rounds"]["medians"] == {
+        "raftbroker": 0.5,
+        "kafka": 0.5,
+        "jetstream": 0.5,
+    }
+    goals = combined["goals"]
+    assert goals["sequential_p50"]["ratio"] == 1.0 and goals["sequential_p50"]["met"] is True
+    assert goals["kafka_sequential_p50"]["ratio"] == 1.0
+    ours_side, peer_side = combined["raftbroker"], combined["jetstream"]
+    assert (ours_side["sequential_p50_scenario"], peer_side["sequential_p50_scenario"]) == (
+        1.2,
+        0.7,
+    )
+    assert ours_side["kafka_sequential_p50_scenario"] == 0.9
+    text = compare.markdown(combined)
+    assert "round 2: raftbroker 0.700, Kafka listener 0.500, JetStream 0.400" in text
+    assert "In the scenario runs, minutes apart: raftbroker 1.20" in text
+
+
+def test_a_side_that_failed_a_round_is_judged_on_the_rounds_it_ran() -> None:
+    played = rounds((0.5, None, 0.6), (0.7, None, None))
+    combined = compare.combine(ours(), peer(), {"sequential": {"p50_ms": 0.9}}, None, played)
+    assert combined["sequential_rounds"]["medians"] == {
+        "raftbroker": 0.6,
+        "kafka": None,
+        "jetstream": 0.6,
+    }
+    assert combined["goals"]["kafka_sequential_p50"]["met"] is None  # not measured, not 0.9
+    assert set(combined["errors"]["rounds"]) == {"1-kafka", "2-kafka", "2-jetstream"}
