@@ -274,13 +274,17 @@ def markdown(c: dict[str, Any]) -> str:
     machine = c.get("machine") or {}
     rows = [
         ("pipelined, acked records/s (1 partition / 1 stream)", "pipelined", 0),
-        ("sequential publish p50, ms", "sequential_p50", 2),
-        ("sequential publish p99, ms", "sequential_p99", 2),
+        ("sequential publish p50, ms (rounds: see below)", "sequential_p50", 2),
+        ("sequential publish p99, ms (scenario runs)", "sequential_p99", 2),
         ("failover, kill -> next ack, median ms", "failover", 0),
         ("consume from the start, records/s (JetStream: its fastest consumer)", "consume", 0),
         ("failover: lost / duplicated", None, 0),
         ("Kafka listener, kcat: pipelined acked records/s (1 partition)", "kafka_pipelined", 0),
-        ("Kafka listener, confluent-kafka: sequential p50, ms", "kafka_sequential_p50", 2),
+        (
+            "Kafka listener, confluent-kafka: sequential p50, ms (rounds)",
+            "kafka_sequential_p50",
+            2,
+        ),
         ("Kafka listener, kcat: consume records/s (1 partition)", "kafka_consume", 0),
         ("with fsync: sequential publish p50, ms", "fsync_sequential_p50", 2),
         (

@@ -498,7 +498,10 @@ async def test_fetch_waits_for_max_wait_and_min_bytes(
     finally:
         writer.close()
     assert isinstance(woken, m.FetchResponse)
-    assert woken.responses[0].partitions[0].records == with_offset(second, 1)
+    # With its error code: an empty answer across a leader change (seen once, on two loaded
+    # test workers) then says so, where the records alone could not tell it from a lost wakeup.
+    (data,) = woken.responses[0].partitions
+    assert (data.error_code, data.records) == (ErrorCode.NONE, with_offset(second, 1))
 
 
 def sealed(data: bytes) -> bytes:
