@@ -54,11 +54,12 @@ PEER_FIGURE = {
 }
 
 
-# The figure each side's sequential rounds stand for: (side in a round, its report, figure).
+# The figure each side's sequential rounds stand for: (side in a round, its report, figure,
+# its name in the markdown).
 ROUND_FIGURES = (
-    ("raftbroker", "raftbroker", "sequential_p50"),
-    ("kafka", "raftbroker", "kafka_sequential_p50"),
-    ("jetstream", "jetstream", "sequential_p50"),
+    ("raftbroker", "raftbroker", "sequential_p50", "raftbroker"),
+    ("kafka", "raftbroker", "kafka_sequential_p50", "Kafka listener"),
+    ("jetstream", "jetstream", "sequential_p50", "JetStream"),
 )
 
 
@@ -142,7 +143,7 @@ def group_figures(groups: dict[str, Any], side: str) -> dict[str, Any]:
 def round_medians(rounds: list[dict[str, Any]]) -> dict[str, float | None]:
     """Each side's median sequential p50 over the rounds (None: no round measured it)."""
     medians: dict[str, float | None] = {}
-    for side, _, _ in ROUND_FIGURES:
+    for side, *_ in ROUND_FIGURES:
         values = [p50 for row in rounds if (p50 := dig(row, side, "p50_ms")) is not None]
         medians[side] = round(statistics.median(values), 3) if values else None
     return medians
@@ -154,7 +155,7 @@ def _with_rounds(
     """Put each side's median over `rounds` in place of its scenario figure (kept as
     `<figure>_scenario`); the medians."""
     medians = round_medians(rounds)
-    for side, report, figure in ROUND_FIGURES:
+    for side, report, figure, _ in ROUND_FIGURES:
         figures[report][f"{figure}_scenario"] = figures[report][figure]
         figures[report][figure] = medians[side]
     return medians
@@ -378,30 +379,23 @@ def markdown(c: dict[str, Any]) -> str:
 
 def _rounds_text(c: dict[str, Any]) -> str:
     rounds = dig(c, "sequential_rounds", "rounds") or []
-    a, b = c["raftbroker"], c["jetstream"]
-    scenario = (
-        f"raftbroker {_n(a.get('sequential_p50_scenario', a['sequential_p50']), 2)}, Kafka "
-        f"listener {_n(a.get('kafka_sequential_p50_scenario', a['kafka_sequential_p50']), 2)}, "
-        f"JetStream {_n(b.get('sequential_p50_scenario', b['sequential_p50']), 2)} ms"
+    scenario = ", ".join(
+        f"{label} {_n(c[report].get(f'{figure}_scenario', c[report][figure]), 2)}"
+        for _, report, figure, label in ROUND_FIGURES
     )
     if not rounds:
-        return f"Sequential p50 in the scenario runs (no rounds run): {scenario}."
+        return f"Sequential p50 in the scenario runs (no rounds run): {scenario} ms."
     each = "; ".join(
         f"round {number}: "
         + ", ".join(
-            f"{label} {_n(dig(row, side, 'p50_ms'), 3)}"
-            for side, label in (
-                ("raftbroker", "raftbroker"),
-                ("kafka", "Kafka listener"),
-                ("jetstream", "JetStream"),
-            )
+            f"{label} {_n(dig(row, side, 'p50_ms'), 3)}" for side, _, _, label in ROUND_FIGURES
         )
         for number, row in enumerate(rounds, 1)
     )
     return (
         "Sequential p50, ms, in rounds (each side's compared case alone, on a fresh cluster, "
         "one after the other, the order rotated each round); the goal rows above compare each "
-        f"side's median over them: {each}. In the scenario runs, minutes apart: {scenario}."
+        f"side's median over them: {each}. In the scenario runs, minutes apart: {scenario} ms."
     )
 
 

@@ -63,6 +63,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -337,33 +338,27 @@ async def publish_acked(js: Any, index: int) -> Any:
 # -- scenarios ------------------------------------------------------------------------------------
 
 
-async def sequential_scenario(settings: Settings) -> dict[str, Any]:
-    async with fresh_cluster() as cluster:
-        group = await wait_group(cluster, lambda g: g.leader is not None, "a stream leader")
-        leader = cluster.by_name(str(group.leader))
-        follower = next(s for s in cluster.servers if s is not leader)
-        on_leader = await sequential_through(cluster, leader, settings.sequential_s, 1_000_000)
-        via_follower = await sequential_through(cluster, follower, settings.sequential_s, 2_000_000)
+async def sequential_scenario(settings: Settings, *, via_follower: bool = True) -> dict[str, Any]:
+    """From a client on the stream leader's server (the compared case), then, `via_follower`,
+    on a follower's. Without it, the compared case alone: what `python -m bench` runs again in
+    rounds, alternating with raftbroker's (`sequential_on_leader`)."""
     mode = "each publish awaited before the next"
-    return {
-        "sequential": {"mode": mode, "client_on": "the stream leader's server", **on_leader},
-        "sequential_via_follower": {
-            "mode": mode,
-            "client_on": "a follower's server (the publish and its ack cross one more hop)",
-            **via_follower,
-        },
-    }
-
-
-async def sequential_on_leader_scenario(settings: Settings) -> dict[str, Any]:
-    """The compared case alone (the client on the stream leader's server) on a fresh cluster:
-    what `python -m bench` runs again in rounds, alternating with raftbroker's."""
     async with fresh_cluster() as cluster:
         group = await wait_group(cluster, lambda g: g.leader is not None, "a stream leader")
         leader = cluster.by_name(str(group.leader))
         on_leader = await sequential_through(cluster, leader, settings.sequential_s, 1_000_000)
-    mode = "each publish awaited before the next"
-    return {"sequential": {"mode": mode, "client_on": "the stream leader's server", **on_leader}}
+        report = {
+            "sequential": {"mode": mode, "client_on": "the stream leader's server", **on_leader}
+        }
+        if via_follower:
+            follower = next(s for s in cluster.servers if s is not leader)
+            through = await sequential_through(cluster, follower, settings.sequential_s, 2_000_000)
+            report["sequential_via_follower"] = {
+                "mode": mode,
+                "client_on": "a follower's server (the publish and its ack cross one more hop)",
+                **through,
+            }
+    return report
 
 
 async def sequential_through(
@@ -723,9 +718,9 @@ async def fsync_scenario(settings: Settings) -> dict[str, Any]:
     }
 
 
-SCENARIOS = {
+SCENARIOS: dict[str, Callable[[Settings], Awaitable[dict[str, Any]]]] = {
     "sequential": sequential_scenario,
-    "sequential_on_leader": sequential_on_leader_scenario,
+    "sequential_on_leader": partial(sequential_scenario, via_follower=False),
     "pipelined": pipelined_scenario,
     "failover": failover_scenario,
     "fsync": fsync_scenario,
