@@ -16,6 +16,19 @@ from __future__ import annotations
 
 from statemachine.errors import ErrorCode
 
+# An error message on either wire is cut to this many characters; a name a client sent is
+# quoted in one by at most QUOTED_CHARS_MAX of them (`quoted`), so a message always fits the
+# field it goes into, whatever the client sent (Kafka's legacy strings hold 32,767 bytes).
+ERROR_MESSAGE_CHARS_MAX = 512
+QUOTED_CHARS_MAX = 64
+
+
+def quoted(text: str) -> str:
+    """`text` as an error message quotes client input: repr'd, and cut short when long."""
+    if len(text) <= QUOTED_CHARS_MAX:
+        return repr(text)
+    return f"{text[:QUOTED_CHARS_MAX]!r}... ({len(text)} characters)"
+
 
 class RaftbrokerError(Exception):
     """A failure with a Kafka error code; `leader` names the leader to try where one is known."""

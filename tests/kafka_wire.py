@@ -75,6 +75,21 @@ async def kafka_call(address: str, api: m.Api, version: int, body: m.RequestBody
     return answer
 
 
+def error_codes(response: object) -> list[int]:
+    """Every non-zero error code anywhere in a response."""
+    found: list[int] = []
+    for name in getattr(response, "__dataclass_fields__", {}):
+        value = getattr(response, name)
+        if name == "error_code" and value:
+            found.append(value)
+        elif isinstance(value, tuple):
+            for item in value:
+                found += error_codes(item)
+        else:
+            found += error_codes(value) if hasattr(value, "__dataclass_fields__") else []
+    return found
+
+
 # -- the clients' logs ------------------------------------------------------------------------
 
 

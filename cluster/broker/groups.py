@@ -294,7 +294,14 @@ class GroupService:
 
     async def join(self, request: JoinRequest) -> JoinResult:
         names_max = self.node.limits.name_length_max
-        if request.instance_id is not None and len(request.instance_id) > names_max:
+        # Every name a member brings is kept and shown to both listeners' clients (listings,
+        # descriptions), each of whose answers bounds a name: beyond it, refused here.
+        names = (
+            request.instance_id or "",
+            request.protocol_type,
+            *(protocol.name for protocol in request.protocols),
+        )
+        if any(len(name) > names_max for name in names):
             return JoinResult(ErrorCode.INVALID_REQUEST, member_id=request.member_id)
         # Kept (and shown by DescribeGroups) within the bound every name has on our wire.
         request = request._replace(client_id=request.client_id[:names_max])
@@ -314,7 +321,9 @@ class GroupService:
         """How long a JoinGroup may be parked: its rebalance timeout, the initial delay, and a
         margin."""
         delay_ms = self._limits.initial_rebalance_delay_ms
-        return (rebalance_timeout_ms + delay_ms) / 1000 + PARK_MARGIN_S
+        # Not negative: a JoinGroup v0 with a negative session timeout carries it as its
+        # rebalance timeout, and is refused (INVALID_SESSION_TIMEOUT) at once, not parked.
+        return (max(rebalance_timeout_ms, 0) + delay_ms) / 1000 + PARK_MARGIN_S
 
     def sync_wait_s(self, group_id: str) -> float:
         """How long a SyncGroup may be parked: the group's rebalance timeout, and a margin

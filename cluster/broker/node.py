@@ -222,6 +222,7 @@ class Node:
         }
         for key in [k for k, h in hosted.items() if wanted.get(k) != h.topic]:
             await self._stop_partition(key, delete=True)
+            await asyncio.sleep(0)  # see below
         self._start_failures = {
             k: f for k, f in self._start_failures.items() if wanted.get(k) == f.topic
         }
@@ -237,6 +238,10 @@ class Node:
             else:
                 if self._start_failures.pop(key, None) is not None:
                     log.info("partition %s-%d started after all", *key)
+            # A group starts in a few ms of disk and setup: a topic of hundreds of partitions
+            # started in one turn of the loop stalled it past the election timeout, and every
+            # group of every node re-elected at once (issue 40, item 6). One start per turn.
+            await asyncio.sleep(0)
 
     def _start_failed(
         self, key: PartitionKey, topic: TopicInfo, exc: Exception, now: float

@@ -64,6 +64,7 @@ from kio.serial._serialize import get_field_writer, get_writer
 from kio.serial.writers import Writable, write_tagged_field
 
 from cluster.config import Limits
+from cluster.errors import ERROR_MESSAGE_CHARS_MAX, quoted
 from cluster.kafka import messages as m
 from cluster.protocol import ProtocolError
 from statemachine.errors import ErrorCode
@@ -208,9 +209,15 @@ def _refused(header: m.RequestHeader, reason: str) -> KafkaProtocolError:
 
 
 def _check_software(request: m.ApiVersionsRequest, header: m.RequestHeader) -> None:
+    """KIP-511: a client software name or version that fails Kafka's check is answered with
+    INVALID_REQUEST in the version asked (clients log it), on a connection that stays open."""
     for value in (request.client_software_name, request.client_software_version):
         if not _SOFTWARE.fullmatch(value):
-            raise _refused(header, f"client software {value[:64]!r} is not a valid name")
+            problem = _refused(header, f"client software {quoted(value)} is not a valid name")
+            answer = m.ApiVersionsResponse(ErrorCode.INVALID_REQUEST, ())
+            schema = _response_schema(header.api_key, header.api_version)
+            problem.answer = _frame(header.correlation_id, schema, answer)
+            raise problem
 
 
 def _unsupported_api_versions(correlation_id: int, versions: Versions) -> bytes:
@@ -397,6 +404,8 @@ def _field_writer(
     scalar = _scalar_writer(
         field.metadata["kafka_type"], flexible, kind.nullable and not kind.array
     )
+    if field.name in _MESSAGE_FIELDS:
+        scalar = _converted(scalar, _message, none_passes=True)
     convert = how[1] if how is not None and how[0] in (_CONVERT, _CONVERT_ARRAY) else None
     if kind.array:
         item = scalar if convert is None else _converted(scalar, convert)
@@ -439,6 +448,15 @@ def _sized_writer(flexible: bool, legacy: struct.Struct, *, nullable: bool, text
         out.write(data)
 
     return write
+
+
+# An error message is cut to ERROR_MESSAGE_CHARS_MAX characters (at most 2 KiB of UTF-8), so it
+# fits a legacy string of every version whatever client input it quotes.
+_MESSAGE_FIELDS = frozenset(("error_message", "batch_index_error_message"))
+
+
+def _message(text: str) -> str:
+    return text[:ERROR_MESSAGE_CHARS_MAX]
 
 
 def _converted(scalar: _Write, convert: Callable[[Any], Any], none_passes: bool = False) -> _Write:

@@ -36,7 +36,7 @@ from cluster.broker.groups import GroupService
 from cluster.broker.metrics import Metrics
 from cluster.broker.node import Node, client_topics
 from cluster.broker.peers import PeerWatcher
-from cluster.errors import RaftbrokerError, RequestRefusedError
+from cluster.errors import RaftbrokerError, RequestRefusedError, quoted
 from cluster.kafka import codec
 from cluster.kafka import messages as m
 from cluster.kafka.groups import KafkaGroups
@@ -51,6 +51,7 @@ RETENTION_CONFIGS = ("retention.ms", "retention.bytes")
 NO_RETENTION = -1
 # DescribeConfigs' ConfigSource, as CreateTopics v5+ reports each config of a new topic.
 CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_DEFAULT = 1, 5
+TOPIC_IDS_SINCE_VERSION = 12  # Metadata: a topic asked for by its id, a null name answered
 PRODUCER_FENCED_SINCE_VERSION = 4  # InitProducerId: older clients know INVALID_PRODUCER_EPOCH
 NODE_ENDPOINTS_SINCE_VERSION = 10  # Produce: where leaders named in current_leader are (KIP-951)
 # ListOffsets specs below EARLIEST (-3, the max timestamp of KIP-734, and the tiered-storage
@@ -230,8 +231,17 @@ class KafkaFrontend:
     # -- Metadata and DescribeCluster --------------------------------------------------------
 
     async def metadata(self, request: m.MetadataRequest, version: int) -> m.MetadataResponse:
-        topics, registered = await self._state()
         asked = request.topics
+        if version < TOPIC_IDS_SINCE_VERSION and any(
+            t.name is None or t.topic_id is not None for t in asked or ()
+        ):
+            # As Kafka's KafkaApis: v10 and v11 carry a topic id field but name topics only
+            # (the answer's names are not nullable there), so the request is invalid whole.
+            raise RequestRefusedError(
+                ErrorCode.INVALID_REQUEST,
+                f"Metadata v{version} names topics by name only: topic ids need v12 or later",
+            )
+        topics, registered = await self._state()
         if asked is None or (version == 0 and not asked):
             answers = [self._topic(topics[name]) for name in sorted(topics)]
         else:
@@ -277,7 +287,7 @@ class KafkaFrontend:
         results = []
         for asked in request.topics:
             if names.count(asked.name) > 1:
-                problem = f"topic {asked.name!r} is named more than once in the request"
+                problem = f"topic {quoted(asked.name)} is named more than once in the request"
                 results.append(_created(asked.name, ErrorCode.INVALID_REQUEST, problem))
                 continue
             results.append(await self._create(asked, request.validate_only, topics, registered))
@@ -342,7 +352,7 @@ class KafkaFrontend:
             )
         if asked.name in topics:
             raise RequestRefusedError(
-                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {asked.name!r} already exists"
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {quoted(asked.name)} already exists"
             )
         if not 1 <= partitions <= limits.partitions_per_topic_max:
             raise RequestRefusedError(
@@ -700,7 +710,8 @@ def _retention(configs: tuple[m.CreatableTopicConfig, ...]) -> tuple[int, int]:
         if config.name not in values:
             raise RequestRefusedError(
                 ErrorCode.INVALID_CONFIG,
-                f"config {config.name!r} is not supported (only {', '.join(RETENTION_CONFIGS)})",
+                f"config {quoted(config.name)} is not supported "
+                f"(only {', '.join(RETENTION_CONFIGS)})",
             )
         try:
             value = int(config.value or "")

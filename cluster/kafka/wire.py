@@ -18,7 +18,7 @@ Rules:
 
 from __future__ import annotations
 
-from cluster.broker.server import Undecodable
+from cluster.broker.connection import Undecodable
 from cluster.config import Limits
 from cluster.errors import RaftbrokerError
 from cluster.kafka import codec
@@ -72,6 +72,9 @@ class KafkaWire:
             outcome = refusal(body, outcome)
         return codec.encode_response(request.header, outcome)
 
+    def describe(self, request: m.KafkaRequest) -> str:
+        return f"{m.Api(request.api_key).name} v{request.api_version}"
+
 
 def refusal(body: m.RequestBody, error: RaftbrokerError) -> m.ResponseBody:
     """The response that refuses `body` whole with `error`, in its API's own terms."""
@@ -80,7 +83,11 @@ def refusal(body: m.RequestBody, error: RaftbrokerError) -> m.ResponseBody:
         case m.ApiVersionsRequest():
             return m.ApiVersionsResponse(code, ())
         case m.MetadataRequest(topics=topics):
-            failed = tuple(m.MetadataResponseTopic(code, t.name, t.topic_id) for t in topics or ())
+            # A name the request left null is answered "", as Kafka's error response does (a
+            # null name is allowed in no answer before v12).
+            failed = tuple(
+                m.MetadataResponseTopic(code, t.name or "", t.topic_id) for t in topics or ()
+            )
             return m.MetadataResponse((), failed, error_code=code)
         case m.DescribeClusterRequest():
             return m.DescribeClusterResponse(code, "", error_message=message)

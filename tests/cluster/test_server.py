@@ -24,7 +24,8 @@ import pytest
 import pytest_asyncio
 
 from cluster import protocol as p
-from cluster.broker.server import NativeWire, RequestHandler, Respond, Server
+from cluster.broker.connection import RequestHandler
+from cluster.broker.server import NativeWire, Respond, Server
 from cluster.config import Limits, Timing
 from statemachine.errors import ErrorCode
 
@@ -86,10 +87,11 @@ class LargeFetchAnswers:
 
 @contextlib.asynccontextmanager
 async def serving(
-    handler: RequestHandler[p.Request, p.Response], timing: Timing
+    handler: RequestHandler[p.Request, p.Response], timing: Timing, limits: Limits | None = None
 ) -> AsyncIterator[tuple[str, int]]:
+    limits = limits or Limits()
     port = _free_port()
-    server = Server(handler, HOST, port, Limits(), timing, wire=NativeWire(Limits()))
+    server = Server(handler, HOST, port, limits, timing, wire=NativeWire(limits))
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(WAIT_S):
@@ -159,5 +161,57 @@ async def test_a_frame_waiting_while_the_client_reads_no_answers_is_not_timed() 
                 for i in range(1, LARGE_ANSWERS + 1):
                     assert await _answer(reader, p.Fetch) == (i, LARGE_ANSWER)
                 assert await _answer(reader, p.ClusterStatus) == (LARGE_ANSWERS + 1, STATUS)
+        finally:
+            writer.close()
+
+
+async def _small_window_connection(
+    address: tuple[str, int],
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection whose receive buffer is small, so a large answer is still on its way when
+    the server decides to close."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CLIENT_RECEIVE_BUFFER_BYTES)
+    sock.setblocking(False)
+    async with asyncio.timeout(WAIT_S):
+        await asyncio.get_running_loop().sock_connect(sock, address)
+    return await asyncio.open_connection(sock=sock)
+
+
+async def test_a_bad_frame_closes_only_after_the_answers_before_it_are_read() -> None:
+    """Issue 40, item 5: a close after a bad frame must not cut off an earlier large answer.
+    The client pipelines a Fetch (a 1 MiB answer), a frame that does not decode, and then
+    goes on writing. A socket closed with those bytes unread sends a reset, which destroyed
+    the answer's tail (a 930 KB answer arrived as 128,000 bytes); the server must instead read
+    and drop them, send its answer and a FIN, and close once the client has read it all."""
+    async with serving(LargeFetchAnswers(), TIMING) as address:
+        reader, writer = await _small_window_connection(address)
+        try:
+            fetch = p.encode_request(1, p.Fetch(0, 1 << 20, (), replica_read=False))
+            undecodable = (1).to_bytes(4, "big") + b"\xc1"  # msgpack's one unused byte
+            still_writing = b"\x00" * (4 << 20)
+            writer.write(fetch + undecodable + still_writing)  # not drained: the client goes on
+            async with asyncio.timeout(WAIT_S):
+                assert await _answer(reader, p.Fetch) == (1, LARGE_ANSWER)
+                assert await reader.read() == b""  # a FIN, not a reset
+        finally:
+            writer.close()
+
+
+async def test_every_request_sent_before_the_clients_eof_is_answered() -> None:
+    """A client that sends its requests and half-closes gets every answer, those of frames
+    the server had not yet taken (held back by the in-flight bound) included, then a close."""
+    limits = Limits(in_flight_requests_per_connection_max=2)
+    count = 6
+    async with serving(LargeFetchAnswers(), TIMING, limits) as address:
+        reader, writer = await asyncio.open_connection(*address)
+        try:
+            frames = b"".join(p.encode_request(i, p.ClusterStatus()) for i in range(1, count + 1))
+            writer.write(frames)
+            writer.write_eof()
+            async with asyncio.timeout(WAIT_S):
+                for i in range(1, count + 1):
+                    assert await _answer(reader, p.ClusterStatus) == (i, STATUS)
+                assert await reader.read() == b""
         finally:
             writer.close()
