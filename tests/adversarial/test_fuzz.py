@@ -39,6 +39,7 @@ from tests.adversarial.conftest import (
     assert_intact,
     current_cluster,
     partition_dirs,
+    peak_rss_bytes,
     topic_of_dir,
 )
 from tests.fuzz import live
@@ -79,10 +80,12 @@ async def fuzz(known: Known, side_name: str, seconds: float, seed: int) -> None:
     addresses = [n.kafka_address if side_name == "kafka" else n.client_address for n in nodes]
     health = [f"{n.host}:{n.http_port}" for n in nodes]
     report = await live.run(_side(side_name), addresses, health, seconds=seconds, seed=seed)
-    print(
+    peaks = ", ".join(f"{peak_rss_bytes(n.pid) >> 20}" for n in nodes)
+    print(  # the run's figures, shown with -s
         f"fuzz {side_name} seed {seed}: {report.connections} connections, {report.requests} "
         f"requests ({dict(report.labels)}), {report.answers} answers, "
-        f"{report.health_checks} health checks in {report.seconds:.1f} s"
+        f"{report.health_checks} health checks in {report.seconds:.1f} s; "
+        f"peak RSS per node {peaks} MiB"
     )
     assert not report.failures, "\n".join(report.failures[:3])
     assert not report.health_failures, report.health_failures[:5]
