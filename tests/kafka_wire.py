@@ -80,7 +80,7 @@ def error_codes(response: object) -> list[int]:
     found: list[int] = []
     for name in getattr(response, "__dataclass_fields__", {}):
         value = getattr(response, name)
-        if name == "error_code" and value:
+        if name.endswith("error_code") and value:  # partition_error_code too
             found.append(value)
         elif isinstance(value, tuple):
             for item in value:

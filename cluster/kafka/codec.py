@@ -108,6 +108,9 @@ SUPPORTED: Versions = MappingProxyType(
         m.Api.CREATE_TOPICS: _R(2, 7),
         m.Api.DELETE_TOPICS: _R(1, 6),
         m.Api.INIT_PRODUCER_ID: _R(0, 5),
+        # Served to refuse: a transaction's first request fails at once (see the frontend).
+        m.Api.ADD_PARTITIONS_TO_TXN: _R(0, 3),
+        m.Api.ADD_OFFSETS_TO_TXN: _R(0, 4),
         m.Api.DELETE_GROUPS: _R(0, 2),
         m.Api.DESCRIBE_CLUSTER: _R(0, 2),
         m.Api.DESCRIBE_PRODUCERS: _R(0, 0),

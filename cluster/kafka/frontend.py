@@ -22,11 +22,13 @@ Rules:
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
+from typing import NoReturn
 
 from cluster import protocol as p
 from cluster.addresses import parse_address
@@ -43,6 +45,7 @@ from cluster.kafka.groups import KafkaGroups
 from statemachine.errors import ErrorCode
 from statemachine.metadata import BrokerInfo, TopicInfo, topic_name_error
 
+log = logging.getLogger(__name__)
 # CreateTopics' -1 (the broker's default) for partitions; replication defaults to
 # min(DEFAULT_REPLICATION_FACTOR, registered brokers), as `raftbroker topic create` does.
 DEFAULT_PARTITIONS = 1
@@ -149,6 +152,8 @@ class KafkaFrontend:
                 return await self.find_coordinator(body, version)
             case m.FetchRequest():
                 return await self.fetch(body)
+            case m.AddPartitionsToTxnRequest() | m.AddOffsetsToTxnRequest():
+                _refuse_transaction(body, source)
         return await self._group_api(request, source)
 
     async def _group_api(self, request: m.KafkaRequest, source: str) -> m.ResponseBody:
@@ -661,6 +666,23 @@ class KafkaFrontend:
         else:
             error, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
         return m.Coordinator(key, -1, "", -1, error, message)
+
+
+def _refuse_transaction(
+    body: m.AddPartitionsToTxnRequest | m.AddOffsetsToTxnRequest, source: str
+) -> NoReturn:
+    """Transactions are not served yet: a transaction's first request (a partition or a
+    group's offsets added to it) is refused INVALID_TXN_STATE, which librdkafka and Kafka's
+    Java client take as fatal, so the client's first transaction fails at once with its own
+    error (librdkafka's "Failed to add partitions to transaction") rather than at its
+    timeout. InitProducerId with a transactional id still fences as it did."""
+    txn = (
+        body.v3_and_below_transactional_id
+        if isinstance(body, m.AddPartitionsToTxnRequest)
+        else body.transactional_id
+    )
+    log.info("transaction of %s from %s refused: not supported yet", quoted(txn), source)
+    raise RequestRefusedError(ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet")
 
 
 def _native_fetch(request: m.FetchRequest) -> p.Fetch:

@@ -45,6 +45,8 @@ class Api(IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
     DELETE_GROUPS = 42
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
@@ -318,6 +320,56 @@ class InitProducerIdResponse:
     error_code: int
     producer_id: int = -1
     producer_epoch: int = -1
+    throttle_time: int = 0
+
+
+# -- AddPartitionsToTxn (24), AddOffsetsToTxn (25): served only to refuse (no transactions yet) --
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnTopic:
+    name: str
+    partitions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnRequest:
+    # v0-v3, a client's (v4+ batch transactions: a broker's). Kafka's own field names.
+    v3_and_below_transactional_id: str
+    v3_and_below_producer_id: int
+    v3_and_below_producer_epoch: int
+    v3_and_below_topics: tuple[AddPartitionsToTxnTopic, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnPartitionResult:
+    partition_index: int
+    partition_error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnTopicResult:
+    name: str
+    results_by_partition: tuple[AddPartitionsToTxnPartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnResponse:
+    results_by_topic_v3_and_below: tuple[AddPartitionsToTxnTopicResult, ...]
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AddOffsetsToTxnRequest:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddOffsetsToTxnResponse:
+    error_code: int
     throttle_time: int = 0
 
 
@@ -838,6 +890,8 @@ RequestBody = (
     | DeleteTopicsRequest
     | ListOffsetsRequest
     | InitProducerIdRequest
+    | AddPartitionsToTxnRequest
+    | AddOffsetsToTxnRequest
     | DescribeProducersRequest
     | FindCoordinatorRequest
     | JoinGroupRequest
@@ -860,6 +914,8 @@ ResponseBody = (
     | DeleteTopicsResponse
     | ListOffsetsResponse
     | InitProducerIdResponse
+    | AddPartitionsToTxnResponse
+    | AddOffsetsToTxnResponse
     | DescribeProducersResponse
     | FindCoordinatorResponse
     | JoinGroupResponse
@@ -895,6 +951,8 @@ MESSAGES: dict[Api, tuple[type[RequestBody], type[ResponseBody]]] = {
     Api.CREATE_TOPICS: (CreateTopicsRequest, CreateTopicsResponse),
     Api.DELETE_TOPICS: (DeleteTopicsRequest, DeleteTopicsResponse),
     Api.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse),
+    Api.ADD_PARTITIONS_TO_TXN: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+    Api.ADD_OFFSETS_TO_TXN: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
     Api.DESCRIBE_CLUSTER: (DescribeClusterRequest, DescribeClusterResponse),
     Api.DESCRIBE_PRODUCERS: (DescribeProducersRequest, DescribeProducersResponse),
 }

@@ -113,8 +113,8 @@ def refusal(body: m.RequestBody, error: RaftbrokerError) -> m.ResponseBody:
                     for t in topics
                 )
             )
-        case m.InitProducerIdRequest():
-            return m.InitProducerIdResponse(code)
+        case m.InitProducerIdRequest() | m.AddPartitionsToTxnRequest() | m.AddOffsetsToTxnRequest():
+            return _transaction_refusal(body, code)
         case m.DescribeProducersRequest(topics=topics):
             return m.DescribeProducersResponse(
                 tuple(
@@ -168,6 +168,25 @@ def refusal(body: m.RequestBody, error: RaftbrokerError) -> m.ResponseBody:
                 error_code=code,
             )
     raise AssertionError(f"no refusal for {type(body).__name__}")
+
+
+def _transaction_refusal(
+    body: m.InitProducerIdRequest | m.AddPartitionsToTxnRequest | m.AddOffsetsToTxnRequest,
+    code: int,
+) -> m.ResponseBody:
+    """`refusal` of the producer-id and transaction APIs: the code per partition, or whole."""
+    if isinstance(body, m.InitProducerIdRequest):
+        return m.InitProducerIdResponse(code)
+    if isinstance(body, m.AddOffsetsToTxnRequest):
+        return m.AddOffsetsToTxnResponse(code)
+    return m.AddPartitionsToTxnResponse(
+        tuple(
+            m.AddPartitionsToTxnTopicResult(
+                t.name, tuple(m.AddPartitionsToTxnPartitionResult(i, code) for i in t.partitions)
+            )
+            for t in body.v3_and_below_topics
+        )
+    )
 
 
 _GroupRequest = (

@@ -16,18 +16,25 @@ import asyncio
 import json
 import logging
 import subprocess
+import time
 import uuid
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin import NewTopic as AioNewTopic
+from aiokafka.errors import KafkaError as AioKafkaError
+from confluent_kafka import KafkaException
+from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+from kafka import KafkaProducer as KafkaPythonProducer
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaPythonNewTopic
+from kafka.errors import KafkaError as KafkaPythonError
 
-from cluster.client import Admin, Cluster, Producer
+from cluster.client import Admin, Cluster, Consumer, Producer
 from cluster.kafka import messages as m
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
@@ -168,6 +175,88 @@ TXN_TIMEOUT_MS = 60_000
 
 def init(txn: str | None, pid: int = -1, epoch: int = -1) -> m.InitProducerIdRequest:
     return m.InitProducerIdRequest(txn, TXN_TIMEOUT_MS, pid, epoch)
+
+
+TRANSACTION_FAILS_WITHIN_S = 5.0
+
+
+def test_a_transaction_fails_at_once_and_fencing_still_holds(
+    three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str], captured: Captured
+) -> None:
+    """Issue 41, item 1: transactions are not served yet, and a client's first one must fail
+    at once with the client's own error, not at its timeout (librdkafka's commit waited 40 s
+    for an AddPartitionsToTxn it found unsupported). The node advertises AddPartitionsToTxn and
+    answers it INVALID_TXN_STATE, fatal to librdkafka and kafka-python alike; nothing is
+    appended, and a second producer with the same transactional id still fences in."""
+    create_native(three_nodes, "txn-refused", 1)
+    config: dict[str, Any] = {
+        "bootstrap.servers": ",".join(kafka_bootstrap),
+        "transactional.id": "readme-txn",
+        "debug": "protocol",
+        "logger": logging.getLogger("librdkafka"),
+    }
+    producer = ConfluentProducer(config)
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce("txn-refused", b"never stored")
+    started = time.monotonic()
+    with pytest.raises(KafkaException) as failed:
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
+    assert time.monotonic() - started < TRANSACTION_FAILS_WITHIN_S
+    error = failed.value.args[0]
+    assert error.fatal()
+    assert "Failed to add partitions to transaction" in error.str(), error.str()
+    producer.poll(0)  # librdkafka's log reaches the logger when the client is polled
+    ConfluentProducer(config).init_transactions(CLIENT_TIMEOUT_S)  # the id fences as before
+    kp = KafkaPythonProducer(
+        bootstrap_servers=kafka_bootstrap, transactional_id="kp-txn", enable_idempotence=True
+    )
+    try:
+        kp.init_transactions()
+        kp.begin_transaction()
+        kp.send("txn-refused", b"never stored")
+        started = time.monotonic()
+        with pytest.raises(KafkaPythonError, match="InvalidTxnState"):
+            kp.commit_transaction()
+        assert time.monotonic() - started < TRANSACTION_FAILS_WITHIN_S
+    finally:
+        kp.close(timeout=1)
+    asyncio.run(aiokafka_transaction(kafka_bootstrap))
+    assert end_offset(three_nodes, "txn-refused") == 0
+    for client, pattern in (
+        ("confluent-kafka 2.16", r"Sent (\w+)Request \(v(\d+)"),
+        ("kafka-python 3.0", r"Request \d+: (\w+)Request\(version=(\d+)"),
+        ("aiokafka 0.14", r"(\w+?)(?:Request|Response)_v(\d+)\("),
+    ):
+        versions = negotiated(captured.lines, pattern)
+        report(client, {k: v for k, v in versions.items() if "Txn" in k})
+    assert negotiated(captured.lines, r"Sent (AddPartitionsToTxn)Request \(v(\d+)") == {
+        "AddPartitionsToTxn": {0}
+    }
+
+
+async def aiokafka_transaction(kafka_bootstrap: list[str]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id="aio-txn")
+    await producer.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(AioKafkaError):
+            async with producer.transaction():
+                await producer.send_and_wait("txn-refused", b"never stored")
+        assert time.monotonic() - started < TRANSACTION_FAILS_WITHIN_S
+    finally:
+        await producer.stop()
+
+
+def end_offset(three_nodes: launcher.LocalCluster, topic: str) -> int:
+    async def ask() -> int:
+        client = Cluster(three_nodes.bootstrap, request_timeout_s=10.0)
+        try:
+            return await Admin(client).list_offsets(topic, 0, Consumer.LATEST)
+        finally:
+            await client.close()
+
+    return asyncio.run(ask())
 
 
 @pytest.mark.asyncio(loop_scope="function")

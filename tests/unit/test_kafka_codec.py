@@ -66,6 +66,10 @@ REQUESTS: dict[m.Api, m.RequestBody] = {
     ),
     m.Api.INIT_PRODUCER_ID: m.InitProducerIdRequest("txn", 60_000, 1_000, 3),
     m.Api.DESCRIBE_PRODUCERS: m.DescribeProducersRequest((m.TopicRequest("orders", (0, 1)),)),
+    m.Api.ADD_PARTITIONS_TO_TXN: m.AddPartitionsToTxnRequest(
+        "txn", 1_000, 3, (m.AddPartitionsToTxnTopic("orders", (0, 2)),)
+    ),
+    m.Api.ADD_OFFSETS_TO_TXN: m.AddOffsetsToTxnRequest("txn", 1_000, 3, "g"),
     m.Api.FIND_COORDINATOR: m.FindCoordinatorRequest("txn", 1, ("txn", "other")),
     m.Api.JOIN_GROUP: m.JoinGroupRequest(
         "g",
@@ -173,6 +177,15 @@ RESPONSES: dict[m.Api, m.ResponseBody] = {
             ),
         )
     ),
+    m.Api.ADD_PARTITIONS_TO_TXN: m.AddPartitionsToTxnResponse(
+        (
+            m.AddPartitionsToTxnTopicResult(
+                "orders", (m.AddPartitionsToTxnPartitionResult(0, ErrorCode.INVALID_TXN_STATE),)
+            ),
+        ),
+        10,
+    ),
+    m.Api.ADD_OFFSETS_TO_TXN: m.AddOffsetsToTxnResponse(ErrorCode.INVALID_TXN_STATE, 10),
     m.Api.FIND_COORDINATOR: m.FindCoordinatorResponse(
         0, None, 1, "127.0.0.2", 9092, (m.Coordinator("txn", 1, "127.0.0.2", 9092, 0),)
     ),
