@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import socket
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, NoReturn, ParamSpec, TypeVar
@@ -44,6 +46,12 @@ DataDirOption = typer.Option(
     "Default: $RAFTBROKER_DATA_DIR, else ~/.local/share/raftbroker.",
 )
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
+# Before a command talks to a cluster, one of its bootstrap addresses must take a connection:
+# each is tried within CONNECT_TIMEOUT_S, all of them again every RETRY_S, for BOOTSTRAP_WAIT_S.
+BOOTSTRAP_WAIT_S = 5.0
+CONNECT_TIMEOUT_S = 1.0
+RETRY_S = 0.5
+PROGRESS_INTERVAL_S = 2.0
 
 
 class CliError(Exception):
@@ -64,15 +72,23 @@ def default_data_dir() -> Path:
 
 
 def resolve_bootstrap(bootstrap: list[str] | None, data_dir: Path | None) -> list[str]:
+    """The addresses to bootstrap from, once one of them takes a connection (`_reachable`).
+    From the local cluster, one of whose nodes must run: else it says so at once."""
     addresses = list(bootstrap or [])
     if not addresses and os.environ.get("RAFTBROKER_BOOTSTRAP"):
         addresses = [a.strip() for a in os.environ["RAFTBROKER_BOOTSTRAP"].split(",") if a]
     if not addresses:
-        cluster = launcher.LocalCluster.load(data_dir or default_data_dir())
+        directory = data_dir or default_data_dir()
+        cluster = launcher.LocalCluster.load(directory)
         if cluster is None:
             raise CliError(
                 "no cluster to talk to: pass --bootstrap HOST:PORT, set RAFTBROKER_BOOTSTRAP, "
                 "or start one with `raftbroker cluster up`"
+            )
+        if all(launcher.node_pid(cluster, node) is None for node in cluster.nodes):
+            raise CliError(
+                f"the local cluster in {directory} is not running: start it with "
+                f"`raftbroker cluster up{'' if data_dir is None else f' --data-dir {directory}'}`"
             )
         addresses = cluster.bootstrap
     for address in addresses:
@@ -80,7 +96,41 @@ def resolve_bootstrap(bootstrap: list[str] | None, data_dir: Path | None) -> lis
             parse_address(address)
         except ValueError:
             raise CliError(f"{address!r} is not HOST:PORT") from None
+    _reachable(addresses)
     return addresses
+
+
+def _reachable(addresses: list[str]) -> None:
+    """Return once some address takes a TCP connection. While none does, say so on stderr
+    every `PROGRESS_INTERVAL_S`; after `BOOTSTRAP_WAIT_S`, fail naming each address and why.
+    (A command rides out dead nodes, but not a cluster that is not there at all.)"""
+    deadline = time.monotonic() + BOOTSTRAP_WAIT_S
+    said_at = 0.0
+    while True:
+        problems = [p for p in map(_connect_problem, addresses) if p is not None]
+        if len(problems) < len(addresses):
+            return
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            raise CliError(f"cannot reach the cluster at {', '.join(problems)}")
+        if time.monotonic() - said_at >= PROGRESS_INTERVAL_S:
+            said_at = time.monotonic()
+            typer.echo(
+                f"raftbroker: no broker answers ({'; '.join(problems)}): "
+                f"trying again for {left_s:.0f} s",
+                err=True,
+            )
+        time.sleep(min(RETRY_S, max(left_s, 0)))
+
+
+def _connect_problem(address: str) -> str | None:
+    """None when `address` takes a TCP connection; else "address (why)"."""
+    host, port = parse_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            return None
+    except OSError as exc:
+        return f"{address} ({(exc.strerror or str(exc) or type(exc).__name__).lower()})"
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
