@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.common import (
+    LOCAL_CLUSTER_TOML,
     BootstrapOption,
     CliError,
     DataDirOption,
@@ -89,7 +90,9 @@ def _start(directory: Path, nodes: int | None) -> tuple[launcher.LocalCluster, t
     previous = launcher.LocalCluster.load(directory)
     if previous is None or not previous.nodes:
         count = nodes or DEFAULT_NODES
-        cluster = launcher.up(directory, count, preferred_ports=launcher.CONVENTIONAL_PORTS)
+        cluster = launcher.up(
+            directory, count, LOCAL_CLUSTER_TOML, preferred_ports=launcher.CONVENTIONAL_PORTS
+        )
         return cluster, tuple(range(1, count + 1))
     if nodes is not None and nodes != len(previous.nodes):
         raise CliError(
@@ -98,7 +101,7 @@ def _start(directory: Path, nodes: int | None) -> tuple[launcher.LocalCluster, t
         )
     if all(launcher.node_pid(previous, n) is None for n in previous.nodes):
         # Nothing runs: written afresh (same ports and secret), as the first `up` did.
-        cluster = launcher.up(directory, len(previous.nodes))
+        cluster = launcher.up(directory, len(previous.nodes), LOCAL_CLUSTER_TOML)
         return cluster, tuple(n.node_id for n in cluster.nodes)
     return launcher.start_missing(previous)
 

@@ -46,6 +46,9 @@ DataDirOption = typer.Option(
     "Default: $RAFTBROKER_DATA_DIR, else ~/.local/share/raftbroker.",
 )
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
+# A local cluster's nodes (`cluster up`, the demo) create a topic a Kafka client names first,
+# as Kafka's own default: a newcomer's `kcat -P -t new-topic` works. Off elsewhere (Redpanda's).
+LOCAL_CLUSTER_TOML = "[topics]\nauto_create = true\n"
 # Before a command talks to a cluster, one of its bootstrap addresses must take a connection:
 # each is tried within CONNECT_TIMEOUT_S, all of them again every RETRY_S, for BOOTSTRAP_WAIT_S.
 BOOTSTRAP_WAIT_S = 5.0

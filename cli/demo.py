@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cli.common import LOCAL_CLUSTER_TOML
 from cluster import protocol as p
 from cluster.client import (
     Admin,
@@ -86,7 +87,7 @@ class _Acks:
 
 async def run_demo(directory: Path, records: int = 4_000) -> DemoReport:
     started = time.monotonic()
-    cluster = launcher.up(directory, 3)
+    cluster = launcher.up(directory, 3, LOCAL_CLUSTER_TOML)
     report = DemoReport()
     client = Cluster(cluster.bootstrap)
     try:

@@ -171,6 +171,27 @@ class Timing:
 
 
 @dataclass(frozen=True, slots=True)
+class Topics:
+    """What a topic gets when a client does not say (Kafka's `auto.create.topics.enable`,
+    `num.partitions` and `default.replication.factor`). Set them alike on every node: the node a
+    client asks decides. `auto_create`: a Kafka Metadata request that allows it creates the
+    topics it names that do not exist (off by default, as Redpanda's; `raftbroker cluster up`
+    and the demo turn it on)."""
+
+    auto_create: bool = False
+    default_partitions: int = 1
+    default_replication_factor: int = 3
+
+    def __post_init__(self) -> None:
+        if type(self.auto_create) is not bool:
+            raise ConfigError("Topics.auto_create must be true or false")
+        for name in ("default_partitions", "default_replication_factor"):
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
+                raise ConfigError(f"Topics.{name} must be a positive integer, not {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class Peer:
     """A node of the cluster as the others reach it (`kafka_port`: its Kafka listener, which
     Kafka clients learn from Metadata; None when it has none)."""
@@ -221,6 +242,7 @@ class NodeConfig:
     unsafe_record_syncs: bool = False
     limits: Limits = field(default_factory=Limits)
     timing: Timing = field(default_factory=Timing)
+    topics: Topics = field(default_factory=Topics)
 
     def __post_init__(self) -> None:
         ports = ("client_port", "raft_port", "http_port", "kafka_port")
@@ -285,13 +307,17 @@ class NodeConfig:
         try:
             limits = _section(Limits, data.pop("limits", {}))
             timing = _section(Timing, data.pop("timing", {}))
+            topics = _section(Topics, data.pop("topics", {}))
             peers = tuple(_section(Peer, p) for p in data.pop("peers", []))
             data_dir = Path(_require(data, "data_dir", str))
-            known = {f.name for f in fields(cls)} - {"limits", "timing", "peers", "data_dir"}
+            sections = {"limits", "timing", "topics", "peers", "data_dir"}
+            known = {f.name for f in fields(cls)} - sections
             unknown = set(data) - known
             if unknown:
                 raise ConfigError(f"unknown settings: {sorted(unknown)}")
-            return cls(data_dir=data_dir, peers=peers, limits=limits, timing=timing, **data)
+            return cls(
+                data_dir=data_dir, peers=peers, limits=limits, timing=timing, topics=topics, **data
+            )
         except TypeError as exc:
             raise ConfigError(str(exc)) from exc
 

@@ -42,18 +42,11 @@ from cluster.errors import RaftbrokerError, RequestRefusedError, quoted
 from cluster.kafka import codec
 from cluster.kafka import messages as m
 from cluster.kafka.groups import KafkaGroups
+from cluster.kafka.topics import KafkaTopics, by_uuid, topic_uuid
 from statemachine.errors import ErrorCode
-from statemachine.metadata import BrokerInfo, TopicInfo, topic_name_error
+from statemachine.metadata import BrokerInfo, TopicInfo
 
 log = logging.getLogger(__name__)
-# CreateTopics' -1 (the broker's default) for partitions; replication defaults to
-# min(DEFAULT_REPLICATION_FACTOR, registered brokers), as `raftbroker topic create` does.
-DEFAULT_PARTITIONS = 1
-DEFAULT_REPLICATION_FACTOR = 3
-RETENTION_CONFIGS = ("retention.ms", "retention.bytes")
-NO_RETENTION = -1
-# DescribeConfigs' ConfigSource, as CreateTopics v5+ reports each config of a new topic.
-CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_DEFAULT = 1, 5
 TOPIC_IDS_SINCE_VERSION = 12  # Metadata: a topic asked for by its id, a null name answered
 PRODUCER_FENCED_SINCE_VERSION = 4  # InitProducerId: older clients know INVALID_PRODUCER_EPOCH
 NODE_ENDPOINTS_SINCE_VERSION = 10  # Produce: where leaders named in current_leader are (KIP-951)
@@ -62,13 +55,6 @@ NODE_ENDPOINTS_SINCE_VERSION = 10  # Produce: where leaders named in current_lea
 SPECS_FROM = p.EARLIEST
 NO_TIME = -1
 ACKS = (0, 1, -1)  # none, the leader, all in sync: 1 and -1 both answer after the Raft commit
-
-
-def topic_uuid(cluster_id: str, topic_id: int) -> uuid.UUID:
-    """The UUID Kafka clients know a topic by (Metadata v10+, CreateTopics v7, DeleteTopics
-    v6): derived from the cluster id and the topic's id, so every node gives the same one; a
-    name-based UUID, never Kafka's reserved zero or metadata-topic UUIDs."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"raftbroker:{cluster_id}:{topic_id}")
 
 
 class KafkaFrontend:
@@ -87,6 +73,7 @@ class KafkaFrontend:
         self.node = node
         self.groups = groups
         self.group_apis = KafkaGroups(groups)
+        self.topic_apis = KafkaTopics(node, native, self._state)
         self.native = native
         self.peers = peers
         self.metrics = metrics
@@ -139,9 +126,9 @@ class KafkaFrontend:
             case m.DescribeClusterRequest():
                 return await self.describe_cluster()
             case m.CreateTopicsRequest():
-                return await self.create_topics(body)
+                return await self.topic_apis.create_topics(body)
             case m.DeleteTopicsRequest():
-                return await self.delete_topics(body)
+                return await self.topic_apis.delete_topics(body)
             case m.ListOffsetsRequest():
                 return await self.list_offsets(body)
             case m.InitProducerIdRequest():
@@ -230,9 +217,6 @@ class KafkaFrontend:
             partitions=tuple(self._partition(topic, n) for n in range(topic.partitions)),
         )
 
-    def _by_uuid(self, topics: Mapping[str, TopicInfo]) -> dict[uuid.UUID, TopicInfo]:
-        return {topic_uuid(self._cluster_id, t.topic_id): t for t in topics.values()}
-
     # -- Metadata and DescribeCluster --------------------------------------------------------
 
     async def metadata(self, request: m.MetadataRequest, version: int) -> m.MetadataResponse:
@@ -250,14 +234,33 @@ class KafkaFrontend:
         if asked is None or (version == 0 and not asked):
             answers = [self._topic(topics[name]) for name in sorted(topics)]
         else:
-            by_uuid = self._by_uuid(topics) if any(t.name is None for t in asked) else {}
-            answers = [self._asked_topic(t, topics, by_uuid) for t in asked]
+            ids = by_uuid(self._cluster_id, topics) if any(t.name is None for t in asked) else {}
+            answers = [self._asked_topic(t, topics, ids) for t in asked]
+            if request.allow_auto_topic_creation:
+                answers = await self._created_on_first_use(answers, topics, registered)
         return m.MetadataResponse(
             tuple(m.MetadataResponseBroker(*b) for b in self._brokers(registered)),
             tuple(answers),
             self._cluster_id,
             self._controller(),
         )
+
+    async def _created_on_first_use(
+        self,
+        answers: list[m.MetadataResponseTopic],
+        topics: Mapping[str, TopicInfo],
+        registered: Mapping[int, BrokerInfo],
+    ) -> list[m.MetadataResponseTopic]:
+        """`answers` with each topic asked by name that does not exist created, where this
+        node creates topics on first use (cluster/kafka/topics.py)."""
+        unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        missing = [a.name for a in answers if a.error_code == unknown and a.name is not None]
+        if not missing:
+            return answers
+        made = iter(await self.topic_apis.auto_create(missing, topics, registered))
+        return [
+            next(made) if a.error_code == unknown and a.name is not None else a for a in answers
+        ]
 
     def _asked_topic(
         self,
@@ -283,123 +286,6 @@ class KafkaFrontend:
             tuple(m.DescribeClusterBroker(*b) for b in self._brokers(registered)),
             self._controller(),
         )
-
-    # -- CreateTopics and DeleteTopics -------------------------------------------------------
-
-    async def create_topics(self, request: m.CreateTopicsRequest) -> m.CreateTopicsResponse:
-        topics, registered = await self._state()
-        names = [t.name for t in request.topics]
-        results = []
-        for asked in request.topics:
-            if names.count(asked.name) > 1:
-                problem = f"topic {quoted(asked.name)} is named more than once in the request"
-                results.append(_created(asked.name, ErrorCode.INVALID_REQUEST, problem))
-                continue
-            results.append(await self._create(asked, request.validate_only, topics, registered))
-        return m.CreateTopicsResponse(tuple(results))
-
-    async def _create(
-        self,
-        asked: m.CreatableTopic,
-        validate_only: bool,
-        topics: Mapping[str, TopicInfo],
-        registered: Mapping[int, BrokerInfo],
-    ) -> m.CreatableTopicResult:
-        partitions = asked.num_partitions
-        if partitions == -1:
-            partitions = DEFAULT_PARTITIONS
-        replication = asked.replication_factor
-        if replication == -1:
-            replication = min(DEFAULT_REPLICATION_FACTOR, max(len(registered), 1))
-        topic_id: uuid.UUID | None = None
-        given = {c.name for c in asked.configs}
-        try:
-            retention_ms, retention_bytes = _retention(asked.configs)
-            self._check_creatable(asked, partitions, replication, topics, registered)
-            if not validate_only:
-                command = p.CreateTopic(
-                    asked.name, partitions, replication, retention_ms, retention_bytes
-                )
-                created = await self.native.create_topic(command)
-                topic_id = topic_uuid(self._cluster_id, created.topic_id)
-        except RaftbrokerError as exc:
-            return _created(asked.name, exc.error, exc.message)
-        configs = tuple(
-            m.CreatableTopicConfigs(
-                name,
-                str(value),
-                config_source=CONFIG_SOURCE_TOPIC if name in given else CONFIG_SOURCE_DEFAULT,
-            )
-            for name, value in zip(RETENTION_CONFIGS, (retention_ms, retention_bytes), strict=True)
-        )
-        return m.CreatableTopicResult(
-            asked.name, ErrorCode.NONE, None, topic_id, partitions, replication, configs
-        )
-
-    def _check_creatable(
-        self,
-        asked: m.CreatableTopic,
-        partitions: int,
-        replication: int,
-        topics: Mapping[str, TopicInfo],
-        registered: Mapping[int, BrokerInfo],
-    ) -> None:
-        """What the metadata machine would refuse, said before anything is proposed (and all a
-        validate_only request is answered with)."""
-        limits = self.node.limits
-        problem = topic_name_error(asked.name, limits)
-        if problem:
-            raise RequestRefusedError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
-        if asked.assignments:
-            raise RequestRefusedError(
-                ErrorCode.INVALID_REQUEST,
-                "replica assignments are not supported: raftbroker places replicas itself",
-            )
-        if asked.name in topics:
-            raise RequestRefusedError(
-                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {quoted(asked.name)} already exists"
-            )
-        if not 1 <= partitions <= limits.partitions_per_topic_max:
-            raise RequestRefusedError(
-                ErrorCode.INVALID_PARTITIONS,
-                f"a topic has 1 to {limits.partitions_per_topic_max} partitions, not {partitions}",
-            )
-        most = min(len(registered), limits.replication_factor_max)
-        if not 1 <= replication <= most:
-            raise RequestRefusedError(
-                ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"replication factor {replication}: this cluster allows 1 to {most}",
-            )
-
-    async def delete_topics(self, request: m.DeleteTopicsRequest) -> m.DeleteTopicsResponse:
-        topics, _registered = await self._state()
-        asked = [m.DeleteTopicState(name) for name in request.topic_names] + list(request.topics)
-        by_uuid = self._by_uuid(topics) if any(a.name is None for a in asked) else {}
-        results = []
-        for one in asked:
-            topic = topics.get(one.name) if one.name is not None else None
-            if one.name is None and one.topic_id is not None:
-                topic = by_uuid.get(one.topic_id)
-                if topic is None:
-                    results.append(
-                        m.DeletableTopicResult(None, ErrorCode.UNKNOWN_TOPIC_ID, one.topic_id)
-                    )
-                    continue
-            results.append(await self._delete(one, topic))
-        return m.DeleteTopicsResponse(tuple(results))
-
-    async def _delete(
-        self, asked: m.DeleteTopicState, topic: TopicInfo | None
-    ) -> m.DeletableTopicResult:
-        if topic is None:
-            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            return m.DeletableTopicResult(asked.name, error, asked.topic_id, "no such topic")
-        topic_id = topic_uuid(self._cluster_id, topic.topic_id)
-        try:
-            await self.native.delete_topic(p.DeleteTopic(topic.name))
-        except RaftbrokerError as exc:
-            return m.DeletableTopicResult(topic.name, exc.error, topic_id, exc.message)
-        return m.DeletableTopicResult(topic.name, ErrorCode.NONE, topic_id)
 
     # -- ListOffsets, DescribeProducers ------------------------------------------------------
 
@@ -719,32 +605,6 @@ def _lost(partition: int) -> m.PartitionProduceResponse:
 def _askable(query: m.ListOffsetsPartition) -> bool:
     """Whether the native ListOffsets can answer it (a partition, and a spec it knows)."""
     return query.partition_index >= 0 and query.timestamp >= SPECS_FROM
-
-
-def _created(name: str, error: ErrorCode, message: str) -> m.CreatableTopicResult:
-    return m.CreatableTopicResult(name, error, message)
-
-
-def _retention(configs: tuple[m.CreatableTopicConfig, ...]) -> tuple[int, int]:
-    """retention.ms and retention.bytes of a new topic (-1: none); any other config refused."""
-    values = dict.fromkeys(RETENTION_CONFIGS, NO_RETENTION)
-    for config in configs:
-        if config.name not in values:
-            raise RequestRefusedError(
-                ErrorCode.INVALID_CONFIG,
-                f"config {quoted(config.name)} is not supported "
-                f"(only {', '.join(RETENTION_CONFIGS)})",
-            )
-        try:
-            value = int(config.value or "")
-        except ValueError:
-            value = NO_RETENTION - 1
-        if value < NO_RETENTION:
-            raise RequestRefusedError(
-                ErrorCode.INVALID_CONFIG, f"{config.name} must be an integer >= -1"
-            )
-        values[config.name] = value
-    return values["retention.ms"], values["retention.bytes"]
 
 
 def _producers(partition: int, result: p.PartitionProducers | None) -> m.PartitionResponse:

@@ -7,6 +7,10 @@ against a real local cluster:
 - produce as Kafka's console producer: keys, tombstones, headers;
 - consume as Kafka's console consumer and kcat: relative offsets, --until-end, the --print-*
   fields, a null key told from an empty one, a closing "Processed N records".
+
+Issue 41, what a Kafka user tripped on in the first hour, on the same `cluster up` cluster:
+- a topic a Kafka client names first is created (`kcat -P -t new-topic`), as `cluster up`'s
+  nodes create topics on first use; a Metadata request that does not allow it creates nothing.
 """
 
 from __future__ import annotations
@@ -24,8 +28,12 @@ from typing import NamedTuple
 import pytest
 
 from cluster.clock import wall_ms
+from cluster.kafka import messages as m
+from cluster.local import launcher
+from statemachine.errors import ErrorCode
 from tests.cluster.procs import REPO
 from tests.cluster.test_cli import cluster_up, ok, raftbroker
+from tests.kafka_wire import kafka_call
 from tests.polling import poll_until
 
 TOPIC = "orders"  # 3 partitions
@@ -249,3 +257,50 @@ def test_consume_from_a_time_starts_at_what_was_appended_since(cluster_dir: Path
     assert (ok(later), later.stderr) == ("", "Processed 0 records\n")
     line = one_line_error(("consume", "timed", "--from-time", "yesterday", *d))
     assert "is neither ms since the epoch nor an ISO 8601 time" in line
+
+
+def kafka_bootstrap(data_dir: Path) -> str:
+    cluster = launcher.LocalCluster.load(data_dir)
+    assert cluster is not None
+    return ",".join(cluster.kafka_bootstrap)
+
+
+def kcat(*args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        ["kcat", *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_kcat_creates_a_topic_on_first_use(cluster_dir: Path) -> None:
+    """Issue 41, item 3: `kcat -P -t new-topic` waited 30 s, then "Unknown topic or
+    partition". A local cluster's nodes create it with their defaults (1 partition), as Kafka
+    does; the records go in and come back."""
+    bootstrap = kafka_bootstrap(cluster_dir)
+    kcat("-P", "-b", bootstrap, "-t", "first-use", stdin="a\nb\nc\n")
+    assert kcat("-C", "-b", bootstrap, "-t", "first-use", "-o", "beginning", "-e", "-q") == (
+        "a\nb\nc\n"
+    )
+    listed = json.loads(
+        ok(raftbroker("topic", "describe", "first-use", "--json", "--data-dir", str(cluster_dir)))
+    )
+    assert len(listed["partitions"]) == 1
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_metadata_that_does_not_allow_it_creates_nothing(cluster_dir: Path) -> None:
+    address = kafka_bootstrap(cluster_dir).split(",")[0]
+    names = ("not-allowed", "bad name!")
+    for allow, name, error in (
+        (False, "not-allowed", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        (True, "bad name!", ErrorCode.INVALID_TOPIC_EXCEPTION),
+    ):
+        request = m.MetadataRequest(
+            (m.MetadataRequestTopic(name),), allow_auto_topic_creation=allow
+        )
+        answer = await kafka_call(address, m.Api.METADATA, 12, request)
+        assert isinstance(answer, m.MetadataResponse)
+        assert [(t.name, t.error_code) for t in answer.topics] == [(name, error)]
+    listed = ok(raftbroker("topic", "list", "--data-dir", str(cluster_dir)))
+    assert not any(name in listed for name in names)

@@ -63,6 +63,10 @@ def test_a_loopback_node_without_secret_is_valid() -> None:
             "this node's kafka_port is 9093, not 4",
         ),
         ({"data_dir": 5}, "data_dir"),
+        ({"topics": {"auto_create": "yes"}}, "Topics.auto_create must be true or false"),
+        ({"topics": {"default_partitions": 0}}, "Topics.default_partitions must be a positive"),
+        ({"topics": {"default_replication_factor": True}}, "default_replication_factor"),
+        ({"topics": {"num_partitions": 3}}, "unknown Topics settings"),
     ],
 )
 def test_invalid_settings_are_named(overrides: dict[str, Any], message: str) -> None:

@@ -1,5 +1,5 @@
-"""README's configuration reference is the configuration: every setting of `Limits` and
-`Timing` appears there with its default, and nothing else does; every cluster-wide
+"""README's configuration reference is the configuration: every setting of `Limits`, `Timing`
+and `Topics` appears there with its default, and nothing else does; every cluster-wide
 `StateLimits` bound (not a node setting) is in docs/semantics.md's table of limits.
 
 An operator reads README to learn which limit decided an outcome; a setting added to the
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cluster.config import Limits, NodeConfig, Timing
+from cluster.config import Limits, NodeConfig, Timing, Topics
 from statemachine.limits import StateLimits
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,9 @@ def reference() -> dict[str, Any]:
     return tomllib.loads(block[1])
 
 
-@pytest.mark.parametrize(("table", "cls"), [("limits", Limits), ("timing", Timing)])
+@pytest.mark.parametrize(
+    ("table", "cls"), [("limits", Limits), ("timing", Timing), ("topics", Topics)]
+)
 def test_every_setting_is_in_the_reference_with_its_default(table: str, cls: type) -> None:
     shown = reference()[table]
     defaults = {f.name: getattr(cls(), f.name) for f in fields(cls)}
@@ -43,6 +45,7 @@ def test_the_reference_is_a_valid_configuration() -> None:
     config = NodeConfig.from_mapping({**reference(), "cluster_secret": None})
     assert config.limits == Limits()
     assert config.timing == Timing()
+    assert config.topics == Topics()
 
 
 def test_every_cluster_wide_bound_is_in_the_semantics_table() -> None:

@@ -1,0 +1,226 @@
+"""Topics through Kafka's protocol: CreateTopics, DeleteTopics, and creation on first use.
+
+Role: the topic administration of a node's Kafka listener (its frontend, frontend.py, hands
+these requests here), proposing through the native `RequestFrontend` as every topic change is
+proposed: names, counts and placement are checked once, by the same rules as the native
+`topic create`.
+
+Rules:
+- `-1` partitions or replication means the node's `[topics]` defaults (`default_partitions`,
+  and `default_replication_factor` cut to the brokers registered), as Kafka's `num.partitions`
+  and `default.replication.factor`; `validate_only` is honoured; replica assignments are
+  refused (raftbroker places replicas); of the topic configs only `retention.ms` and
+  `retention.bytes` are taken.
+- Creation on first use (`auto_create`): with `[topics] auto_create` on, a Metadata request
+  that allows it (`allow_auto_topic_creation`, always so before v4) creates each topic it
+  names that does not exist, with the defaults, and answers it LEADER_NOT_AVAILABLE (Kafka's
+  answer while a topic's partitions get their leaders: clients ask again). A name that is not a
+  valid topic name is answered INVALID_TOPIC_EXCEPTION, and nothing is created.
+- A topic's Kafka id (a UUID) is derived from the cluster id and its topic id, the same on
+  every node.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+
+from cluster import protocol as p
+from cluster.broker.frontend import RequestFrontend
+from cluster.broker.node import Node
+from cluster.errors import RaftbrokerError, RequestRefusedError, quoted
+from cluster.kafka import messages as m
+from statemachine.errors import ErrorCode
+from statemachine.metadata import BrokerInfo, TopicInfo, topic_name_error
+
+RETENTION_CONFIGS = ("retention.ms", "retention.bytes")
+NO_RETENTION = -1
+# DescribeConfigs' ConfigSource, as CreateTopics v5+ reports each config of a new topic.
+CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_DEFAULT = 1, 5
+
+
+def topic_uuid(cluster_id: str, topic_id: int) -> uuid.UUID:
+    """The UUID Kafka clients know a topic by (Metadata v10+, CreateTopics v7, DeleteTopics
+    v6): derived from the cluster id and the topic's id, so every node gives the same one; a
+    name-based UUID, never Kafka's reserved zero or metadata-topic UUIDs."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"raftbroker:{cluster_id}:{topic_id}")
+
+
+# Topics and brokers, read between two applies of the metadata replica.
+State = Callable[[], Awaitable[tuple[dict[str, TopicInfo], dict[int, BrokerInfo]]]]
+
+
+def by_uuid(cluster_id: str, topics: Mapping[str, TopicInfo]) -> dict[uuid.UUID, TopicInfo]:
+    return {topic_uuid(cluster_id, t.topic_id): t for t in topics.values()}
+
+
+class KafkaTopics:
+    """CreateTopics, DeleteTopics and creation on first use, for one node's Kafka listener."""
+
+    def __init__(self, node: Node, native: RequestFrontend, state: State) -> None:
+        self.node = node
+        self.native = native
+        self._state = state
+        self._cluster_id = node.config.cluster_id
+        self._defaults = node.config.topics
+
+    async def auto_create(
+        self,
+        names: Iterable[str],
+        topics: Mapping[str, TopicInfo],
+        registered: Mapping[int, BrokerInfo],
+    ) -> list[m.MetadataResponseTopic]:
+        """Each of `names` (topics that do not exist) created with the defaults, if this node
+        creates topics on first use; else UNKNOWN_TOPIC_OR_PARTITION, as it always was."""
+        answers = []
+        for name in names:
+            if not self._defaults.auto_create:
+                answers.append(m.MetadataResponseTopic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name))
+                continue
+            created = await self._create(m.CreatableTopic(name, -1, -1), False, topics, registered)
+            error = created.error_code
+            if error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):  # made, or by a racer
+                error = ErrorCode.LEADER_NOT_AVAILABLE
+            answers.append(m.MetadataResponseTopic(error, name, created.topic_id))
+        return answers
+
+    async def create_topics(self, request: m.CreateTopicsRequest) -> m.CreateTopicsResponse:
+        topics, registered = await self._state()
+        names = [t.name for t in request.topics]
+        results = []
+        for asked in request.topics:
+            if names.count(asked.name) > 1:
+                problem = f"topic {quoted(asked.name)} is named more than once in the request"
+                results.append(_created(asked.name, ErrorCode.INVALID_REQUEST, problem))
+                continue
+            results.append(await self._create(asked, request.validate_only, topics, registered))
+        return m.CreateTopicsResponse(tuple(results))
+
+    async def _create(
+        self,
+        asked: m.CreatableTopic,
+        validate_only: bool,
+        topics: Mapping[str, TopicInfo],
+        registered: Mapping[int, BrokerInfo],
+    ) -> m.CreatableTopicResult:
+        partitions = asked.num_partitions
+        if partitions == -1:
+            partitions = self._defaults.default_partitions
+        replication = asked.replication_factor
+        if replication == -1:
+            replication = min(self._defaults.default_replication_factor, max(len(registered), 1))
+        topic_id: uuid.UUID | None = None
+        given = {c.name for c in asked.configs}
+        try:
+            retention_ms, retention_bytes = _retention(asked.configs)
+            self._check_creatable(asked, partitions, replication, topics, registered)
+            if not validate_only:
+                command = p.CreateTopic(
+                    asked.name, partitions, replication, retention_ms, retention_bytes
+                )
+                created = await self.native.create_topic(command)
+                topic_id = topic_uuid(self._cluster_id, created.topic_id)
+        except RaftbrokerError as exc:
+            return _created(asked.name, exc.error, exc.message)
+        configs = tuple(
+            m.CreatableTopicConfigs(
+                name,
+                str(value),
+                config_source=CONFIG_SOURCE_TOPIC if name in given else CONFIG_SOURCE_DEFAULT,
+            )
+            for name, value in zip(RETENTION_CONFIGS, (retention_ms, retention_bytes), strict=True)
+        )
+        return m.CreatableTopicResult(
+            asked.name, ErrorCode.NONE, None, topic_id, partitions, replication, configs
+        )
+
+    def _check_creatable(
+        self,
+        asked: m.CreatableTopic,
+        partitions: int,
+        replication: int,
+        topics: Mapping[str, TopicInfo],
+        registered: Mapping[int, BrokerInfo],
+    ) -> None:
+        """What the metadata machine would refuse, said before anything is proposed (and all a
+        validate_only request is answered with)."""
+        limits = self.node.limits
+        problem = topic_name_error(asked.name, limits)
+        if problem:
+            raise RequestRefusedError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+        if asked.assignments:
+            raise RequestRefusedError(
+                ErrorCode.INVALID_REQUEST,
+                "replica assignments are not supported: raftbroker places replicas itself",
+            )
+        if asked.name in topics:
+            raise RequestRefusedError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {quoted(asked.name)} already exists"
+            )
+        if not 1 <= partitions <= limits.partitions_per_topic_max:
+            raise RequestRefusedError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"a topic has 1 to {limits.partitions_per_topic_max} partitions, not {partitions}",
+            )
+        most = min(len(registered), limits.replication_factor_max)
+        if not 1 <= replication <= most:
+            raise RequestRefusedError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {replication}: this cluster allows 1 to {most}",
+            )
+
+    async def delete_topics(self, request: m.DeleteTopicsRequest) -> m.DeleteTopicsResponse:
+        topics, _registered = await self._state()
+        asked = [m.DeleteTopicState(name) for name in request.topic_names] + list(request.topics)
+        ids = by_uuid(self._cluster_id, topics) if any(a.name is None for a in asked) else {}
+        results = []
+        for one in asked:
+            topic = topics.get(one.name) if one.name is not None else None
+            if one.name is None and one.topic_id is not None:
+                topic = ids.get(one.topic_id)
+                if topic is None:
+                    results.append(
+                        m.DeletableTopicResult(None, ErrorCode.UNKNOWN_TOPIC_ID, one.topic_id)
+                    )
+                    continue
+            results.append(await self._delete(one, topic))
+        return m.DeleteTopicsResponse(tuple(results))
+
+    async def _delete(
+        self, asked: m.DeleteTopicState, topic: TopicInfo | None
+    ) -> m.DeletableTopicResult:
+        if topic is None:
+            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return m.DeletableTopicResult(asked.name, error, asked.topic_id, "no such topic")
+        topic_id = topic_uuid(self._cluster_id, topic.topic_id)
+        try:
+            await self.native.delete_topic(p.DeleteTopic(topic.name))
+        except RaftbrokerError as exc:
+            return m.DeletableTopicResult(topic.name, exc.error, topic_id, exc.message)
+        return m.DeletableTopicResult(topic.name, ErrorCode.NONE, topic_id)
+
+
+def _created(name: str, error: ErrorCode, message: str) -> m.CreatableTopicResult:
+    return m.CreatableTopicResult(name, error, message)
+
+
+def _retention(configs: tuple[m.CreatableTopicConfig, ...]) -> tuple[int, int]:
+    """retention.ms and retention.bytes of a new topic (-1: none); any other config refused."""
+    values = dict.fromkeys(RETENTION_CONFIGS, NO_RETENTION)
+    for config in configs:
+        if config.name not in values:
+            raise RequestRefusedError(
+                ErrorCode.INVALID_CONFIG,
+                f"config {quoted(config.name)} is not supported "
+                f"(only {', '.join(RETENTION_CONFIGS)})",
+            )
+        try:
+            value = int(config.value or "")
+        except ValueError:
+            value = NO_RETENTION - 1
+        if value < NO_RETENTION:
+            raise RequestRefusedError(
+                ErrorCode.INVALID_CONFIG, f"{config.name} must be an integer >= -1"
+            )
+        values[config.name] = value
+    return values["retention.ms"], values["retention.bytes"]
