@@ -163,6 +163,18 @@ def test_the_runnable_blocks_run_as_written(scratch: Path) -> None:
         )
         if "pipeline run settlement_totals" in block.text:
             check_settlement_outputs(scratch, result)
+        if "orders-upper" in block.text:
+            check_upper_cased(result)
+
+
+def check_upper_cased(result: subprocess.CompletedProcess[str]) -> None:
+    """The Spark example's streaming query wrote every order, upper-cased (issue 41: it read
+    from the latest offsets, printed "1000 orders" and wrote nothing)."""
+    read = re.search(r"^(\d+) orders$", result.stdout, re.M)
+    written = re.search(r"^(\d+) orders upper-cased$", result.stdout, re.M)
+    assert read is not None and written is not None, result.stdout
+    assert int(read[1]) > 0
+    assert written[1] == read[1], result.stdout
 
 
 def check_settlement_outputs(scratch: Path, result: subprocess.CompletedProcess[str]) -> None:
