@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -76,6 +77,9 @@ def up(
     if detach:
         return
     typer.echo("streaming node logs; Ctrl-C stops the cluster")
+    # SIGTERM (`timeout`, systemd, a container's stop) as Ctrl-C: the nodes run in sessions of
+    # their own, and would outlive this command otherwise.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         _follow_logs(cluster)
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import signal
 import socket
 import sys
 import time
@@ -139,12 +140,46 @@ def _connect_problem(address: str) -> str | None:
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion on a new loop: uvloop's where it is installed, else
     asyncio's. The one runner of the project (nodes, commands, benchmarks): uvloop is used
-    nowhere else."""
+    nowhere else. SIGTERM (what `timeout`, systemd and `docker stop` send) ends it as SIGINT
+    does (`_terminated_as_interrupted`)."""
     try:
         import uvloop  # noqa: PLC0415 - optional: absent on Windows
     except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
+        return asyncio.run(_terminated_as_interrupted(coro))
+    return uvloop.run(_terminated_as_interrupted(coro))
+
+
+async def _terminated_as_interrupted(coro: Coroutine[Any, Any, T]) -> T:
+    """`coro`, which SIGTERM cancels as the runner cancels it on SIGINT (Ctrl-C): a command
+    that catches the cancellation finishes its work (a consumer commits what it printed and
+    leaves its group, a producer has what it sent acknowledged) and returns as usual; one that
+    does not ends with KeyboardInterrupt, as after Ctrl-C."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None, "run on a task"
+    terminated = asyncio.Event()
+
+    def terminate() -> None:
+        terminated.set()
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, terminate)
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        if terminated.is_set() and task.uncancel() == 0:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def finish_on_interrupt() -> None:
+    """In a command that caught the cancellation of Ctrl-C or SIGTERM (see `run`) to finish
+    its work: the cancellation is taken, so the work's own awaits go on."""
+    task = asyncio.current_task()
+    assert task is not None, "run on a task"
+    task.uncancel()
 
 
 UNWRAPPED_WIDTH = 1000  # columns of output that is not a terminal: a pipe or a file

@@ -25,7 +25,7 @@ from cli.common import (
     plural,
     resolve_bootstrap,
 )
-from cli.io_cmd import parse_time
+from cli.consume_cmd import parse_time
 from cli.topic_cmd import TimeoutOption, with_admin
 from cluster import protocol as p
 from cluster.client.groups import GroupDescription, Groups, ResetTarget

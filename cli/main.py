@@ -16,7 +16,16 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from cli import chaos_cmd, cluster_cmd, groups_cmd, io_cmd, pipeline_cmd, runtime, topic_cmd
+from cli import (
+    chaos_cmd,
+    cluster_cmd,
+    consume_cmd,
+    groups_cmd,
+    pipeline_cmd,
+    produce_cmd,
+    runtime,
+    topic_cmd,
+)
 from cli import walkthrough as walkthrough_scenes
 from cli.common import console, fail
 from cli.demo import DemoReport, demo_in_temporary_directory
@@ -40,8 +49,8 @@ app.add_typer(topic_cmd.producers, name="producers")
 app.add_typer(groups_cmd.app, name="groups")
 app.add_typer(chaos_cmd.app, name="chaos")
 app.add_typer(pipeline_cmd.app, name="pipeline")
-app.command()(io_cmd.produce)
-app.command()(io_cmd.consume)
+app.command()(produce_cmd.produce)
+app.command()(consume_cmd.consume)
 
 
 def _print_version(wanted: bool) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,7 +39,7 @@ from cli.common import (
 )
 from cluster.client import Cluster
 
-INTERRUPTED_EXIT_STATUS = 128 + 2  # what a shell reports for a process stopped by SIGINT
+SIGNALLED_EXIT_STATUS = 128  # + the signal's number: what a shell reports for a process it stopped
 app = typer.Typer(help="Spark jobs on the raftbroker data source.", no_args_is_help=True)
 TOTALS_DIR = "settlement_totals"  # under the data dir: where the job's outputs go by default
 PARQUET_NAME = "merchant-totals.parquet"
@@ -196,17 +195,24 @@ def settlement_totals_command(
             max_per_trigger,
             available_now,
         )
-        # Ctrl-C asks the run to stop between two waits (PySpark's own handler would raise in
-        # the middle of a call into the JVM); then say what it wrote, with SIGINT's status.
-        interrupted = threading.Event()
-        previous = signal.signal(signal.SIGINT, lambda _signum, _frame: interrupted.set())
+        # Ctrl-C, or SIGTERM (`timeout`, systemd, `docker stop`), asks the run to stop between
+        # two waits (PySpark's own handler would raise in the middle of a call into the JVM);
+        # then say what it wrote, with the signal's status.
+        stopped_by: list[signal.Signals] = []
+
+        def stop(signum: int, _frame: object) -> None:
+            stopped_by.append(signal.Signals(signum))
+
+        handlers = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            job.run(spark, spec, stop=interrupted.is_set)
+            job.run(spark, spec, stop=lambda: bool(stopped_by))
         finally:
-            signal.signal(signal.SIGINT, previous)
-        if interrupted.is_set():
-            typer.echo(f"stopped (Ctrl-C): {_totals_written(spec)}")
-            raise typer.Exit(INTERRUPTED_EXIT_STATUS)
+            for sig, previous in handlers.items():
+                signal.signal(sig, previous)
+        if stopped_by:
+            how = "Ctrl-C" if stopped_by[0] == signal.SIGINT else stopped_by[0].name
+            typer.echo(f"stopped ({how}): {_totals_written(spec)}")
+            raise typer.Exit(SIGNALLED_EXIT_STATUS + stopped_by[0])
         typer.echo(_totals_written(spec))
 
 

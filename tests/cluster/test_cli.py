@@ -180,7 +180,12 @@ def test_demo_passes_with_nothing_lost_or_duplicated() -> None:
     assert len(report["failovers"]) == 2
 
 
-def test_foreground_cluster_streams_logs_and_ctrl_c_stops_every_node(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_foreground_cluster_streams_logs_and_a_signal_stops_every_node(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Ctrl-C, or SIGTERM (a supervisor's stop: the nodes, in sessions of their own, outlived
+    the command before), stops every node of a foreground `cluster up`."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli", "cluster", "up", "--data-dir", str(tmp_path)],
         cwd=REPO,
@@ -207,7 +212,7 @@ def test_foreground_cluster_streams_logs_and_ctrl_c_stops_every_node(tmp_path: P
         started = launcher.LocalCluster.load(tmp_path)
         assert started is not None
         pids = [n.pid for n in started.nodes]
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         # Read on while it stops: the nodes' last lines must not fill the pipe and block it.
         proc.communicate(timeout=30)
         assert proc.returncode == 0

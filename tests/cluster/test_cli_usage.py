@@ -10,13 +10,17 @@ against a real local cluster:
 
 Issue 41, what a Kafka user tripped on in the first hour, on the same `cluster up` cluster:
 - a topic a Kafka client names first is created (`kcat -P -t new-topic`), as `cluster up`'s
-  nodes create topics on first use; a Metadata request that does not allow it creates nothing.
+  nodes create topics on first use; a Metadata request that does not allow it creates nothing;
+- SIGTERM (`timeout`, systemd, `docker stop`) ends `consume --group` as Ctrl-C does (commits
+  what it printed, leaves its group, prints its summary), and `produce` reading a pipe that
+  never closes (has what it sent acknowledged, prints its summary, exits).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -304,3 +308,98 @@ async def test_metadata_that_does_not_allow_it_creates_nothing(cluster_dir: Path
         assert [(t.name, t.error_code) for t in answer.topics] == [(name, error)]
     listed = ok(raftbroker("topic", "list", "--data-dir", str(cluster_dir)))
     assert not any(name in listed for name in names)
+
+
+SIGNAL_ENDS_WITHIN_S = 15.0
+
+
+def started(out: Path, *args: str, stdin: int | None = None) -> subprocess.Popen[str]:
+    """`raftbroker args...` running, its stdout into `out` (a pipe nobody reads meanwhile
+    would stop a consumer once full)."""
+    with out.open("w") as stdout:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli", *args],
+            cwd=REPO,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+def terminated(process: subprocess.Popen[str], out: Path) -> tuple[str, str]:
+    """SIGTERM `process`; its stdout and stderr once it ended (within SIGNAL_ENDS_WITHIN_S)."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, err = process.communicate(timeout=SIGNAL_ENDS_WITHIN_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return out.read_text(), err
+
+
+def test_sigterm_ends_a_group_consumer_as_ctrl_c_does(cluster_dir: Path, tmp_path: Path) -> None:
+    """Issue 41, item 5: `consume --group G --follow` killed by SIGTERM exited without its
+    summary or a LeaveGroup, and its member blocked `groups delete` for its session (45 s)."""
+    d = ("--data-dir", str(cluster_dir))
+    ok(raftbroker("produce", TOPIC, *d, stdin="".join(f"term-{i}\n" for i in range(30))))
+    out_path = tmp_path / "out"
+    consumer = started(
+        out_path, "consume", TOPIC, "--group", "g-term", "--from-beginning", "--follow", *d
+    )
+    try:
+        poll_until(
+            lambda: (
+                "g-term" in raftbroker("groups", "list", *d).stdout
+                and _lag(cluster_dir, "g-term") == 0
+            ),
+            60,
+            "the group's member to print and commit everything",
+        )
+    finally:
+        out, err = terminated(consumer, out_path)
+    assert consumer.returncode == 0, err
+    printed = len(out.splitlines())
+    assert printed >= 30
+    assert err.splitlines()[-1] == f"Processed {printed:,} records"
+    described = json.loads(ok(raftbroker("groups", "describe", "g-term", "--json", *d)))
+    assert described["members"] == []  # it left: its member is gone at once
+    ok(raftbroker("groups", "delete", "g-term", *d))  # refused while it has members
+
+
+def _lag(cluster_dir: Path, group: str) -> int | None:
+    result = raftbroker("groups", "describe", group, "--json", "--data-dir", str(cluster_dir))
+    if result.returncode != 0:
+        return None
+    described = json.loads(result.stdout)
+    lags = [p["lag"] for p in described["partitions"]]
+    return sum(lags) if lags and described["members"] else None
+
+
+def test_sigterm_ends_a_producer_reading_a_pipe_that_never_closes(
+    cluster_dir: Path, tmp_path: Path
+) -> None:
+    """As `tail -f log | raftbroker produce T` under systemd: the lines sent so far are
+    acknowledged and summed up; the read that waits for more does not hold the process."""
+    out_path = tmp_path / "out"
+    producer = started(
+        out_path, "produce", TOPIC, "--data-dir", str(cluster_dir), stdin=subprocess.PIPE
+    )
+    assert producer.stdin is not None
+    producer.stdin.write("".join(f"piped-{i}\n" for i in range(5)))
+    producer.stdin.flush()  # and left open: more could come
+
+    def acknowledged() -> bool:
+        consumed = raftbroker(
+            "consume", TOPIC, "--from-beginning", "--until-end", "--data-dir", str(cluster_dir)
+        )
+        return consumed.stdout.count("piped-") == 5
+
+    try:
+        poll_until(acknowledged, 60, "the 5 piped lines acknowledged")
+    finally:
+        _out, err = terminated(producer, out_path)
+    assert producer.returncode == 0, err
+    assert err.splitlines()[-1].startswith("5 records acknowledged to orders (")
+    assert err.splitlines()[-1].endswith("; interrupted: the rest of the input was not read")

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from cli.common import CliError
-from cli.io_cmd import Start, parse_start
+from cli.consume_cmd import Start, parse_start
 from cli.record_lines import LineFormat, TextFields, as_json, iso_ms, parse_headers, unescape
 from cluster.client import ConsumedRecord, Consumer
 

@@ -1,20 +1,13 @@
-"""`raftbroker produce` and `raftbroker consume`: records from lines, records to lines.
+"""`raftbroker consume`: records to lines.
 
-produce: one record per input line (stdin by default, or `--file`), idempotent by default; how
-a line becomes a record (key separator, null marker, headers) is cli/record_lines.py's. It ends
-with a summary and exits non-zero if any record was not acknowledged; a line that cannot be
-sent (no key separator, too large) stops the run, and the one error line says so and what came
-of the records before it. A record may wait up to `--timeout-ms` for its acknowledgement,
-riding out dead nodes and leader changes meanwhile.
-
-consume: starts at the end (as Kafka's console consumer), the beginning, an offset of one
-partition, or N records before each partition's end (`--offset -N`); reads until
-`--max-messages`, `--until-end` (the end of each partition as it was at the start), or
-`--timeout-ms` without a record; then "Processed N records" on stderr (after Ctrl-C too). A
-partition whose leader is dead or moving is asked again meanwhile (as Kafka's console
-consumer refreshes metadata until a leader answers); if one still has no leader answering
-when the time is up, consume fails with one line naming it, rather than end as if it had been
-read to its end. How a record prints (text fields, JSON) is cli/record_lines.py's.
+Starts at the end (as Kafka's console consumer), the beginning, an offset of one partition, or
+N records before each partition's end (`--offset -N`); reads until `--max-messages`,
+`--until-end` (the end of each partition as it was at the start), or `--timeout-ms` without a
+record; then "Processed N records" on stderr (after Ctrl-C or SIGTERM too). A partition whose
+leader is dead or moving is asked again meanwhile (as Kafka's console consumer refreshes
+metadata until a leader answers); if one still has no leader answering when the time is up,
+consume fails with one line naming it, rather than end as if it had been read to its end. How a
+record prints (text fields, JSON) is cli/record_lines.py's.
 
 `--from-time` starts each partition at its first record appended at that time or later (the
 leader's log append time: ListOffsets by time), as kcat's `-o s@TIME`.
@@ -23,7 +16,7 @@ leader's log append time: ListOffsets by time), as kcat's `-o s@TIME`.
 shares the partitions among its members, each partition starts at the group's committed
 offset, and `--from-beginning` applies only where the group has none (as Kafka's console
 consumer). Offsets are committed after the records are printed, so a crash delivers them again
-rather than skips them.
+rather than skips them; Ctrl-C or SIGTERM commits what was printed and leaves the group.
 """
 
 from __future__ import annotations
@@ -32,236 +25,38 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import IO
 
 import typer
-from rich.progress import Progress
 
 from cli.common import (
     BootstrapOption,
     CliError,
     DataDirOption,
-    fail,
+    finish_on_interrupt,
     one_line_errors,
     plural,
     resolve_bootstrap,
     run,
     topic_partitions,
 )
-from cli.record_lines import LineFormat, TextFields, as_json, parse_headers
+from cli.record_lines import TextFields, as_json
 from cluster.client import (
     Admin,
-    ClientError,
     Cluster,
     CommitFailedError,
     ConsumedRecord,
     Consumer,
     GroupConfig,
     GroupConsumer,
-    Producer,
-    ProducerConfig,
-    RecordMetadata,
     RetryPolicy,
 )
-from statemachine.errors import ErrorCode
 
-READ_HINT_BYTES = 1 << 20
 SHORT_POLL_MS = 200
-
-
-@dataclass(slots=True)
-class ProduceSummary:
-    acked: int = 0
-    failed: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-    offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
-    sent: int = 0
-    settled: asyncio.Event = field(default_factory=asyncio.Event)
-    stopped: str = ""  # why the run stopped before the end of its input
-
-    def record(self, future: asyncio.Future[RecordMetadata]) -> None:
-        self._count(future)
-        if self.acked + self.failed == self.sent:
-            self.settled.set()
-
-    def _count(self, future: asyncio.Future[RecordMetadata]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            self.failed += 1
-            name = type(future.exception()).__name__ if not future.cancelled() else "cancelled"
-            error = future.exception()
-            key = str(error) if isinstance(error, ClientError) else name
-            self.errors[key] = self.errors.get(key, 0) + 1
-            return
-        meta = future.result()
-        self.acked += 1
-        first, last = self.offsets.get(meta.partition, (meta.offset, meta.offset))
-        self.offsets[meta.partition] = (min(first, meta.offset), max(last, meta.offset))
-
-
-async def _lines(stream: IO[bytes]) -> AsyncIterator[bytes]:
-    """Lines from a file or stdin without blocking the event loop (chunked unless a terminal)."""
-    loop = asyncio.get_running_loop()
-    interactive = stream.isatty()
-    while True:
-        if interactive:
-            line = await loop.run_in_executor(None, stream.readline)
-            chunk = [line] if line else []
-        else:
-            chunk = await loop.run_in_executor(None, stream.readlines, READ_HINT_BYTES)
-        if not chunk:
-            return
-        for line in chunk:
-            yield line.rstrip(b"\r\n")
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceOptions:
-    topic: str
-    lines: LineFormat
-    headers: tuple[tuple[str, bytes], ...]
-    partition: int | None
-    source: str  # "stdin", or the file's name: where a bad line is
-
-
-async def _produce(
-    bootstrap: list[str],
-    options: ProduceOptions,
-    stream: IO[bytes],
-    config: ProducerConfig,
-    progress: Callable[[int], None],
-) -> ProduceSummary:
-    """Send each line; at a line that cannot be sent, stop reading (what was sent before it
-    is still delivered) and note why in the summary."""
-    summary = ProduceSummary()
-    client = Cluster(bootstrap, retry=RetryPolicy(config.delivery_timeout_ms / 1000))
-    try:
-        await topic_partitions(client, options.topic, options.partition)
-        source = options.source
-        async with Producer(client, config) as producer:
-            number = 0
-            async for line in _lines(stream):
-                number += 1
-                progress(len(line) + 1)
-                try:
-                    future = await _send(producer, options, line, f"line {number} of {source}")
-                except CliError as exc:
-                    summary.stopped = str(exc)
-                    break
-                summary.sent += 1
-                future.add_done_callback(summary.record)
-        if summary.sent:
-            await summary.settled.wait()  # every future is done: only its callback is pending
-    finally:
-        await client.close()
-    return summary
-
-
-async def _send(
-    producer: Producer, options: ProduceOptions, line: bytes, where: str
-) -> asyncio.Future[RecordMetadata]:
-    key, value = options.lines.split(line, where)
-    try:
-        return await producer.send(
-            options.topic, value, key, headers=options.headers, partition=options.partition
-        )
-    except ClientError as exc:
-        if exc.error != ErrorCode.MESSAGE_TOO_LARGE:
-            raise
-        raise CliError(f"{where}: {exc.message}, see docs/semantics.md, Limits") from None
-
-
-def produce(
-    topic: str = typer.Argument(..., metavar="TOPIC", help="The topic to write to."),
-    file: Path | None = typer.Option(
-        None, "--file", "-f", metavar="FILE", help="Read lines from FILE instead of stdin."
-    ),
-    key_separator: str | None = typer.Option(
-        None,
-        "--key-separator",
-        "-K",
-        metavar="SEP",
-        help="Each line is KEY<SEP>VALUE, split at the first SEP; a line without SEP is an "
-        "error. \\t, \\\\ and \\xHH in SEP mean their character. Default: no keys.",
-    ),
-    header: list[str] | None = typer.Option(
-        None,
-        "--header",
-        "-H",
-        metavar="NAME=VALUE",
-        help="A header on every record (repeatable).",
-    ),
-    null_marker: str | None = typer.Option(
-        None,
-        "--null-marker",
-        metavar="STR",
-        help="A key or value equal to STR is produced as null (a null value: a tombstone).",
-    ),
-    transactional_id: str | None = typer.Option(
-        None,
-        "--transactional-id",
-        metavar="ID",
-        help="Write as this transactional id: a newer producer with the same id fences this one.",
-    ),
-    partition: int | None = typer.Option(
-        None,
-        "--partition",
-        min=0,
-        metavar="N",
-        help="Write every record to partition N. Default: by key hash, round robin without keys.",
-    ),
-    timeout_ms: int = typer.Option(
-        120_000,
-        "--timeout-ms",
-        min=1,
-        metavar="MS",
-        help="How long a record may wait for its acknowledgement (riding out failovers).",
-    ),
-    bootstrap: list[str] | None = BootstrapOption,
-    data_dir: Path | None = DataDirOption,
-) -> None:
-    """Produce one record per line of stdin (or --file); idempotent."""
-    options = ProduceOptions(
-        topic,
-        LineFormat.of(key_separator, null_marker),
-        parse_headers(header or []),
-        partition,
-        "stdin" if file is None else str(file),
-    )
-    addresses = resolve_bootstrap(bootstrap, data_dir)
-    config = ProducerConfig(transactional_id=transactional_id or "", delivery_timeout_ms=timeout_ms)
-    if file is None:
-        summary = run(_produce(addresses, options, sys.stdin.buffer, config, lambda _n: None))
-    else:
-        with file.open("rb") as stream, Progress(transient=True) as bar:
-            task = bar.add_task(f"producing {file.name}", total=file.stat().st_size)
-            summary = run(
-                _produce(addresses, options, stream, config, lambda n: bar.advance(task, n))
-            )
-    _report(topic, summary)
-
-
-def _report(topic: str, summary: ProduceSummary) -> None:
-    """The summary line; or, if a line stopped the run, one error line saying what came of
-    the records before it."""
-    spans = ", ".join(f"{p}: {a}..{b}" for p, (a, b) in sorted(summary.offsets.items()))
-    if summary.stopped:
-        before = f"{plural(summary.acked, 'record')} before it acknowledged"
-        failed = f", {summary.failed} not" if summary.failed else ""
-        fail(f"{summary.stopped}; {before}{failed}")
-    typer.echo(
-        f"{plural(summary.acked, 'record')} acknowledged to {topic} "
-        f"({plural(len(summary.offsets), 'partition')}{'; offsets ' + spans if spans else ''})",
-        err=True,
-    )
-    if summary.failed:
-        reasons = ", ".join(f"{k} x{v}" for k, v in summary.errors.items())
-        were = "was" if summary.failed == 1 else "were"
-        fail(f"{plural(summary.failed, 'record')} {were} not acknowledged: {reasons}")
 
 
 class Format(StrEnum):
@@ -437,6 +232,7 @@ async def _consume_in_group(
         auto_offset_reset=reset,
     )
     member = GroupConsumer(client, group, [options.topic], config)
+    uncommitted: dict[tuple[str, int], int] = {}
     try:
         idle_since = time.monotonic()
         while options.max_messages is None or tally.printed < options.max_messages:
@@ -445,13 +241,21 @@ async def _consume_in_group(
                 idle_since = time.monotonic()
             elif not options.follow and time.monotonic() - idle_since >= options.timeout_ms / 1000:
                 break
-            printed = _print(records, options, tally)
-            if printed:
-                with contextlib.suppress(CommitFailedError):  # delivered again: at least once
-                    await member.commit(_next_offsets(printed))
+            uncommitted = _next_offsets(_print(records, options, tally))
+            await _commit(member, uncommitted)
+            uncommitted = {}
+    except asyncio.CancelledError:  # Ctrl-C or SIGTERM: commit what was printed, then leave
+        finish_on_interrupt()
+        await _commit(member, uncommitted)
     finally:
         await member.close()
         await client.close()
+
+
+async def _commit(member: GroupConsumer, offsets: dict[tuple[str, int], int]) -> None:
+    if offsets:
+        with contextlib.suppress(CommitFailedError):  # delivered again: at least once
+            await member.commit(offsets)
 
 
 def _next_offsets(records: list[ConsumedRecord]) -> dict[tuple[str, int], int]:
@@ -596,5 +400,4 @@ def consume(
     typer.echo(f"Processed {plural(tally.printed, 'record')}", err=True)
 
 
-produce = one_line_errors(produce)
 consume = one_line_errors(consume)
