@@ -91,19 +91,31 @@ def parse_time(text: str, option: str = "--from-time") -> int:
     return max(0, round(moment.timestamp() * 1000))
 
 
-NAMED_STARTS = {"earliest": Consumer.EARLIEST, "latest": Consumer.LATEST}
+# Kafka's words and kcat's for where to start, and kcat's `-o stored` (a group's commits).
+NAMED_STARTS = {
+    "earliest": Consumer.EARLIEST,
+    "beginning": Consumer.EARLIEST,
+    "latest": Consumer.LATEST,
+    "end": Consumer.LATEST,
+}
+STORED = "stored"
+OFFSET_WORDS = "N, -N, earliest/beginning, latest/end, stored (with --group) or s@TIME"
 
 
-def parse_start(
-    from_beginning: bool, offset: str | None, partition: int | None, from_time: str | None = None
-) -> Start:
+def parse_start(from_beginning: bool, offset: str | None, from_time: str | None = None) -> Start:
     """--from-beginning / --offset / --from-time as a Start; a CliError for what cannot mean
-    one."""
+    one. An offset N applies to each partition read (kcat's `-o N`), -N counts back from each
+    partition's end, s@TIME is --from-time TIME (kcat's), `stored` the group's commits (the
+    start of a group member anyway: the default)."""
+    if offset is not None and offset.startswith("s@"):
+        if from_time is not None:
+            raise CliError("use --offset s@TIME or --from-time, not both")
+        from_time, offset = offset.removeprefix("s@"), None
     if from_time is not None:
         if from_beginning or offset is not None:
             raise CliError("use one of --from-beginning, --offset and --from-time")
         return Start(time_ms=parse_time(from_time))
-    if offset is None:
+    if offset is None or offset.lower() == STORED:
         return Start(Consumer.EARLIEST if from_beginning else Consumer.LATEST)
     if from_beginning:
         raise CliError("use --from-beginning or --offset, not both")
@@ -112,15 +124,37 @@ def parse_start(
     try:
         number = int(offset)
     except ValueError:
-        raise CliError(f"--offset {offset!r} is not N, -N, earliest or latest") from None
+        raise CliError(f"--offset {offset!r} is not {OFFSET_WORDS}") from None
     if number < 0:
         return Start(back=-number)
-    if partition is None:
-        raise CliError(
-            f"--offset {number} needs --partition: offsets are per partition "
-            f"(--offset -{number or 10} starts that many records before each partition's end)"
-        )
     return Start(number)
+
+
+def _check_group_options(
+    group: str | None,
+    offset: str | None,
+    partition: int | None,
+    from_time: str | None,
+    until_end: bool,
+) -> None:
+    """With --group, where to start is the group's (its committed offsets; where it has none,
+    the first or the last record): any other start is refused, and `stored` needs a group."""
+    word = None if offset is None else offset.lower()
+    if group is None:
+        if word == STORED:
+            raise CliError("--offset stored starts at a group's committed offsets: use --group")
+        return
+    if (
+        partition is not None
+        or from_time is not None
+        or until_end
+        or (word is not None and word != STORED and word not in NAMED_STARTS)
+    ):
+        raise CliError(
+            "--group reads from the group's committed offsets and the partitions it assigns: "
+            "not with --offset N, -N or s@TIME, --partition, --from-time or --until-end "
+            "(raftbroker groups reset moves a group's offsets)"
+        )
 
 
 GROUP_DEFAULTS = GroupConfig()  # Kafka's member defaults, where a flag leaves one unset
@@ -157,7 +191,9 @@ async def _assign(
     admin, consumer, topic = Admin(client), Consumer(client), options.topic
     ends: dict[int, int] | None = {} if options.until_end else None
     for partition in options.partitions or [i.partition for i in infos]:
-        start = await _start_offset(admin, topic, partition, options.start)
+        start = await _start_offset(
+            admin, topic, partition, options.start, named=options.partitions is not None
+        )
         if ends is not None:
             end = await admin.list_offsets(topic, partition, Consumer.LATEST)
             if start >= end:
@@ -167,16 +203,31 @@ async def _assign(
     return consumer, ends
 
 
-async def _start_offset(admin: Admin, topic: str, partition: int, start: Start) -> int:
+async def _start_offset(
+    admin: Admin, topic: str, partition: int, start: Start, *, named: bool
+) -> int:
+    """Where `partition` is read from. An offset N outside the partition's offsets fails
+    naming them when the partition was `named` (--partition); applied to every partition
+    (kcat's -o N), it starts a partition that lacks it at its nearer end."""
     if start.time_ms is not None:
         return await admin.list_offsets(topic, partition, start.time_ms)
-    if not start.back and start.offset >= 0:
-        return start.offset
-    if not start.back:
+    if not start.back and start.offset < 0:
         return await admin.list_offsets(topic, partition, start.offset)
     end = await admin.list_offsets(topic, partition, Consumer.LATEST)
     first = await admin.list_offsets(topic, partition, Consumer.EARLIEST)
-    return max(first, end - start.back)
+    if start.back:
+        return max(first, end - start.back)
+    if not named:
+        return min(max(first, start.offset), end)
+    if not first <= start.offset <= end:
+        raise CliError(
+            f"--offset {start.offset} is out of range for {topic} partition {partition}: "
+            f"it holds offsets {first} to {end - 1}, and {end} is its end"
+            if end > first
+            else f"--offset {start.offset} is out of range for {topic} partition {partition}: "
+            f"it is empty, its end at offset {end}"
+        )
+    return start.offset
 
 
 def _at_ends(consumer: Consumer, topic: str, ends: dict[int, int]) -> bool:
@@ -290,9 +341,11 @@ def consume(
         None,
         "--offset",
         "-o",
-        metavar="N|-N|earliest|latest",
-        help="Where to start: offset N (needs --partition), -N: N records before each "
-        "partition's end, or earliest / latest. Default: latest, as Kafka's console consumer.",
+        metavar="N|-N|beginning|end|stored|s@TIME",
+        help="Where to start: offset N of each partition read, -N: N records before each "
+        "partition's end, earliest (or beginning), latest (or end), s@TIME as --from-time, "
+        "stored: a group's committed offsets. Default: latest, as Kafka's console consumer; "
+        "with --group, stored.",
     ),
     from_time: str | None = typer.Option(
         None,
@@ -369,14 +422,7 @@ def consume(
     At the end, "Processed N records" on stderr."""
     if follow and until_end:
         raise CliError("use --follow or --until-end, not both")
-    if (group is not None and (offset, partition, from_time) != (None, None, None)) or (
-        group is not None and until_end
-    ):
-        raise CliError(
-            "--group reads from the group's committed offsets and the partitions it assigns: "
-            "not with --offset, --partition, --from-time or --until-end "
-            "(raftbroker groups reset moves a group's offsets)"
-        )
+    _check_group_options(group, offset, partition, from_time, until_end)
     if session_timeout_ms is not None and group is None:
         raise CliError("--session-timeout-ms is a group member's setting: use it with --group")
     fields = TextFields(
@@ -386,7 +432,7 @@ def consume(
         topic,
         group,
         None if partition is None else [partition],
-        parse_start(from_beginning, offset, partition, from_time),
+        parse_start(from_beginning, offset, from_time),
         max_messages,
         timeout_ms,
         follow,

@@ -6,7 +6,8 @@ the whole command tree once typer has built it (every subcommand and group, whic
 declared it):
 
 - an option shows its metavar (`HOST:PORT`, `N`, `text|json`); a flag, --help too, nothing;
-- an argument shows its name in capitals (`TOPIC`, `[NAME]` when optional) and no type.
+- an argument shows its name in capitals (`TOPIC`, `[NAME]` when optional) and no type;
+- a usage error is one line on stderr, as every other error of the command (status 2).
 
 Rules: only how parameters are displayed changes, never how they parse. A declared metavar
 wins; otherwise one is made from the type (`N` for numbers, `PATH`, `TEXT`, the choices). On
@@ -15,6 +16,8 @@ a typer without these internals the names it lacks are skipped and its own displ
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -33,11 +36,49 @@ class PlainArgument(TyperArgument):
 
 
 class PlainHelpGroup(TyperGroup):
-    """The root group: plain display for every parameter of the tree below it."""
+    """The root group: plain display for every parameter of the tree below it, and a usage
+    error (a bad flag, a value out of range, a missing argument) in one line, as every other
+    error of the command: `raftbroker: Invalid value for '--partitions': ... (see `raftbroker
+    topic create --help`)`, status 2, where typer drew a framed panel."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         plain_help(self)
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        call = (args, prog_name, complete_var)
+        if not standalone_mode:
+            return super().main(*call, False, windows_expand_args, **extra)
+        try:
+            code = super().main(*call, False, windows_expand_args, **extra)
+        except typer.TyperException as exc:
+            sys.exit(_said_in_one_line(exc))
+        except typer.Abort:
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _said_in_one_line(exc: typer.TyperException) -> int:
+    """Print a command-line error in one line; its exit status. Running with no arguments at
+    all is not one: it shows the help, as typer does."""
+    show, message = getattr(exc, "show", None), getattr(exc, "format_message", None)
+    if type(exc).__name__ == "NoArgsIsHelpError" or message is None:
+        if show is not None:
+            show()
+        return int(getattr(exc, "exit_code", 2))
+    ctx = getattr(exc, "ctx", None)
+    where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+    text = " ".join(str(message()).split())
+    typer.echo(f"raftbroker: {text}{where}", err=True)
+    return int(getattr(exc, "exit_code", 2))
 
 
 def plain_help(command: TyperCommand | TyperGroup) -> None:

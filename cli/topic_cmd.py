@@ -56,7 +56,7 @@ def with_admin(bootstrap: list[str], timeout_ms: int, action: Callable[[Admin], 
 def create(
     name: str = TopicArgument,
     partitions: int = typer.Option(
-        1, "--partitions", "-p", min=1, metavar="N", help="How many partitions."
+        1, "--partitions", min=1, metavar="N", help="How many partitions."
     ),
     replication: int | None = typer.Option(
         None,

@@ -11,6 +11,9 @@ against a real local cluster:
 Issue 41, what a Kafka user tripped on in the first hour, on the same `cluster up` cluster:
 - a topic a Kafka client names first is created (`kcat -P -t new-topic`), as `cluster up`'s
   nodes create topics on first use; a Metadata request that does not allow it creates nothing;
+- the console consumer takes kcat's and Kafka's words (`-o beginning|end|stored|N|s@TIME`, a
+  bare `-o N` for every partition), an offset out of range names the range, and a usage error
+  (a flag typer refuses) is one line as every other error;
 - SIGTERM (`timeout`, systemd, `docker stop`) ends `consume --group` as Ctrl-C does (commits
   what it printed, leaves its group, prints its summary), and `produce` reading a pipe that
   never closes (has what it sent acknowledged, prints its summary, exits).
@@ -102,12 +105,26 @@ CASES = {
         ("consume", TOPIC, "--partition", "9"), "topic orders has 3 partitions (0-2)"
     ),
     "consume a missing topic": ErrorCase(("consume", "nosuch"), "topic 'nosuch' does not exist"),
-    "an offset without a partition": ErrorCase(
-        ("consume", TOPIC, "--offset", "5"), "--offset 5 needs --partition"
-    ),
     "an offset that is not one": ErrorCase(
-        ("consume", TOPIC, "--offset", "soon"), "--offset 'soon' is not N, -N, earliest or latest"
+        ("consume", TOPIC, "--offset", "soon"),
+        "--offset 'soon' is not N, -N, earliest/beginning, latest/end, stored (with --group)",
     ),
+    "an offset past the end": ErrorCase(
+        ("consume", TOPIC, "-p", "0", "-o", "999999999"),
+        "--offset 999999999 is out of range for orders partition 0: it holds offsets 0 to ",
+    ),
+    "stored offsets without a group": ErrorCase(
+        ("consume", TOPIC, "-o", "stored"), "--offset stored starts at a group's committed"
+    ),
+    "an offset a group member does not take": ErrorCase(
+        ("consume", TOPIC, "--group", "g", "-o", "5"), "not with --offset N, -N or s@TIME"
+    ),
+    "a partition count of 0 (typer's check)": ErrorCase(
+        ("topic", "create", "zero", "--partitions", "0"),
+        "Invalid value for '--partitions': Input should be greater than or equal to 1 "
+        "(see `raftbroker topic create --help`)",
+    ),
+    "a flag that is not one": ErrorCase(("consume", TOPIC, "--nope"), "No such option: --nope"),
     "follow and until-end": ErrorCase(
         ("consume", TOPIC, "--follow", "--until-end"), "use --follow or --until-end, not both"
     ),
@@ -199,6 +216,13 @@ def test_consume_the_last_n_of_each_partition_until_the_end(cluster_dir: Path) -
     assert (ok(one), one.stderr) == ("p1-4\n", "Processed 1 record\n")
     nothing = raftbroker("consume", "recent", "--until-end", *d)  # from the end: nothing
     assert (ok(nothing), nothing.stderr) == ("", "Processed 0 records\n")
+    # Issue 41, item 6: kcat's words. A bare offset applies to every partition read (one
+    # that lacks it starts at its nearer end: partition 2, empty, reads nothing).
+    every = raftbroker("consume", "recent", "-o", "3", "-e", *d)
+    assert ok(every).splitlines() == ["p0-3", "p0-4", "p1-3", "p1-4"]
+    beginning = raftbroker("consume", "recent", "-o", "beginning", "-e", *d)
+    assert len(ok(beginning).splitlines()) == 10
+    assert ok(raftbroker("consume", "recent", "-o", "end", "-e", *d)) == ""
 
 
 def test_consume_prints_the_fields_asked_for_and_tells_null_from_empty(cluster_dir: Path) -> None:
@@ -257,6 +281,8 @@ def test_consume_from_a_time_starts_at_what_was_appended_since(cluster_dir: Path
     for mark in (str(since_ms), datetime.fromtimestamp(since_ms / 1000, UTC).isoformat()):
         consumed = raftbroker("consume", "timed", "--from-time", mark, "-e", *d)
         assert sorted(ok(consumed).splitlines()) == ["after-1", "after-2", "after-3"], mark
+    as_kcat = raftbroker("consume", "timed", "-o", f"s@{since_ms}", "-e", *d)  # kcat's words
+    assert sorted(ok(as_kcat).splitlines()) == ["after-1", "after-2", "after-3"]
     later = raftbroker("consume", "timed", "--from-time", str(wall_ms() + 60_000), "-e", *d)
     assert (ok(later), later.stderr) == ("", "Processed 0 records\n")
     line = one_line_error(("consume", "timed", "--from-time", "yesterday", *d))

@@ -123,31 +123,35 @@ def test_json_has_every_field_and_base64_for_what_is_not_utf8() -> None:
 
 
 @pytest.mark.parametrize(
-    ("from_beginning", "offset", "partition", "start"),
+    ("from_beginning", "offset", "start"),
     [
-        (False, None, None, Start(Consumer.LATEST)),
-        (True, None, None, Start(Consumer.EARLIEST)),
-        (False, "earliest", None, Start(Consumer.EARLIEST)),
-        (False, "LATEST", None, Start(Consumer.LATEST)),
-        (False, "-10", None, Start(back=10)),
-        (False, "5", 1, Start(5)),
-        (False, "0", 0, Start(0)),
+        (False, None, Start(Consumer.LATEST)),
+        (True, None, Start(Consumer.EARLIEST)),
+        (False, "earliest", Start(Consumer.EARLIEST)),
+        (False, "beginning", Start(Consumer.EARLIEST)),  # kcat's words
+        (False, "LATEST", Start(Consumer.LATEST)),
+        (False, "end", Start(Consumer.LATEST)),
+        (False, "stored", Start(Consumer.LATEST)),  # a group member's start: its commits
+        (True, "stored", Start(Consumer.EARLIEST)),  # and where it has none, the first
+        (False, "-10", Start(back=10)),
+        (False, "5", Start(5)),  # of every partition read, as kcat's -o 5
+        (False, "0", Start(0)),
+        (False, "s@1700000000000", Start(time_ms=1_700_000_000_000)),  # kcat's -o s@TIME
+        (False, "s@2023-11-14T22:13:20Z", Start(time_ms=1_700_000_000_000)),
     ],
 )
-def test_where_consume_starts(
-    from_beginning: bool, offset: str | None, partition: int | None, start: Start
-) -> None:
-    assert parse_start(from_beginning, offset, partition) == start
+def test_where_consume_starts(from_beginning: bool, offset: str | None, start: Start) -> None:
+    assert parse_start(from_beginning, offset) == start
 
 
 @pytest.mark.parametrize(
     ("from_beginning", "offset", "says"),
     [
-        (False, "5", "--offset 5 needs --partition"),
-        (False, "soon", "is not N, -N, earliest or latest"),
+        (False, "soon", "is not N, -N, earliest/beginning, latest/end, stored"),
         (True, "-3", "use --from-beginning or --offset, not both"),
+        (False, "s@never", "is neither ms since the epoch nor an ISO 8601 time"),
     ],
 )
 def test_starts_that_mean_nothing_are_refused(from_beginning: bool, offset: str, says: str) -> None:
     with pytest.raises(CliError, match=says):
-        parse_start(from_beginning, offset, None)
+        parse_start(from_beginning, offset)
