@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from cluster.addresses import PORT_MAX, join_address
+from cluster.addresses import PORT_MAX, join_address, parse_address
 from statemachine.fields import check_positive_ints
 from statemachine.limits import KIB, MIB
 
@@ -194,13 +194,16 @@ class Topics:
 @dataclass(frozen=True, slots=True)
 class Peer:
     """A node of the cluster as the others reach it (`kafka_port`: its Kafka listener, which
-    Kafka clients learn from Metadata; None when it has none)."""
+    Kafka clients learn from Metadata; None when it has none). `kafka_external_address`: what
+    Metadata names this node as on the external Kafka listener (Kafka's advertised listener for
+    clients outside the nodes' network, such as a container host's published port)."""
 
     node_id: int
     host: str
     client_port: int
     raft_port: int
     kafka_port: int | None = None
+    kafka_external_address: str | None = None
 
     @property
     def client_address(self) -> str:
@@ -229,6 +232,9 @@ class NodeConfig:
     # Kafka's wire protocol on its own port (cluster/kafka/); None: no Kafka listener. When
     # set, every peer names its own, so Metadata can send Kafka clients to any node.
     kafka_port: int | None = None
+    # A second Kafka listener for clients outside the nodes' network (a container host's):
+    # Metadata there names each node by its peer entry's `kafka_external_address`.
+    kafka_external_port: int | None = None
     cluster_id: str = "raftbroker"
     cluster_secret: str | None = None
     # Journals (and the term and vote) fsynced before an entry is acknowledged: a power cut of
@@ -245,10 +251,10 @@ class NodeConfig:
     topics: Topics = field(default_factory=Topics)
 
     def __post_init__(self) -> None:
-        ports = ("client_port", "raft_port", "http_port", "kafka_port")
+        ports = ("client_port", "raft_port", "http_port", "kafka_port", "kafka_external_port")
         for name in ports:
             port = getattr(self, name)
-            if name == "kafka_port" and port is None:
+            if name.startswith("kafka") and port is None:
                 continue
             if type(port) is not int or not 1 <= port <= PORT_MAX:
                 raise ConfigError(f"{name} must be a port number (1-{PORT_MAX}), not {port!r}")
@@ -274,6 +280,20 @@ class NodeConfig:
             check_cluster_secret(self.cluster_secret)
 
     def _check_kafka_peers(self) -> None:
+        for peer in self.peers:
+            address = peer.kafka_external_address
+            if address is not None:
+                try:
+                    parse_address(address)
+                except ValueError as exc:
+                    where = f"peers: node {peer.node_id}'s kafka_external_address"
+                    raise ConfigError(f"{where}: {exc}") from None
+            elif self.kafka_external_port is not None:  # else clients outside are sent nowhere
+                raise ConfigError(
+                    f"peers: node {peer.node_id} has no kafka_external_address (with "
+                    "kafka_external_port set, every peer names the HOST:PORT clients outside "
+                    "reach it at)"
+                )
         for peer in self.peers:
             port = peer.kafka_port
             if port is not None and (type(port) is not int or not 1 <= port <= PORT_MAX):

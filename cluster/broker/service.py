@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from cluster.addresses import join_address
 from cluster.broker.duties import NodeDuties
 from cluster.broker.frontend import RequestFrontend
 from cluster.broker.groups import GroupService
@@ -48,21 +49,26 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
         wire=NativeWire(config.limits),
         peer_sources=hosts,
     )
-    kafka: Server[KafkaRequest, ResponseBody] | None = None
-    if config.kafka_port is not None:
-        kafka = Server(
-            KafkaFrontend(node, frontend, peers, metrics, groups),
+    kafka_listeners: list[tuple[Server[KafkaRequest, ResponseBody], str]] = []
+    for port, external in ((config.kafka_port, False), (config.kafka_external_port, True)):
+        if port is None:
+            continue
+        name = "kafka_external" if external else "kafka"
+        kafka_frontend = KafkaFrontend(node, frontend, peers, metrics, groups, external=external)
+        listener = Server(
+            kafka_frontend,
             config.host,
-            config.kafka_port,
+            port,
             config.limits,
             config.timing,
-            wire=KafkaWire(config.limits),
+            wire=KafkaWire(config.limits, name=name),
             peer_sources=hosts,
         )
+        kafka_listeners.append((listener, join_address(config.host, port)))
     http = HttpEndpoint(metrics, lambda: health_problems(node), config)
     await node.start()
     metrics.watch_groups(node.group_statuses)
-    metrics.watch_connections(server.stats, *([kafka.stats] if kafka else []))
+    metrics.watch_connections(server.stats, *(listener.stats for listener, _ in kafka_listeners))
     mesh = node.driver.mesh
     metrics.watch_raft_port(
         lambda: RaftPortStats(mesh.unopened_links, mesh.refused_connections, mesh.failed_handshakes)
@@ -79,11 +85,14 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
             tasks.create_task(_watch_leaders(node, metrics))
             await server.listening.wait()
             log.info("node %d serving clients on %s", config.node_id, config.client_address)
-            if kafka is not None:
-                tasks.create_task(kafka.serve())
-                await kafka.listening.wait()
+            for listener, address in kafka_listeners:
+                tasks.create_task(listener.serve())
+                await listener.listening.wait()
                 log.info(
-                    "node %d serving Kafka clients on %s", config.node_id, config.kafka_address
+                    "node %d serving Kafka clients (%s) on %s",
+                    config.node_id,
+                    listener.wire.name,
+                    address,
                 )
             if ready is not None:
                 ready.set()

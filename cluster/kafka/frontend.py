@@ -69,6 +69,7 @@ class KafkaFrontend:
         groups: GroupService,
         *,
         versions: codec.Versions = codec.SUPPORTED,
+        external: bool = False,
     ) -> None:
         self.node = node
         self.groups = groups
@@ -80,10 +81,16 @@ class KafkaFrontend:
         self.versions = versions
         config = node.config
         self._cluster_id = config.cluster_id
-        self._addresses = {
-            peer.node_id: parse_address(peer.kafka_address)
+        # Where this listener's clients reach each node: its Kafka address, or on the
+        # external listener the address advertised for clients outside (Kafka's listeners).
+        advertised = {
+            peer.node_id: peer.kafka_external_address if external else peer.kafka_address
             for peer in config.peers
-            if peer.kafka_address is not None
+        }
+        self._addresses = {
+            node_id: parse_address(address)
+            for node_id, address in advertised.items()
+            if address is not None
         }
 
     # -- the Server's handler ----------------------------------------------------------------

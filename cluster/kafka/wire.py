@@ -28,11 +28,12 @@ from cluster.kafka import messages as m
 class KafkaWire:
     """Kafka's protocol on the node's `Server`."""
 
-    name = "kafka"
-
-    def __init__(self, limits: Limits, versions: codec.Versions = codec.SUPPORTED) -> None:
+    def __init__(
+        self, limits: Limits, versions: codec.Versions = codec.SUPPORTED, name: str = "kafka"
+    ) -> None:
         self._limits = limits
         self._versions = versions
+        self.name = name  # the listener's, in logs and metrics: "kafka", "kafka_external"
 
     def take_frame(self, buf: bytearray, offset: int) -> tuple[bytes, int] | None:
         prefix = codec.LENGTH_PREFIX.size

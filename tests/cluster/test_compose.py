@@ -15,10 +15,14 @@ Docker secret's source file is git-ignored and created by the README's first ste
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import secrets
 import subprocess
 import sys
+import tomllib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +41,20 @@ pytestmark = uses_conventional_ports()
 COMPOSE = REPO / "compose"
 CONFIG_IN_CONTAINER = "/etc/raftbroker/node.toml"
 SECRETS_IN_CONTAINER = "/run/secrets"
+
+
+async def kcat(*args: str, stdin: str | None = None) -> str:
+    done = await asyncio.to_thread(
+        subprocess.run,
+        ["kcat", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def docker_secrets() -> dict[str, str]:
@@ -113,8 +131,65 @@ def test_the_cluster_secret_is_in_no_committed_file() -> None:
 
 
 def ports_free(hosts: dict[str, str]) -> bool:
-    ports = (9192, 9092, 8092, 19092, 19093)
-    return all(launcher.port_free(address, port) for address in hosts.values() for port in ports)
+    ports = (9192, 9092, 8092, 19092, 19093, *EXTERNAL_PORTS)
+    return all(
+        launcher.port_free(address, port)
+        for address in (*hosts.values(), PUBLISHED_HOST)
+        for port in ports
+    )
+
+
+EXTERNAL_PORTS = (29092, 29093, 29094)
+PUBLISHED_HOST = "127.0.0.1"
+
+
+def published_kafka_ports(spec: dict[str, dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Each service's external Kafka listener as compose publishes it: (host port, container
+    port), from its `ports` and its node config's `kafka_external_port`."""
+    found = {}
+    for name, service in spec.items():
+        config = tomllib.loads(mounted_config(service).read_text())
+        container_port = config["kafka_external_port"]
+        for mapping in service.get("ports", []):
+            host, host_port, port = mapping.split(":")
+            if int(port) == container_port:
+                assert host == PUBLISHED_HOST, mapping
+                found[name] = (int(host_port), container_port)
+    return found
+
+
+@contextlib.asynccontextmanager
+async def publishing(routes: dict[int, tuple[str, int]]) -> AsyncIterator[None]:
+    """What Docker's port publishing does, on this host: 127.0.0.1:PORT forwarded to a
+    container's address and port (here, a node's loopback address)."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65_536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def forward(
+        target: tuple[str, int], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            async with asyncio.timeout(5):
+                upstream_reader, upstream_writer = await asyncio.open_connection(*target)
+        except (OSError, TimeoutError):
+            writer.close()
+            return
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+    servers = [
+        await asyncio.start_server(functools.partial(forward, target), PUBLISHED_HOST, port)
+        for port, target in routes.items()
+    ]
+    try:
+        yield
+    finally:
+        for server in servers:
+            server.close()
 
 
 @pytest.mark.asyncio(loop_scope="function")
@@ -154,20 +229,26 @@ async def test_the_compose_services_form_a_working_cluster(tmp_path: Path) -> No
             assert sorted(values) == sorted(f"c{i}".encode() for i in range(1_000))
         finally:
             await client.close()
-        # Kafka's clients reach the same cluster on each node's kafka_port, as compose publishes
-        listed = await asyncio.to_thread(
-            subprocess.run,
-            ["kcat", "-L", "-J", "-b", f"{hosts['raftbroker-1']}:9092"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        metadata = json.loads(listed.stdout)
+        # Kafka's clients on the compose network reach each node's kafka_port, by its name
+        metadata = json.loads(await kcat("-L", "-J", "-b", f"{hosts['raftbroker-1']}:9092"))
         assert sorted(b["name"] for b in metadata["brokers"]) == [
             f"{a}:9092" for a in hosts.values()
         ]
         assert [t["topic"] for t in metadata["topics"]] == ["compose"]
+        # and those on the host (issue 41: the brokers advertised only their service names)
+        # through the published ports: Metadata there names each node by its published port.
+        published = published_kafka_ports(spec)
+        assert sorted(published) == sorted(spec), "every node's external listener published"
+        routes = {h: (hosts[name], c) for name, (h, c) in published.items()}
+        async with publishing(routes):
+            outside = f"{PUBLISHED_HOST}:{published['raftbroker-1'][0]}"
+            metadata = json.loads(await kcat("-L", "-J", "-b", outside))
+            assert sorted(b["name"] for b in metadata["brokers"]) == sorted(
+                f"{PUBLISHED_HOST}:{h}" for h, _ in published.values()
+            )
+            await kcat("-P", "-b", outside, "-t", "compose", "-p", "1", stdin="from-the-host\n")
+            read = await kcat("-C", "-b", outside, "-t", "compose", "-p", "1", "-o", "-1", "-e")
+            assert read == "from-the-host\n"
         for name, service in spec.items():
             check = service["healthcheck"]["test"]
             assert check[0] == "CMD"

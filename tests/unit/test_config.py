@@ -63,6 +63,21 @@ def test_a_loopback_node_without_secret_is_valid() -> None:
             "this node's kafka_port is 9093, not 4",
         ),
         ({"data_dir": 5}, "data_dir"),
+        ({"kafka_external_port": 29092}, "node 1 has no kafka_external_address"),
+        (
+            {
+                "peers": [
+                    {
+                        "node_id": 1,
+                        "host": "h",
+                        "client_port": 1,
+                        "raft_port": 2,
+                        "kafka_external_address": "no-port",
+                    }
+                ],
+            },
+            "node 1's kafka_external_address: 'no-port' is not host:port",
+        ),
         ({"topics": {"auto_create": "yes"}}, "Topics.auto_create must be true or false"),
         ({"topics": {"default_partitions": 0}}, "Topics.default_partitions must be a positive"),
         ({"topics": {"default_replication_factor": True}}, "default_replication_factor"),
