@@ -267,7 +267,8 @@ class StatusReport:
         }
 
 
-async def _gather_status(bootstrap: list[str]) -> StatusReport:
+async def gather_status(bootstrap: list[str]) -> StatusReport:
+    """Every node's and partition's state, from each node's own status (`cluster status`)."""
     client = Cluster(bootstrap, request_timeout_s=STATUS_REQUEST_TIMEOUT_S)
     try:
         meta = await client.refresh()
@@ -380,7 +381,7 @@ def status(
     partition is not ok (under-replicated, without a leader, or unhealthy); without it, the
     report is the answer (a container's healthcheck asks whether its node answers, and must
     not fail because another node is down)."""
-    report = run(_gather_status(resolve_bootstrap(bootstrap, data_dir)))
+    report = run(gather_status(resolve_bootstrap(bootstrap, data_dir)))
     if under_replicated:
         report = replace(report, partitions=[r for r in report.partitions if r.under_replicated])
     if as_json:

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cli.common import LOCAL_CLUSTER_TOML
 from cluster import protocol as p
@@ -56,8 +57,8 @@ class DemoReport:
     lost: int = 0
     failed_sends: int = 0
     failovers: list[Failover] = field(default_factory=list)
-    retry_scene: dict[str, object] = field(default_factory=dict)
-    fencing_scene: dict[str, object] = field(default_factory=dict)
+    retry_scene: dict[str, Any] = field(default_factory=dict)  # as --json prints it
+    fencing_scene: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
 
     @property

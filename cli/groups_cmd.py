@@ -192,6 +192,7 @@ def reset(
         timeout_ms,
         lambda g: g.reset_offsets(group, topic, target, partition, execute=execute),
     )
+    typer.echo("TOPIC\tPARTITION\tNEW-OFFSET")  # kafka-consumer-groups --reset-offsets' head
     for i, offset in sorted(offsets.items()):
         typer.echo(f"{topic}\t{i}\t{offset}")
     if execute:

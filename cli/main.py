@@ -135,13 +135,16 @@ def render_demo(report: DemoReport, out: Console) -> None:
         )
     out.print(failovers)
     retry, fencing = report.retry_scene, report.fencing_scene
+    first, again, epochs = retry["first"], retry["retry"], fencing["epochs"]
     out.print(
-        f"lost-ACK retry: first send {retry['first']}, same batch again "
-        f"{retry['retry']}: {'PASS' if retry['passed'] else 'FAIL'}"
+        f"lost-ACK retry: the batch appended at offset {first['offset']}; sent again, it is "
+        f"answered {'a duplicate' if again['duplicate'] else 'as new'} at offset "
+        f"{again['offset']}: {'PASS' if retry['passed'] else 'FAIL'}"
     )
     out.print(
-        f"zombie fencing: epochs {fencing['epochs']}, the zombie's next write was "
-        f"{fencing['zombie_write']}: {'PASS' if fencing['passed'] else 'FAIL'}"
+        f"zombie fencing: the zombie at epoch {epochs['zombie']}, its successor at epoch "
+        f"{epochs['successor']}; the zombie's next write was {fencing['zombie_write']}: "
+        f"{'PASS' if fencing['passed'] else 'FAIL'}"
     )
     mark = "[green]PASS[/green]" if report.passed else "[red]FAIL[/red]"
     out.print(

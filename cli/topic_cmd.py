@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import typer
 from rich.table import Table
 
+from cli.cluster_cmd import gather_status
 from cli.common import (
     BootstrapOption,
     CliError,
@@ -120,7 +121,7 @@ def _metadata(bootstrap: list[str], names: list[str], timeout_ms: int) -> p.Meta
     return with_admin(bootstrap, timeout_ms, lambda admin: admin.describe_topics(names))
 
 
-def _topic_json(t: p.TopicMetadata) -> dict[str, object]:
+def _topic_json(t: p.TopicMetadata) -> dict[str, Any]:
     return {
         "name": t.name,
         "topic_id": t.topic_id,
@@ -162,22 +163,34 @@ def describe(
     as_json: bool = JsonOption,
     timeout_ms: int = TimeoutOption,
 ) -> None:
-    """A topic's partitions: leader, replicas, term."""
-    meta = _metadata(resolve_bootstrap(bootstrap, data_dir), [name], timeout_ms)
+    """A topic's partitions: leader, replicas, the replicas in sync (Kafka's ISR), term."""
+    addresses = resolve_bootstrap(bootstrap, data_dir)
+    meta = _metadata(addresses, [name], timeout_ms)
     topic = meta.topics[0]
     if topic.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
         raise CliError(f"topic {name!r} does not exist")
     if topic.error != ErrorCode.NONE:
         raise CliError(f"topic {name!r}: {ErrorCode(topic.error).name}")
+    # In sync as each partition's leader reports it, as `cluster status` shows it.
+    in_sync = {
+        r.partition: r.in_sync for r in run(gather_status(addresses)).partitions if r.topic == name
+    }
     if as_json:
-        typer.echo(json.dumps(_topic_json(topic), indent=2))
+        described = _topic_json(topic)
+        for row in described["partitions"]:
+            row["in_sync"] = in_sync.get(row["partition"], [])
+        typer.echo(json.dumps(described, indent=2))
         return
     table = Table(title=f"topic {name} (id {topic.topic_id})")
-    for column in ("partition", "leader", "replicas", "term"):
+    for column in ("partition", "leader", "replicas", "in sync", "term"):
         table.add_column(column)
     for pm in topic.partitions:
         table.add_row(
-            str(pm.partition), str(pm.leader_id), ",".join(map(str, pm.replicas)), str(pm.term)
+            str(pm.partition),
+            str(pm.leader_id),
+            ",".join(map(str, pm.replicas)),
+            ",".join(map(str, in_sync.get(pm.partition, []))),
+            str(pm.term),
         )
     console().print(table)
 

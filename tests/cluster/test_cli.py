@@ -18,6 +18,7 @@ from cli.common import BOOTSTRAP_WAIT_S
 from cluster.local import launcher
 from tests.cluster.conftest import uses_conventional_ports
 from tests.cluster.procs import REPO, stop_recorded_cluster
+from tests.polling import poll_until
 
 # `cluster up` takes the conventional ports when they are free: one test process at a time.
 pytestmark = uses_conventional_ports()
@@ -76,6 +77,14 @@ def test_topic_lifecycle(cli_cluster: Path) -> None:
     described = json.loads(ok(raftbroker("topic", "describe", "lifecycle", "--json", *d)))
     assert [pm["partition"] for pm in described["partitions"]] == [0, 1]
     assert all(len(pm["replicas"]) == 3 for pm in described["partitions"])
+
+    def all_in_sync() -> bool:  # Kafka's ISR, as kafka-topics --describe shows it (issue 41)
+        shown = json.loads(ok(raftbroker("topic", "describe", "lifecycle", "--json", *d)))
+        return all(sorted(pm["in_sync"]) == sorted(pm["replicas"]) for pm in shown["partitions"])
+
+    poll_until(all_in_sync, 30, "every replica of lifecycle in sync")
+    table = ok(raftbroker("topic", "describe", "lifecycle", *d))
+    assert "in sync" in table
     ok(raftbroker("topic", "delete", "lifecycle", *d))
     assert "lifecycle" not in ok(raftbroker("topic", "list", *d))
     again = raftbroker("topic", "describe", "lifecycle", *d)

@@ -13,10 +13,12 @@ from importlib.metadata import version
 
 import typer
 import typer.main
+from rich.console import Console
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from typer.testing import CliRunner
 
-from cli.main import app
+from cli.demo import DemoReport, Failover
+from cli.main import app, render_demo
 
 PLACEHOLDER = re.compile(r"<[a-z][a-z_ \[\]|,]*>|\{[A-Za-z_]+\}")
 ENVIRONMENT = {"--bootstrap": "RAFTBROKER_BOOTSTRAP", "--data-dir": "RAFTBROKER_DATA_DIR"}
@@ -91,3 +93,35 @@ def test_version() -> None:
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0
     assert result.output == f"raftbroker {version('raftbroker')}\n"
+
+
+def test_the_demo_reads_as_sentences() -> None:
+    """Issue 41: the demo printed Python dicts ({'offset': 1334, 'duplicate': False})."""
+    report = DemoReport(
+        acknowledged=4_000,
+        in_log=4_000,
+        failovers=[Failover(0, 2, 3, 0.61), Failover(0, 3, 1, 0.58)],
+        retry_scene={
+            "first": {"offset": 1334, "duplicate": False},
+            "retry": {"offset": 1334, "duplicate": True},
+            "passed": True,
+        },
+        fencing_scene={
+            "zombie_write": "INVALID_PRODUCER_EPOCH",
+            "epochs": {"zombie": 0, "successor": 1},
+            "passed": True,
+        },
+        seconds=14.2,
+    )
+    out = Console(record=True, width=200)
+    render_demo(report, out)
+    text = out.export_text()
+    assert "{" not in text and "': " not in text, text  # no dict's repr
+    assert (
+        "lost-ACK retry: the batch appended at offset 1334; sent again, it is answered a "
+        "duplicate at offset 1334: PASS" in text
+    )
+    assert (
+        "zombie fencing: the zombie at epoch 0, its successor at epoch 1; the zombie's next "
+        "write was INVALID_PRODUCER_EPOCH: PASS" in text
+    )
