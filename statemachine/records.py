@@ -557,7 +557,12 @@ def _walk_records(  # noqa: PLR0912 - one loop on locals, for speed
             headers: tuple[tuple[str, bytes | None], ...] = ()
         else:
             headers, pos = _read_headers(buf, pos, limits)
-        if pos != record_end or record_end > end or length < 0 or timestamp_ms < 0:
+        if (
+            pos != record_end
+            or record_end > end
+            or length < 0
+            or not 0 <= timestamp_ms <= INT64_MAX
+        ):
             raise BatchFormatError("a record's length or timestamp is inconsistent")
         append(new(Record, (key, value, timestamp_ms, headers)))
     if pos != end:
