@@ -237,19 +237,6 @@ class DeleteTopicOffsets(Command):
     topic: str = _str()
 
 
-PartitionCommand = Noop | AppendBatch | AppendFencedBatch | ExpireProducers | AdvanceLogStart
-MetadataCommand = (
-    Noop
-    | RegisterBroker
-    | CreateTopic
-    | DeleteTopic
-    | AllocatePidBlock
-    | InitTransactionalProducer
-    | ExpireTransactionalIds
-)
-OffsetsCommand = (
-    Noop | CommitOffsets | StoreGroup | DeleteGroup | ExpireOffsets | DeleteTopicOffsets
-)
 COMMAND_TYPES: tuple[type[Command], ...] = (
     Noop,
     AppendBatch,

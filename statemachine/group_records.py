@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from statemachine.codec import CodecError, pack, unpack
+from statemachine.codec import pack
 
 INT32_MAX = 2**31 - 1
 
@@ -50,14 +50,6 @@ class GroupRecord(NamedTuple):
         """The plain value a snapshot embeds."""
         return [self.generation, self.protocol_type, self.protocol_name, self.leader,
                 [list(m) for m in self.members]]  # fmt: skip
-
-
-def decode_group_record(data: bytes, size_max: int) -> GroupRecord:
-    try:
-        value = unpack(data, size_max=size_max)
-    except CodecError as exc:
-        raise RecordError(str(exc)) from exc
-    return group_record_of(value)
 
 
 def group_record_of(value: object) -> GroupRecord:

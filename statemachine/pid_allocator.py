@@ -19,7 +19,6 @@ from typing import NamedTuple
 from statemachine.errors import ErrorCode
 from statemachine.records import INT64_MAX
 
-DEFAULT_PID_BLOCK_SIZE = 1_000
 PREFETCH_PERCENT = 90
 
 

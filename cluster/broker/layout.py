@@ -153,25 +153,10 @@ def partition_dir(data_dir: Path, topic_id: int, partition: int) -> Path:
     return data_dir / PARTITIONS_DIR / f"{topic_id}-{partition}"
 
 
-def legacy_partition_dir(data_dir: Path, topic: TopicInfo, partition: int) -> Path | None:
-    """Where an earlier version kept this replica; None where that name could not exist."""
-    name = f"{topic.name}-{partition}.{topic.topic_id}"
-    if len(os.fsencode(name)) > NAME_BYTES_MAX:
-        return None
-    return data_dir / PARTITIONS_DIR / name
-
-
 def prepare_partition_dir(data_dir: Path, topic: TopicInfo, partition: int) -> Path:
     """The directory of a replica of `topic`'s `partition`, existing and labelled with the
-    topic's name; an earlier version's directory for it is renamed to it first."""
+    topic's name."""
     directory = partition_dir(data_dir, topic.topic_id, partition)
-    legacy = legacy_partition_dir(data_dir, topic, partition)
-    if legacy is not None and legacy.exists():
-        if directory.exists():  # only by hand: both cannot come from us
-            log.warning("%s exists beside %s: left alone, unused", legacy.name, directory.name)
-        else:
-            legacy.rename(directory)
-            log.info("renamed partition directory %s to %s", legacy.name, directory.name)
     directory.mkdir(parents=True, exist_ok=True)
     _label(directory, topic.name)
     return directory

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
-from pysyncobj.journal import FileJournal, Journal
+from pysyncobj.journal import Journal
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
 from pysyncobj.node import Node, TCPNode
 from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE
@@ -52,15 +52,11 @@ from cluster.config import Timing
 from cluster.files import sync_directory
 from cluster.raft.journal import (
     DUMP_NAME,
-    LOG_NAME,
-    META_NAME,
     JournalError,
     JournalFile,
     Meta,
-    install_log,
     open_dump,
     seal_dump,
-    write_meta,
 )
 from cluster.raft.mesh import Mesh
 from cluster.raft.spec import GroupSpec, ReplicatedMachine
@@ -353,13 +349,6 @@ OVERRIDES: tuple[Override, ...] = (
             "getVotedForNodeId",
             "onOneSecondTimer",
         )
-    ),
-    Override(
-        "pysyncobj.journal.FileJournal",
-        "_FileJournal__journal",
-        "reads",
-        "`migrate_journal` reads a journal an earlier raftbroker wrote through it",
-        "the entries it loaded from its file",
     ),
     Override(
         "pysyncobj.pipe_notifier.PipeNotifier",
@@ -770,33 +759,6 @@ class _Journal(Journal):  # type: ignore[misc]
             self.file.store_meta(self.file.meta._replace(commit_index=self._commit_index))
 
 
-STOCK_JOURNAL_NAME = "raft.journal"
-
-
-def open_journal(directory: Path, *, durable: bool) -> JournalFile:
-    """The group's journal files, with a journal that an earlier raftbroker wrote through
-    pysyncobj's `FileJournal` (`raft.journal` and its pickled `.meta`, our own files written
-    by nobody else) carried over first: its meta, then its entries (the new log's creation is
-    what makes the move done), then the old files go."""
-    stock = directory / STOCK_JOURNAL_NAME
-    if not stock.exists() or (directory / LOG_NAME).exists():
-        return JournalFile(directory, durable=durable)
-    old = FileJournal(str(stock))
-    try:
-        entries = list(old._FileJournal__journal)
-        meta = Meta(old.getCurrentTerm(), old.getVotedForNodeId(), old.getRaftCommitIndex())
-    finally:
-        old._destroy()
-    write_meta(directory / META_NAME, meta, durable=durable)
-    install_log(directory, entries, durable=durable)
-    for path in (stock, directory / (STOCK_JOURNAL_NAME + ".meta")):
-        path.unlink(missing_ok=True)
-    log.info(
-        "%s: a journal of pysyncobj's format carried over (%d entries)", directory, len(entries)
-    )
-    return JournalFile(directory, durable=durable)
-
-
 class PatchedSyncObj(SyncObj):  # type: ignore[misc]
     """A SyncObj applying bytes to one machine, with the next-index rewind fixed."""
 
@@ -855,7 +817,7 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         is moved aside and the log emptied (term and vote kept), so the replica starts as a new
         follower and its leader sends it a snapshot. Loading it anyway would start the machine
         from a wrong state, or from none under a log that begins past the dump."""
-        file = open_journal(directory, durable=durable)
+        file = JournalFile(directory, durable=durable)
         reason = damaged_dump(directory)
         if reason is not None:
             aside = directory / (DUMP_NAME + ".damaged")
@@ -1214,8 +1176,7 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
 
 class SnapshotFile:
     """pysyncobj's serializer hooks: the dump, `[format, machine bytes, last entry, prev
-    entry, nodes]` in msgpack, sealed with a CRC-32C (journal.py: `seal_dump`); a dump of
-    format 1, written before dumps were sealed, is still read."""
+    entry, nodes]` in msgpack, sealed with a CRC-32C (journal.py: `seal_dump`)."""
 
     def __init__(self, machine: ReplicatedMachine, *, durable: bool = False) -> None:
         self._machine = machine
@@ -1253,13 +1214,14 @@ def parse_dump(data: bytes, path: str) -> tuple[bytes, Any, Any, Any]:
     """A dump's machine snapshot, last and previous entries and node addresses; CodecError
     (or JournalError) naming `path` for anything else."""
     payload = open_dump(data, Path(path))
-    fmt = SNAPSHOT_FORMAT if payload is not None else 1
+    if payload is None:
+        raise CodecError(f"raft dump {path}: not sealed (a dump of format {SNAPSHOT_FORMAT} is)")
     try:
-        raw = unpack(data if payload is None else payload, size_max=len(data))
+        raw = unpack(payload, size_max=len(data))
     except CodecError as exc:
         raise CodecError(f"raft dump {path}: {exc}") from exc
-    if not (isinstance(raw, tuple) and len(raw) == 5 and raw[0] == fmt):
-        raise CodecError(f"raft dump {path}: not a format-{fmt} dump")
+    if not (isinstance(raw, tuple) and len(raw) == 5 and raw[0] == SNAPSHOT_FORMAT):
+        raise CodecError(f"raft dump {path}: not a format-{SNAPSHOT_FORMAT} dump")
     _, machine, last_entry, prev_entry, addresses = raw
     return machine, last_entry, prev_entry, addresses
 

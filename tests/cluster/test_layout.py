@@ -24,32 +24,6 @@ def test_the_longest_name_fits_whatever_the_id(tmp_path: Path) -> None:
     directory = layout.prepare_partition_dir(tmp_path, long, 1_023)
     assert len(directory.name) <= layout.NAME_BYTES_MAX
     assert (directory / "topic").read_text() == "x" * 249 + "\n"
-    assert layout.legacy_partition_dir(tmp_path, long, 1_023) is None  # could never exist
-
-
-def test_an_earlier_layout_directory_is_renamed_with_its_contents(tmp_path: Path) -> None:
-    old = tmp_path / "partitions" / "orders-3.7"
-    (old / "log").mkdir(parents=True)
-    (old / "log" / "00000000000000000000.log").write_bytes(b"records")
-    directory = layout.prepare_partition_dir(tmp_path, topic("orders", 7), 3)
-    assert not old.exists()
-    assert (directory / "log" / "00000000000000000000.log").read_bytes() == b"records"
-    assert (directory / "topic").read_text() == "orders\n"
-    # Another topic's directory, or another id's, is not this replica's: left alone.
-    other = tmp_path / "partitions" / "orders-3.8"
-    other.mkdir()
-    layout.prepare_partition_dir(tmp_path, topic("orders", 7), 3)
-    assert other.exists()
-
-
-def test_a_new_directory_wins_over_an_earlier_one_left_beside_it(tmp_path: Path) -> None:
-    new = layout.prepare_partition_dir(tmp_path, topic("orders", 7), 3)
-    (new / "log").mkdir()
-    old = tmp_path / "partitions" / "orders-3.7"
-    old.mkdir()
-    assert layout.prepare_partition_dir(tmp_path, topic("orders", 7), 3) == new
-    assert (new / "log").exists()
-    assert old.exists()
 
 
 def test_a_wrong_label_is_rewritten(tmp_path: Path) -> None:

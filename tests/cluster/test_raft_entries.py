@@ -9,7 +9,6 @@ bounds the proposals it holds in flight and refuses more with a retriable error.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import pickle
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from cluster.raft import (
     ProposalQueueFullError,
     RaftDriver,
     RaftGroup,
-    adapter,
     journal,
 )
 from statemachine.errors import ErrorCode
@@ -191,24 +189,3 @@ async def test_every_entry_is_replayed_after_a_restart(tmp_path: Path) -> None:
     assert (tmp_path / journal.LOG_NAME).stat().st_size > 512 * 1024
     assert digest == digest_of(COMMANDS), "each entry applied once, in order"
     assert await replayed_digest(tmp_path, port, len(COMMANDS)) == digest
-
-
-@pytest.mark.asyncio
-async def test_a_journal_that_pysyncobj_wrote_is_carried_over(tmp_path: Path) -> None:
-    """A data directory of an earlier raftbroker holds pysyncobj's own journal (`raft.journal`,
-    its pickled `.meta`): a restart carries its entries, term and vote into our files, applies
-    every entry, and removes the old files."""
-    stock = importlib.import_module("pysyncobj.journal").FileJournal(
-        str(tmp_path / adapter.STOCK_JOURNAL_NAME)
-    )
-    stock.add(adapter._NO_OP_ENTRY, 1, 3)
-    for index, command in enumerate(COMMANDS, start=2):
-        stock.add(adapter._ENTRY_PREFIX + command, index, 3)
-    stock.setCurrentTerm(4, HOST + ":1")
-    stock._destroy()
-    port = free_port()
-    assert await replayed_digest(tmp_path, port, len(COMMANDS)) == digest_of(COMMANDS)
-    assert not (tmp_path / adapter.STOCK_JOURNAL_NAME).exists()
-    assert not (tmp_path / (adapter.STOCK_JOURNAL_NAME + ".meta")).exists()
-    meta = journal.read_meta(tmp_path / journal.META_NAME)
-    assert meta.term >= 4, "the term carried over (and went on with the new election)"

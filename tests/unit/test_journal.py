@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from cluster.raft import journal as j
+from cluster.raft.adapter import parse_dump
+from statemachine.codec import CodecError
 
 ENTRIES = [(b"\x00" + bytes([i]) * (i * 7), i + 1, 1 + i // 3) for i in range(12)]
 
@@ -187,8 +189,10 @@ def test_a_sealed_dump_opens_and_every_damage_is_refused(tmp_path: Path) -> None
             j.open_dump(bytes(flipped), tmp_path)
 
 
-def test_a_dump_from_before_the_seal_is_read_as_it_is(tmp_path: Path) -> None:
-    assert j.open_dump(b"\x95\x01", tmp_path) is None  # a format-1 dump: msgpack, no seal
+def test_bytes_without_the_seal_are_no_dump(tmp_path: Path) -> None:
+    assert j.open_dump(b"\x95\x01", tmp_path) is None  # msgpack, no seal: refused by its reader
+    with pytest.raises(CodecError, match="not sealed"):
+        parse_dump(b"\x95\x01", str(tmp_path / "raft.dump"))
 
 
 def test_a_zeroed_tail_or_file_is_never_read_as_entries(tmp_path: Path) -> None:
