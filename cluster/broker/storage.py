@@ -601,10 +601,6 @@ class PartitionStore:
         spans = self._spans(offset, max_bytes)
         return self._read_spans(spans, offset, max_bytes, at_least_one)
 
-    def export_from(self, offset: int, max_bytes: int) -> list[StoredBatch]:
-        """Batches for a snapshot or a lagging replica: the same as `read`."""
-        return self.read(offset, max_bytes)
-
     def _spans(self, offset: int, max_bytes: int) -> list[_Span]:
         """The parts of segments a read of `max_bytes` from a stored `offset` may scan."""
         first = bisect.bisect_right(self._segments, offset, key=_base_offset_of) - 1

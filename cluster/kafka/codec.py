@@ -82,40 +82,9 @@ _UVARINT_BYTES_MAX = 5
 _UVARINT_MAX = 2**31  # a compact length or count is N+1 for N <= 2^31-1
 
 Versions = Mapping[int, m.VersionRange]
-_R = m.VersionRange
-# What this listener serves, each API from the oldest to the newest version we answer. Produce
-# from v3 and Fetch from v4: record batch v2 only (magic 2, the log's one format); up to v12,
-# the last versions that name topics (v13 names them by topic id). OffsetCommit from v2 and
-# OffsetFetch from v1, kio's oldest and the oldest a client sends (kafka-python 2.0, aiokafka
-# 0.11); both up to v8, the last before KIP-848's member epochs. Every version here exists in
-# kio both ways (tests/unit/test_kafka_codec.py); docs: README, "Using Kafka clients".
-SUPPORTED: Versions = MappingProxyType(
-    {
-        m.Api.PRODUCE: _R(3, 12),
-        m.Api.FETCH: _R(4, 12),
-        m.Api.LIST_OFFSETS: _R(1, 6),
-        m.Api.METADATA: _R(0, 13),
-        m.Api.OFFSET_COMMIT: _R(2, 8),
-        m.Api.OFFSET_FETCH: _R(1, 8),
-        m.Api.FIND_COORDINATOR: _R(0, 6),
-        m.Api.JOIN_GROUP: _R(0, 9),
-        m.Api.HEARTBEAT: _R(0, 4),
-        m.Api.LEAVE_GROUP: _R(0, 5),
-        m.Api.SYNC_GROUP: _R(0, 5),
-        m.Api.DESCRIBE_GROUPS: _R(0, 5),
-        m.Api.LIST_GROUPS: _R(0, 4),
-        m.Api.API_VERSIONS: _R(0, 3),
-        m.Api.CREATE_TOPICS: _R(2, 7),
-        m.Api.DELETE_TOPICS: _R(1, 6),
-        m.Api.INIT_PRODUCER_ID: _R(0, 5),
-        # Served to refuse: a transaction's first request fails at once (see the frontend).
-        m.Api.ADD_PARTITIONS_TO_TXN: _R(0, 3),
-        m.Api.ADD_OFFSETS_TO_TXN: _R(0, 4),
-        m.Api.DELETE_GROUPS: _R(0, 2),
-        m.Api.DESCRIBE_CLUSTER: _R(0, 2),
-        m.Api.DESCRIBE_PRODUCERS: _R(0, 0),
-    }
-)
+# What this listener serves, each API from the oldest to the newest version we answer: every
+# request class's own (cluster/kafka/messages/); docs: README, "Using Kafka clients".
+SUPPORTED: Versions = MappingProxyType({api: cls.VERSIONS for api, cls in m.REQUESTS.items()})
 
 
 class KafkaProtocolError(ProtocolError):

@@ -28,27 +28,26 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
-from typing import NoReturn
 
 from cluster import protocol as p
 from cluster.addresses import parse_address
 from cluster.broker.frontend import RequestFrontend, fetch_answer_bytes_bound
-from cluster.broker.group_requests import client_host
 from cluster.broker.groups import GroupService
 from cluster.broker.metrics import Metrics
 from cluster.broker.node import Node, client_topics
 from cluster.broker.peers import PeerWatcher
-from cluster.errors import RaftbrokerError, RequestRefusedError, quoted
+from cluster.errors import RequestRefusedError
 from cluster.kafka import codec
 from cluster.kafka import messages as m
+from cluster.kafka.dispatch import Call, check_every_request_served, handlers_of, serves
 from cluster.kafka.groups import KafkaGroups
+from cluster.kafka.producer_ids import KafkaProducerIds
 from cluster.kafka.topics import KafkaTopics, by_uuid, topic_uuid
 from statemachine.errors import ErrorCode
 from statemachine.metadata import BrokerInfo, TopicInfo
 
 log = logging.getLogger(__name__)
 TOPIC_IDS_SINCE_VERSION = 12  # Metadata: a topic asked for by its id, a null name answered
-PRODUCER_FENCED_SINCE_VERSION = 4  # InitProducerId: older clients know INVALID_PRODUCER_EPOCH
 NODE_ENDPOINTS_SINCE_VERSION = 10  # Produce: where leaders named in current_leader are (KIP-951)
 # ListOffsets specs below EARLIEST (-3, the max timestamp of KIP-734, and the tiered-storage
 # ones) are answered UNSUPPORTED_VERSION: no version we serve defines them.
@@ -75,6 +74,11 @@ class KafkaFrontend:
         self.groups = groups
         self.group_apis = KafkaGroups(groups)
         self.topic_apis = KafkaTopics(node, native, self._state)
+        self.producer_ids = KafkaProducerIds(native)
+        # Each request's handler, declared on it (`@serves`); Produce is answered at once.
+        handling = (self, self.group_apis, self.topic_apis, self.producer_ids)
+        self._handlers = handlers_of(*handling)
+        check_every_request_served(self._handlers, elsewhere=(m.ProduceRequest,))
         self.native = native
         self.peers = peers
         self.metrics = metrics
@@ -120,59 +124,14 @@ class KafkaFrontend:
         return self.group_apis.answer_wait_s(request.body)
 
     async def handle(self, request: m.KafkaRequest, source: str) -> m.ResponseBody:
+        body, header = request.body, request.header
+        call = Call(header.api_version, header.client_id, source)
         with self.metrics.timed(f"kafka.{m.Api(request.api_key).name}"):
-            return await self._dispatch(request, source)
+            return await self._handlers[type(body)](body, call)
 
-    async def _dispatch(self, request: m.KafkaRequest, source: str) -> m.ResponseBody:
-        version, body = request.api_version, request.body
-        match body:
-            case m.ApiVersionsRequest():
-                return codec.api_versions_response(ErrorCode.NONE, self.versions)
-            case m.MetadataRequest():
-                return await self.metadata(body, version)
-            case m.DescribeClusterRequest():
-                return await self.describe_cluster()
-            case m.CreateTopicsRequest():
-                return await self.topic_apis.create_topics(body)
-            case m.DeleteTopicsRequest():
-                return await self.topic_apis.delete_topics(body)
-            case m.ListOffsetsRequest():
-                return await self.list_offsets(body)
-            case m.InitProducerIdRequest():
-                return await self.init_producer_id(body, version)
-            case m.DescribeProducersRequest():
-                return await self.describe_producers(body)
-            case m.FindCoordinatorRequest():
-                return await self.find_coordinator(body, version)
-            case m.FetchRequest():
-                return await self.fetch(body)
-            case m.AddPartitionsToTxnRequest() | m.AddOffsetsToTxnRequest():
-                _refuse_transaction(body, source)
-        return await self._group_api(request, source)
-
-    async def _group_api(self, request: m.KafkaRequest, source: str) -> m.ResponseBody:
-        version, body, groups = request.api_version, request.body, self.group_apis
-        match body:
-            case m.JoinGroupRequest():
-                client = request.header.client_id
-                return await groups.join(body, version, client, client_host(source))
-            case m.SyncGroupRequest():
-                return await groups.sync(body)
-            case m.HeartbeatRequest():
-                return groups.heartbeat(body)
-            case m.LeaveGroupRequest():
-                return groups.leave(body, version)
-            case m.OffsetCommitRequest():
-                return await groups.commit(body)
-            case m.OffsetFetchRequest():
-                return groups.fetch(body, version)
-            case m.DescribeGroupsRequest():
-                return groups.describe(body)
-            case m.ListGroupsRequest():
-                return groups.list(body)
-            case m.DeleteGroupsRequest():
-                return await groups.delete(body)
-        raise RequestRefusedError(ErrorCode.INVALID_REQUEST, f"{type(body).__name__} not served")
+    @serves(m.ApiVersionsRequest)
+    async def api_versions(self, _body: m.ApiVersionsRequest, _call: Call) -> m.ResponseBody:
+        return codec.api_versions_response(ErrorCode.NONE, self.versions)
 
     # -- the cluster: brokers, topics, partitions --------------------------------------------
 
@@ -226,8 +185,9 @@ class KafkaFrontend:
 
     # -- Metadata and DescribeCluster --------------------------------------------------------
 
-    async def metadata(self, request: m.MetadataRequest, version: int) -> m.MetadataResponse:
-        asked = request.topics
+    @serves(m.MetadataRequest)
+    async def metadata(self, request: m.MetadataRequest, call: Call) -> m.MetadataResponse:
+        asked, version = request.topics, call.version
         if version < TOPIC_IDS_SINCE_VERSION and any(
             t.name is None or t.topic_id is not None for t in asked or ()
         ):
@@ -285,7 +245,10 @@ class KafkaFrontend:
             return m.MetadataResponseTopic(ErrorCode.UNKNOWN_TOPIC_ID, None, asked.topic_id)
         return self._topic(by_id)
 
-    async def describe_cluster(self) -> m.DescribeClusterResponse:
+    @serves(m.DescribeClusterRequest)
+    async def describe_cluster(
+        self, _request: m.DescribeClusterRequest, _call: Call
+    ) -> m.DescribeClusterResponse:
         _topics, registered = await self._state()
         return m.DescribeClusterResponse(
             ErrorCode.NONE,
@@ -296,7 +259,10 @@ class KafkaFrontend:
 
     # -- ListOffsets, DescribeProducers ------------------------------------------------------
 
-    async def list_offsets(self, request: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
+    @serves(m.ListOffsetsRequest)
+    async def list_offsets(
+        self, request: m.ListOffsetsRequest, _call: Call
+    ) -> m.ListOffsetsResponse:
         """Each partition asked, in order (one may be asked more than once, by several specs):
         earliest (-2: log start), latest (-1: high watermark, also the last stable offset, as
         raftbroker has no transactions), or a time, by the log append time of stored batches."""
@@ -336,8 +302,9 @@ class KafkaFrontend:
         epoch = self.native.leader_and_term(topic, index)[1] if topic is not None else -1
         return m.ListOffsetsPartitionResponse(index, ErrorCode.NONE, NO_TIME, result.offset, epoch)
 
+    @serves(m.DescribeProducersRequest)
     async def describe_producers(
-        self, request: m.DescribeProducersRequest
+        self, request: m.DescribeProducersRequest, _call: Call
     ) -> m.DescribeProducersResponse:
         answers = []
         for topic in request.topics:
@@ -454,7 +421,8 @@ class KafkaFrontend:
 
     # -- Fetch -----------------------------------------------------------------------------------
 
-    async def fetch(self, request: m.FetchRequest) -> m.FetchResponse:
+    @serves(m.FetchRequest)
+    async def fetch(self, request: m.FetchRequest, _call: Call) -> m.FetchResponse:
         """The native Fetch (the leader's committed batches, one byte budget for the answer as
         KIP-74's, a long poll up to max_wait), then, while the answer holds fewer than
         min_bytes and max_wait has not passed, more of the same. Fetch sessions are not
@@ -500,43 +468,17 @@ class KafkaFrontend:
             records=records,
         )
 
-    # -- producer ids and their coordinator --------------------------------------------------
+    # -- coordinators --------------------------------------------------------------------------
 
-    async def init_producer_id(
-        self, request: m.InitProducerIdRequest, version: int
-    ) -> m.InitProducerIdResponse:
-        txn = request.transactional_id
-        if txn is None:
-            # Kafka gives an idempotent producer a new id whatever it passes (KIP-360's bump
-            # is for transactional ids; an idempotent producer bumps its epoch by itself).
-            native = p.InitProducerId("", 0, -1, -1)
-        elif not txn:
-            return m.InitProducerIdResponse(ErrorCode.INVALID_REQUEST)
-        elif request.transaction_timeout <= 0:
-            return m.InitProducerIdResponse(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
-        elif request.producer_id < -1 or request.producer_epoch < -1:
-            return m.InitProducerIdResponse(ErrorCode.INVALID_REQUEST)
-        else:
-            native = p.InitProducerId(
-                txn, request.transaction_timeout, request.producer_id, request.producer_epoch
-            )
-        try:
-            answer = await self.native.init_producer_id(native)
-        except RaftbrokerError as exc:
-            error = exc.error
-            if error == ErrorCode.PRODUCER_FENCED and version < PRODUCER_FENCED_SINCE_VERSION:
-                error = ErrorCode.INVALID_PRODUCER_EPOCH
-            return m.InitProducerIdResponse(error)
-        return m.InitProducerIdResponse(ErrorCode.NONE, answer.producer_id, answer.epoch)
-
+    @serves(m.FindCoordinatorRequest)
     async def find_coordinator(
-        self, request: m.FindCoordinatorRequest, version: int
+        self, request: m.FindCoordinatorRequest, call: Call
     ) -> m.FindCoordinatorResponse:
         """Transactions (key type 1): this node, which serves InitProducerId for any
         transactional id (the metadata group forwards it). Groups (key type 0): the leader of
         the group's offsets partition (cluster/broker/groups.py), the offsets topic created
         on the first ask (COORDINATOR_NOT_AVAILABLE until it has leaders)."""
-        keys = request.coordinator_keys if version >= 4 else (request.key,)
+        keys = request.coordinator_keys if call.version >= 4 else (request.key,)
         answers = tuple([await self._coordinator(key, request.key_type) for key in keys])
         first = answers[0] if answers else m.Coordinator("", -1, "", -1, ErrorCode.NONE)
         return m.FindCoordinatorResponse(
@@ -559,23 +501,6 @@ class KafkaFrontend:
         else:
             error, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
         return m.Coordinator(key, -1, "", -1, error, message)
-
-
-def _refuse_transaction(
-    body: m.AddPartitionsToTxnRequest | m.AddOffsetsToTxnRequest, source: str
-) -> NoReturn:
-    """Transactions are not served yet: a transaction's first request (a partition or a
-    group's offsets added to it) is refused INVALID_TXN_STATE, which librdkafka and Kafka's
-    Java client take as fatal, so the client's first transaction fails at once with its own
-    error (librdkafka's "Failed to add partitions to transaction") rather than at its
-    timeout. InitProducerId with a transactional id still fences as it did."""
-    txn = (
-        body.v3_and_below_transactional_id
-        if isinstance(body, m.AddPartitionsToTxnRequest)
-        else body.transactional_id
-    )
-    log.info("transaction of %s from %s refused: not supported yet", quoted(txn), source)
-    raise RequestRefusedError(ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet")
 
 
 def _native_fetch(request: m.FetchRequest) -> p.Fetch:

@@ -19,8 +19,10 @@ Rules:
 
 from __future__ import annotations
 
+from cluster.broker.group_requests import client_host
 from cluster.broker.groups import CommitPartition, GroupService
 from cluster.kafka import messages as m
+from cluster.kafka.dispatch import Call, serves
 from statemachine.errors import ErrorCode
 from statemachine.group_coordinator import (
     JoinRequest,
@@ -50,16 +52,16 @@ class KafkaGroups:
             return self.groups.sync_wait_s(body.group_id)
         return 0.0
 
-    async def join(
-        self, request: m.JoinGroupRequest, version: int, client_id: str | None, host: str
-    ) -> m.JoinGroupResponse:
+    @serves(m.JoinGroupRequest)
+    async def join(self, request: m.JoinGroupRequest, call: Call) -> m.JoinGroupResponse:
+        version = call.version
         result = await self.groups.join(
             JoinRequest(
                 request.group_id,
                 request.member_id,
                 request.group_instance_id,
-                client_id or "",
-                host,
+                call.client_id or "",
+                client_host(call.source),
                 request.session_timeout,
                 _rebalance_timeout_ms(request),
                 request.protocol_type,
@@ -83,7 +85,8 @@ class KafkaGroups:
             ),
         )
 
-    async def sync(self, request: m.SyncGroupRequest) -> m.SyncGroupResponse:
+    @serves(m.SyncGroupRequest)
+    async def sync(self, request: m.SyncGroupRequest, _call: Call) -> m.SyncGroupResponse:
         result = await self.groups.sync(
             SyncRequest(
                 request.group_id,
@@ -99,14 +102,16 @@ class KafkaGroups:
             int(result.error), result.assignment, result.protocol_type, result.protocol_name
         )
 
-    def heartbeat(self, request: m.HeartbeatRequest) -> m.HeartbeatResponse:
+    @serves(m.HeartbeatRequest)
+    async def heartbeat(self, request: m.HeartbeatRequest, _call: Call) -> m.HeartbeatResponse:
         error = self.groups.heartbeat(
             request.group_id, request.generation_id, request.member_id, request.group_instance_id
         )
         return m.HeartbeatResponse(int(error))
 
-    def leave(self, request: m.LeaveGroupRequest, version: int) -> m.LeaveGroupResponse:
-        if version < MULTI_MEMBER_LEAVE_SINCE_VERSION:
+    @serves(m.LeaveGroupRequest)
+    async def leave(self, request: m.LeaveGroupRequest, call: Call) -> m.LeaveGroupResponse:
+        if call.version < MULTI_MEMBER_LEAVE_SINCE_VERSION:
             error, (one,) = self.groups.leave(
                 request.group_id, (MemberRef(request.member_id, None),)
             )
@@ -123,7 +128,8 @@ class KafkaGroups:
 
     # -- offsets -----------------------------------------------------------------------------
 
-    async def commit(self, request: m.OffsetCommitRequest) -> m.OffsetCommitResponse:
+    @serves(m.OffsetCommitRequest)
+    async def commit(self, request: m.OffsetCommitRequest, _call: Call) -> m.OffsetCommitResponse:
         asked = [
             CommitPartition(
                 t.name,
@@ -157,7 +163,9 @@ class KafkaGroups:
             )
         )
 
-    def fetch(self, request: m.OffsetFetchRequest, version: int) -> m.OffsetFetchResponse:
+    @serves(m.OffsetFetchRequest)
+    async def fetch(self, request: m.OffsetFetchRequest, call: Call) -> m.OffsetFetchResponse:
+        version = call.version
         if version >= MULTI_GROUP_FETCH_SINCE_VERSION:
             return m.OffsetFetchResponse(
                 groups=tuple(self._fetch_group(g.group_id, g.topics) for g in request.groups)
@@ -192,7 +200,10 @@ class KafkaGroups:
 
     # -- administration ----------------------------------------------------------------------
 
-    def describe(self, request: m.DescribeGroupsRequest) -> m.DescribeGroupsResponse:
+    @serves(m.DescribeGroupsRequest)
+    async def describe(
+        self, request: m.DescribeGroupsRequest, _call: Call
+    ) -> m.DescribeGroupsResponse:
         described = []
         for group_id in request.groups:
             error, view = self.groups.describe(group_id)
@@ -217,7 +228,8 @@ class KafkaGroups:
             )
         return m.DescribeGroupsResponse(tuple(described))
 
-    def list(self, request: m.ListGroupsRequest) -> m.ListGroupsResponse:
+    @serves(m.ListGroupsRequest)
+    async def list(self, request: m.ListGroupsRequest, _call: Call) -> m.ListGroupsResponse:
         wanted = {s.lower() for s in request.states_filter}
         return m.ListGroupsResponse(
             int(ErrorCode.NONE),
@@ -228,7 +240,8 @@ class KafkaGroups:
             ),
         )
 
-    async def delete(self, request: m.DeleteGroupsRequest) -> m.DeleteGroupsResponse:
+    @serves(m.DeleteGroupsRequest)
+    async def delete(self, request: m.DeleteGroupsRequest, _call: Call) -> m.DeleteGroupsResponse:
         results = []
         for group_id in request.groups_names:
             error = await self.groups.delete(group_id)

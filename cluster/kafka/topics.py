@@ -30,6 +30,7 @@ from cluster.broker.frontend import RequestFrontend
 from cluster.broker.node import Node
 from cluster.errors import RaftbrokerError, RequestRefusedError, quoted
 from cluster.kafka import messages as m
+from cluster.kafka.dispatch import Call, serves
 from statemachine.errors import ErrorCode
 from statemachine.metadata import BrokerInfo, TopicInfo, topic_name_error
 
@@ -84,7 +85,10 @@ class KafkaTopics:
             answers.append(m.MetadataResponseTopic(error, name, created.topic_id))
         return answers
 
-    async def create_topics(self, request: m.CreateTopicsRequest) -> m.CreateTopicsResponse:
+    @serves(m.CreateTopicsRequest)
+    async def create_topics(
+        self, request: m.CreateTopicsRequest, _call: Call
+    ) -> m.CreateTopicsResponse:
         topics, registered = await self._state()
         names = [t.name for t in request.topics]
         results = []
@@ -169,7 +173,10 @@ class KafkaTopics:
                 f"replication factor {replication}: this cluster allows 1 to {most}",
             )
 
-    async def delete_topics(self, request: m.DeleteTopicsRequest) -> m.DeleteTopicsResponse:
+    @serves(m.DeleteTopicsRequest)
+    async def delete_topics(
+        self, request: m.DeleteTopicsRequest, _call: Call
+    ) -> m.DeleteTopicsResponse:
         topics, _registered = await self._state()
         asked = [m.DeleteTopicState(name) for name in request.topic_names] + list(request.topics)
         ids = by_uuid(self._cluster_id, topics) if any(a.name is None for a in asked) else {}

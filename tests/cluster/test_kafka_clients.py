@@ -302,7 +302,7 @@ async def test_init_producer_id_without_transactional_id_gives_a_new_producer(
     assert all(isinstance(a, m.InitProducerIdResponse) for a in answers)
     pids = [a.producer_id for a in answers if isinstance(a, m.InitProducerIdResponse)]
     assert len(set(pids)) == 3, "each call a new producer id, as Kafka gives"
-    assert all(a.producer_epoch == 0 and a.error_code == 0 for a in answers)  # type: ignore[union-attr]
+    assert all(a.producer_epoch == 0 and a.error_code == 0 for a in answers)  # type: ignore[attr-defined]
     invalid = await kafka_call(kafka_bootstrap[0], api, 5, init(""))
     assert invalid == m.InitProducerIdResponse(ErrorCode.INVALID_REQUEST)
 

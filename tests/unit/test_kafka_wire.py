@@ -54,7 +54,7 @@ def test_every_request_can_be_refused_in_its_own_terms(api: m.Api, version: int)
     request = m.KafkaRequest(header, REQUESTS[api])
     refusal = RaftbrokerError(ErrorCode.REQUEST_TIMED_OUT, "the node did not answer in time")
     frame = WIRE.encode(31, request, refusal)
-    if api == m.Api.PRODUCE and REQUESTS[api].acks == 0:  # type: ignore[union-attr]
+    if api == m.Api.PRODUCE and REQUESTS[api].acks == 0:  # type: ignore[attr-defined]
         assert frame is None
         return
     assert frame is not None

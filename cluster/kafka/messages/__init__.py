@@ -1,0 +1,312 @@
+"""The Kafka messages the listener reads and writes, in our own types: one class per message,
+its fields the union of every version we support.
+
+Role: the vocabulary shared by the codec (cluster/kafka/codec.py, the only module that knows
+kio, which has one generated class per message *and version*) and the frontend, which reads
+requests and builds responses without knowing which version is on the wire. One module per
+family of APIs (as aiokafka's protocol/): `cluster`, `topics`, `records`, `producers`,
+`groups`; this package gathers them, and builds the table of every request served
+(`REQUESTS`) from the request classes themselves (cluster/kafka/messages/base.py).
+
+Rules:
+- A field's name is the one Kafka's schema gives it (as kio spells it: snake case), so the
+  codec maps our fields to a version's by name alone: a field that version lacks is left out
+  on the way out, and takes our default on the way in.
+- Units are Kafka's: a duration field (`timeout`, `max_wait`, `throttle_time`) is in ms, a time
+  (`log_append_time`) in ms since the epoch, -1 for none; error codes are plain integers
+  (`statemachine.errors.ErrorCode` values).
+- Requests carry only what the frontend reads; a response carries every field it may set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType, ModuleType
+
+from cluster.kafka.messages import cluster, groups, producers, records, topics
+from cluster.kafka.messages.base import (
+    NO_TOPIC_ID,
+    Api,
+    Request,
+    RequestHeader,
+    Response,
+    VersionRange,
+)
+from cluster.kafka.messages.cluster import (
+    COORDINATOR_GROUP,
+    COORDINATOR_TRANSACTION,
+    ApiVersion,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    Coordinator,
+    DescribeClusterBroker,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataRequestTopic,
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+from cluster.kafka.messages.groups import (
+    NO_GENERATION,
+    UNKNOWN_MEMBER_ID,
+    DeletableGroupResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribedGroup,
+    DescribedGroupMember,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupRequestProtocol,
+    JoinGroupResponse,
+    JoinGroupResponseMember,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    MemberIdentity,
+    MemberResponse,
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchRequestTopic,
+    OffsetFetchResponse,
+    OffsetFetchResponseGroup,
+    OffsetFetchResponsePartition,
+    OffsetFetchResponseTopic,
+    SyncGroupRequest,
+    SyncGroupRequestAssignment,
+    SyncGroupResponse,
+)
+from cluster.kafka.messages.producers import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnTopic,
+    AddPartitionsToTxnTopicResult,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    PartitionResponse,
+    ProducerState,
+    TopicRequest,
+    TopicResponse,
+)
+from cluster.kafka.messages.records import (
+    NO_LEADER,
+    AbortedTransaction,
+    BatchIndexAndErrorMessage,
+    FetchableTopicResponse,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    ForgottenTopic,
+    LeaderIdAndEpoch,
+    ListOffsetsPartition,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopic,
+    ListOffsetsTopicResponse,
+    NodeEndpoint,
+    PartitionData,
+    PartitionProduceData,
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceData,
+    TopicProduceResponse,
+)
+from cluster.kafka.messages.topics import (
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreatableTopicConfigs,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DeleteTopicState,
+)
+
+RequestBody = Request
+ResponseBody = Response
+
+
+def _requests(*modules: ModuleType) -> MappingProxyType[Api, type[Request]]:
+    """Every request class of `modules`, by its API: each one's declaration checked."""
+    found: dict[Api, type[Request]] = {}
+    for module in modules:
+        for cls in vars(module).values():
+            if not (isinstance(cls, type) and issubclass(cls, Request)) or cls is Request:
+                continue
+            assert cls.API not in found, f"{cls.__name__} and {found[cls.API].__name__}: one API"
+            low, high = cls.VERSIONS
+            assert 0 <= low <= high, f"{cls.__name__}: versions {cls.VERSIONS}"
+            assert issubclass(cls.RESPONSE, Response), f"{cls.__name__}: RESPONSE"
+            assert "refusal" in vars(cls), f"{cls.__name__} has no refusal"
+            found[cls.API] = cls
+    return MappingProxyType(dict(sorted(found.items())))
+
+
+# Every request this listener serves, by API: the one table (the codec's versions, the
+# dispatch, the messages of each API are read from it).
+REQUESTS = _requests(cluster, topics, records, producers, groups)
+MESSAGES: MappingProxyType[Api, tuple[type[Request], type[Response]]] = MappingProxyType(
+    {api: (cls, cls.RESPONSE) for api, cls in REQUESTS.items()}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRequest:
+    """One decoded request: its header, and its body in our types."""
+
+    header: RequestHeader
+    body: Request
+
+    @property
+    def api_key(self) -> int:
+        return self.header.api_key
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+
+__all__ = [
+    "COORDINATOR_GROUP",
+    "COORDINATOR_TRANSACTION",
+    "MESSAGES",
+    "NO_GENERATION",
+    "NO_LEADER",
+    "NO_TOPIC_ID",
+    "REQUESTS",
+    "UNKNOWN_MEMBER_ID",
+    "AbortedTransaction",
+    "AddOffsetsToTxnRequest",
+    "AddOffsetsToTxnResponse",
+    "AddPartitionsToTxnPartitionResult",
+    "AddPartitionsToTxnRequest",
+    "AddPartitionsToTxnResponse",
+    "AddPartitionsToTxnTopic",
+    "AddPartitionsToTxnTopicResult",
+    "Api",
+    "ApiVersion",
+    "ApiVersionsRequest",
+    "ApiVersionsResponse",
+    "BatchIndexAndErrorMessage",
+    "Coordinator",
+    "CreatableReplicaAssignment",
+    "CreatableTopic",
+    "CreatableTopicConfig",
+    "CreatableTopicConfigs",
+    "CreatableTopicResult",
+    "CreateTopicsRequest",
+    "CreateTopicsResponse",
+    "DeletableGroupResult",
+    "DeletableTopicResult",
+    "DeleteGroupsRequest",
+    "DeleteGroupsResponse",
+    "DeleteTopicState",
+    "DeleteTopicsRequest",
+    "DeleteTopicsResponse",
+    "DescribeClusterBroker",
+    "DescribeClusterRequest",
+    "DescribeClusterResponse",
+    "DescribeGroupsRequest",
+    "DescribeGroupsResponse",
+    "DescribeProducersRequest",
+    "DescribeProducersResponse",
+    "DescribedGroup",
+    "DescribedGroupMember",
+    "FetchPartition",
+    "FetchRequest",
+    "FetchResponse",
+    "FetchTopic",
+    "FetchableTopicResponse",
+    "FindCoordinatorRequest",
+    "FindCoordinatorResponse",
+    "ForgottenTopic",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "InitProducerIdRequest",
+    "InitProducerIdResponse",
+    "JoinGroupRequest",
+    "JoinGroupRequestProtocol",
+    "JoinGroupResponse",
+    "JoinGroupResponseMember",
+    "KafkaRequest",
+    "LeaderIdAndEpoch",
+    "LeaveGroupRequest",
+    "LeaveGroupResponse",
+    "ListGroupsRequest",
+    "ListGroupsResponse",
+    "ListOffsetsPartition",
+    "ListOffsetsPartitionResponse",
+    "ListOffsetsRequest",
+    "ListOffsetsResponse",
+    "ListOffsetsTopic",
+    "ListOffsetsTopicResponse",
+    "ListedGroup",
+    "MemberIdentity",
+    "MemberResponse",
+    "MetadataRequest",
+    "MetadataRequestTopic",
+    "MetadataResponse",
+    "MetadataResponseBroker",
+    "MetadataResponsePartition",
+    "MetadataResponseTopic",
+    "NodeEndpoint",
+    "OffsetCommitRequest",
+    "OffsetCommitRequestPartition",
+    "OffsetCommitRequestTopic",
+    "OffsetCommitResponse",
+    "OffsetCommitResponsePartition",
+    "OffsetCommitResponseTopic",
+    "OffsetFetchRequest",
+    "OffsetFetchRequestGroup",
+    "OffsetFetchRequestTopic",
+    "OffsetFetchResponse",
+    "OffsetFetchResponseGroup",
+    "OffsetFetchResponsePartition",
+    "OffsetFetchResponseTopic",
+    "PartitionData",
+    "PartitionProduceData",
+    "PartitionProduceResponse",
+    "PartitionResponse",
+    "ProduceRequest",
+    "ProduceResponse",
+    "ProducerState",
+    "Request",
+    "RequestBody",
+    "RequestHeader",
+    "Response",
+    "ResponseBody",
+    "SyncGroupRequest",
+    "SyncGroupRequestAssignment",
+    "SyncGroupResponse",
+    "TopicProduceData",
+    "TopicProduceResponse",
+    "TopicRequest",
+    "TopicResponse",
+    "VersionRange",
+]

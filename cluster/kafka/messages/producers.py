@@ -1,0 +1,169 @@
+"""Producer ids: InitProducerId (22), DescribeProducers (61), and AddPartitionsToTxn (24)
+and AddOffsetsToTxn (25), served only to refuse (no transactions yet).
+
+Part of the Kafka messages (cluster/kafka/messages/__init__.py has their rules): each request
+class names its API, the versions served, its response and how it is refused whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cluster.kafka.messages.base import Api, Request, Response, VersionRange
+
+# -- InitProducerId (22) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdResponse(Response):
+    error_code: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdRequest(Request):
+    API = Api.INIT_PRODUCER_ID
+    VERSIONS = VersionRange(0, 5)
+    RESPONSE = InitProducerIdResponse
+
+    transactional_id: str | None = None
+    transaction_timeout: int = 0
+    producer_id: int = -1  # v3+: the producer's current id and epoch (KIP-360), or -1
+    producer_epoch: int = -1
+
+    def refusal(self, code: int, message: str) -> InitProducerIdResponse:  # noqa: ARG002
+        return InitProducerIdResponse(code)
+
+
+# -- AddPartitionsToTxn (24), AddOffsetsToTxn (25): served only to refuse (no transactions yet) --
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnTopic:
+    name: str
+    partitions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnPartitionResult:
+    partition_index: int
+    partition_error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnTopicResult:
+    name: str
+    results_by_partition: tuple[AddPartitionsToTxnPartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnResponse(Response):
+    results_by_topic_v3_and_below: tuple[AddPartitionsToTxnTopicResult, ...]
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AddOffsetsToTxnResponse(Response):
+    error_code: int
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnRequest(Request):
+    # Served to refuse (no transactions yet): v0-v3 are a client's (v4+ batch transactions: a
+    # broker's).
+    API = Api.ADD_PARTITIONS_TO_TXN
+    VERSIONS = VersionRange(0, 3)
+    RESPONSE = AddPartitionsToTxnResponse
+
+    # v0-v3, a client's (v4+ batch transactions: a broker's). Kafka's own field names.
+    v3_and_below_transactional_id: str
+    v3_and_below_producer_id: int
+    v3_and_below_producer_epoch: int
+    v3_and_below_topics: tuple[AddPartitionsToTxnTopic, ...]
+
+    def refusal(self, code: int, message: str) -> AddPartitionsToTxnResponse:  # noqa: ARG002
+        return AddPartitionsToTxnResponse(
+            tuple(
+                AddPartitionsToTxnTopicResult(
+                    t.name, tuple(AddPartitionsToTxnPartitionResult(i, code) for i in t.partitions)
+                )
+                for t in self.v3_and_below_topics
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AddOffsetsToTxnRequest(Request):
+    # Served to refuse, as AddPartitionsToTxn.
+    API = Api.ADD_OFFSETS_TO_TXN
+    VERSIONS = VersionRange(0, 4)
+    RESPONSE = AddOffsetsToTxnResponse
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+
+    def refusal(self, code: int, message: str) -> AddOffsetsToTxnResponse:  # noqa: ARG002
+        return AddOffsetsToTxnResponse(code)
+
+
+# -- DescribeProducers (61) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRequest:
+    name: str
+    partition_indexes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int = -1
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResponse:
+    partition_index: int
+    error_code: int
+    error_message: str | None = None
+    active_producers: tuple[ProducerState, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicResponse:
+    name: str
+    partitions: tuple[PartitionResponse, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeProducersResponse(Response):
+    topics: tuple[TopicResponse, ...]
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeProducersRequest(Request):
+    API = Api.DESCRIBE_PRODUCERS
+    VERSIONS = VersionRange(0, 0)
+    RESPONSE = DescribeProducersResponse
+
+    topics: tuple[TopicRequest, ...]
+
+    def refusal(self, code: int, message: str) -> DescribeProducersResponse:
+        return DescribeProducersResponse(
+            tuple(
+                TopicResponse(
+                    t.name, tuple(PartitionResponse(i, code, message) for i in t.partition_indexes)
+                )
+                for t in self.topics
+            )
+        )
