@@ -1,4 +1,4 @@
-"""Kafka for tests: a client at the request level, our own codec (cluster/kafka/codec.py) on the
+"""Kafka for tests: a client at the request level, our own codec (cluster/kafka/codec/) on the
 client side, so a test can send exactly the request it means (versions, fields, pipelining) and
 read the answer in our types; and the Kafka clients' logs, read for the versions they
 negotiated (`captured`, `negotiated`, `report`: `NEGOTIATED` lines, shown with

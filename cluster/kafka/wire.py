@@ -2,7 +2,7 @@
 
 Role: the `Wire` the node's `Server` (cluster/broker/server.py) speaks on the Kafka port, so
 that every limit of the native listener holds here too. Frames and requests go through the codec
-(cluster/kafka/codec.py); answers are the frontend's responses, in the version asked.
+(cluster/kafka/codec/); answers are the frontend's responses, in the version asked.
 
 Rules:
 - A frame is a signed 4-byte big-endian length and that many bytes. A negative length, or one

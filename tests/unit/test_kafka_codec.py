@@ -1,4 +1,4 @@
-"""The Kafka codec (cluster/kafka/codec.py): every supported API version round trips both ways,
+"""The Kafka codec (cluster/kafka/codec/): every supported API version round trips both ways,
 headers v1 and v2, the ApiVersions answer for a version newer than ours (KIP-511), and the
 decode path's one error type, whatever the bytes (a Hypothesis fuzz of random and mutated
 frames, and lengths that claim more than there is: kio's native reader would allocate them).

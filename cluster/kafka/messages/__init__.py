@@ -1,7 +1,7 @@
 """The Kafka messages the listener reads and writes, in our own types: one class per message,
 its fields the union of every version we support.
 
-Role: the vocabulary shared by the codec (cluster/kafka/codec.py, the only module that knows
+Role: the vocabulary shared by the codec (cluster/kafka/codec/, the only package that knows
 kio, which has one generated class per message *and version*) and the frontend, which reads
 requests and builds responses without knowing which version is on the wire. One module per
 family of APIs (as aiokafka's protocol/): `cluster`, `topics`, `records`, `producers`,
