@@ -10,7 +10,7 @@ Modules, by role (each imports only those above it):
 - handshake.py  the mesh's handshake as a pure state machine: hellos, keys, sealed proofs
 - mesh.py       the peer links: sockets, frames, routing to groups (`Mesh`, `MeshSettings`)
 - spec.py       the types other packages name: machine, spec, status, proposal errors
-- adapter.py    pysyncobj, adapted: the only module that imports it, with its table of overrides
+- adapter/      pysyncobj, adapted: the only package that imports it, with its table of overrides
 - group.py      `RaftGroup`: propose, read, health
 - driver.py     `RaftDriver`: ticks every group, owns the mesh
 

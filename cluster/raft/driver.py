@@ -93,7 +93,7 @@ class RaftDriver:
     ) -> None:
         self.timing = timing
         self.compaction_entries = compaction_entries
-        # A group compacts its log once its journal holds more than this (`_Journal`).
+        # A group compacts its log once its journal holds more than this (`JournalBridge`).
         self.compaction_bytes = compaction_bytes
         # Journals fsynced before an entry is acknowledged or counted (a node's `fsync`).
         self.durable = durable

@@ -8,7 +8,7 @@ moment it is known.
 
 Rules: runs on the driver's loop only; every proposal is settled exactly once (`_Proposal`),
 by pysyncobj's verdict, its timeout or a deposition, whichever comes first; the number in
-flight is bounded per group. pysyncobj itself is the adapter's (adapter.py): this module uses
+flight is bounded per group. pysyncobj itself is the adapter's (adapter/): this module uses
 only what `PatchedSyncObj` defines and pysyncobj's public properties.
 """
 

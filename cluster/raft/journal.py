@@ -1,7 +1,7 @@
 """The Raft journal on disk: a group's log entries, term, vote and commit index, checksummed.
 
 Role: pysyncobj keeps a group's log through a journal object; the adapter hands it one built
-on `JournalFile` (adapter.py, `_Journal`). This module owns the two files and their recovery
+on `JournalFile` (adapter/journal_bridge.py, `JournalBridge`). This module owns the two files and their recovery
 and imports nothing of pysyncobj. Entries are pysyncobj's tuples `(command, index, term)`.
 
 Files, in the group's directory:

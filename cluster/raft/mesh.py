@@ -3,7 +3,7 @@
 pysyncobj's stock transport opens a connection per group and node pair, pickles every message,
 zlib-compresses it and wraps it in Fernet (AES-CBC + HMAC + base64): a fifth of a node's CPU under
 load, and a port per group. `Mesh` replaces it. Every Raft group of the process sends through it;
-a frame names its group, and cluster/raft/adapter.py plugs one thin endpoint per group into
+a frame names its group, and cluster/raft/adapter/ plugs one thin endpoint per group into
 pysyncobj.
 
 Rules:

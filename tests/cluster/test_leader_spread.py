@@ -2,7 +2,7 @@
 the node that started its groups first) puts them.
 
 Each partition group's first assigned replica (which placement rotates over partitions) stands
-for election first when the group is new, the others later (cluster/raft/adapter.py:
+for election first when the group is new, the others later (cluster/raft/adapter/:
 `PatchedSyncObj._first_election`). A 3-partition topic on 3 nodes, created again and again,
 must have its leaders on at least 2 nodes every time, and on all 3 nearly always; left to
 chance, one run in several put every leader on one node.

@@ -1,4 +1,4 @@
-"""The pysyncobj hardening in cluster/raft/adapter.py: the next-index rewind, fixed.
+"""The pysyncobj hardening in cluster/raft/adapter/: the next-index rewind, fixed.
 
 Stock pysyncobj 0.3.17 sets a follower's next index from every successful reply, so under
 pipelining an old reply rewinds it: the follower is sent entries it holds, truncates entries it
@@ -23,8 +23,8 @@ import pytest
 
 from cluster.config import Timing
 from cluster.local import launcher
-from cluster.raft import RaftDriver, RaftGroup, adapter
-from cluster.raft.adapter import PatchedSyncObj
+from cluster.raft import RaftDriver, RaftGroup
+from cluster.raft.adapter import PatchedSyncObj, replica
 from cluster.raft.mesh import Mesh
 from tests.cluster.procs import running, spawn, wait_until
 from tests.cluster.raft_harness import HashChain
@@ -290,7 +290,7 @@ async def test_negative_control_without_the_screen_a_peer_gets_a_pickle_unpickle
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     UNPICKLED.clear()
-    monkeypatch.setattr(adapter, "refusal_of", lambda _message: None)
+    monkeypatch.setattr(replica, "refusal_of", lambda _message: None)  # where it is called
     with contextlib.suppress(AssertionError):  # the foreign entry stops the replica's apply
         await send_hostile_messages(tmp_path)
     assert "a chunked entry" in UNPICKLED

@@ -1,4 +1,4 @@
-"""Raft's steady-state shortcuts (cluster/raft/adapter.py) and the stock paths they leave the
+"""Raft's steady-state shortcuts (cluster/raft/adapter/) and the stock paths they leave the
 rest to.
 
 A leader sends a new entry alone (`_send_new_entry`) only while every follower holds everything

@@ -1,9 +1,10 @@
 """pysyncobj, contained: the adapter's table of overrides is complete and true of the release.
 
-cluster/raft/adapter.py replaces and reaches into pysyncobj's private names; `OVERRIDES` lists
+cluster/raft/adapter/ replaces and reaches into pysyncobj's private names; `OVERRIDES` lists
 each. These checks read that table against the installed pysyncobj (every name it lists still
-exists where it says) and against the adapter's own source (every class-private name it uses,
-every pysyncobj name it touches, every method of pysyncobj's its classes override, has a row),
+exists where it says) and against the source of every module of the adapter (every
+class-private name it uses, every pysyncobj name it touches, every method of pysyncobj's its
+classes override, has a row),
 so an upgrade that renames one, or an edit that uses one more, fails here, not in production.
 pysyncobj is loaded by name from the table's owners: only the adapter imports it.
 """
@@ -14,6 +15,7 @@ import ast
 import functools
 import importlib
 import inspect
+import pkgutil
 import re
 import textwrap
 from pathlib import Path
@@ -24,7 +26,15 @@ import pytest
 from cluster.raft import adapter
 from cluster.raft.adapter import OVERRIDES, Override
 
-ADAPTER_SOURCE = Path(adapter.__file__).read_text()
+# Every module of the adapter package: a name used in any of them counts.
+ADAPTER_MODULES = tuple(
+    importlib.import_module(f"{adapter.__name__}.{info.name}")
+    for info in pkgutil.iter_modules(adapter.__path__)
+)
+ADAPTER_SOURCES = {
+    Path(module.__file__ or "").name: Path(module.__file__ or "").read_text()
+    for module in (adapter, *ADAPTER_MODULES)
+}
 # A class-private name as Python mangles it: `__raftLog` in class SyncObj is `_SyncObj__raftLog`.
 MANGLED = re.compile(r"_[A-Z][A-Za-z0-9]*__[A-Za-z0-9_]*[A-Za-z0-9]")
 # Names every class has or that say nothing about pysyncobj's behaviour.
@@ -93,23 +103,27 @@ def pysyncobj_names() -> set[str]:
     return names
 
 
-def names_used_by_adapter() -> dict[str, int]:
-    """Attribute, method and imported names of the adapter's source, by first line."""
-    used: dict[str, int] = {}
-    for node in ast.walk(ast.parse(ADAPTER_SOURCE)):
-        if isinstance(node, ast.Attribute):
-            found = [node.attr]
-        elif isinstance(node, ast.FunctionDef | ast.Name):
-            found = [node.name if isinstance(node, ast.FunctionDef) else node.id]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pysyncobj"):
-            found = [alias.name for alias in node.names]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            found = [node.value] if MANGLED.fullmatch(node.value) else []  # vars(x)["_A__b"]
-        else:
-            continue
-        for name in found:
-            used.setdefault(name, node.lineno)
+def names_used_by_adapter() -> dict[str, str]:
+    """Attribute, method and imported names of the adapter's modules, by first file:line."""
+    used: dict[str, str] = {}
+    for file, source in ADAPTER_SOURCES.items():
+        for node in ast.walk(ast.parse(source)):
+            for name in _names_of(node):
+                used.setdefault(name, f"{file}:{getattr(node, 'lineno', 0)}")
     return used
+
+
+def _names_of(node: ast.AST) -> list[str]:
+    """The names one node of the adapter's syntax tree uses, as the checks below see them."""
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, ast.FunctionDef | ast.Name):
+        return [node.name if isinstance(node, ast.FunctionDef) else node.id]
+    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pysyncobj"):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value] if MANGLED.fullmatch(node.value) else []  # vars(x)["_A__b"]
+    return []
 
 
 def test_every_row_names_something_the_installed_pysyncobj_has() -> None:
@@ -160,9 +174,10 @@ def test_every_private_pysyncobj_name_the_adapter_touches_has_a_row() -> None:
     "cls",
     [
         value
-        for value in vars(adapter).values()
+        for module in ADAPTER_MODULES
+        for value in vars(module).values()
         if isinstance(value, type)
-        and value.__module__ == adapter.__name__
+        and value.__module__ == module.__name__
         and any(base.__module__.startswith("pysyncobj") for base in value.__mro__[1:])
     ],
     ids=lambda cls: cls.__name__,
