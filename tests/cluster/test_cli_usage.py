@@ -303,6 +303,7 @@ def kcat(*args: str, stdin: str | None = None) -> str:
     return done.stdout
 
 
+@pytest.mark.kcat
 def test_kcat_creates_a_topic_on_first_use(cluster_dir: Path) -> None:
     """Issue 41, item 3: `kcat -P -t new-topic` waited 30 s, then "Unknown topic or
     partition". A local cluster's nodes create it with their defaults (1 partition), as Kafka

@@ -192,6 +192,7 @@ async def publishing(routes: dict[int, tuple[str, int]]) -> AsyncIterator[None]:
             server.close()
 
 
+@pytest.mark.kcat
 @pytest.mark.asyncio(loop_scope="function")
 async def test_the_compose_services_form_a_working_cluster(tmp_path: Path) -> None:
     spec = services()

@@ -58,6 +58,7 @@ def create_native(three_nodes: launcher.LocalCluster, topic: str, partitions: in
 # -- real clients ------------------------------------------------------------------------------
 
 
+@pytest.mark.kcat
 def test_kcat_lists_brokers_and_topics(
     three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str]
 ) -> None:
