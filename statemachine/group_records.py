@@ -2,7 +2,7 @@
 
 Role: what must survive a coordinator failover of a group's membership: its generation,
 protocol, leader, and each member with its subscription and assignment and static instance id
-(`GroupRecord`). The coordinator (statemachine/group_coordinator.py) builds one when a
+(`GroupRecord`). The coordinator (cluster/broker/coordinator/) builds one when a
 rebalance ends; the offsets partition's state machine (statemachine/offsets.py) stores it; a
 new coordinator resumes from it.
 

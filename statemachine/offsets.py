@@ -3,7 +3,7 @@
 Role: the replicated half of consumer groups, as Kafka's `__consumer_offsets` partitions hold
 it: each group that hashes to this partition has its committed offsets and the record of its
 last rebalance (statemachine/group_records.py). The other half, who is a member right now, is
-the coordinator's (statemachine/group_coordinator.py), which runs on this partition's leader and
+the coordinator's (cluster/broker/coordinator/), which runs on this partition's leader and
 writes here what must outlive it.
 
 Rules:

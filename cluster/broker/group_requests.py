@@ -2,7 +2,7 @@
 
 Role: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
 DescribeGroup, ListGroups and DeleteGroup of cluster/protocol.py, in the group service's terms
-(cluster/broker/groups.py decides, statemachine/group_coordinator.py is the protocol). The
+(cluster/broker/groups.py decides, cluster/broker/coordinator/ is the protocol). The
 Kafka listener's twin is cluster/kafka/groups.py; both reach the same coordinators, so a
 native consumer and a Kafka client can share a group.
 
@@ -19,10 +19,10 @@ Rules:
 from __future__ import annotations
 
 from cluster import protocol as p
+from cluster.broker.coordinator import JoinRequest, MemberRef, Protocol, SyncRequest
 from cluster.broker.groups import CommitPartition, GroupService
 from cluster.broker.node import Node
 from statemachine.errors import ErrorCode
-from statemachine.group_coordinator import JoinRequest, MemberRef, Protocol, SyncRequest
 
 NO_LEADER_EPOCH = -1  # native consumers track no leader epochs
 

@@ -3,7 +3,7 @@
 Role: a group lives in one partition of the internal topic `__consumer_offsets`
 (`partition_of`: a CRC of its id over the topic's partitions), and its coordinator is that
 partition's Raft leader, as in Kafka and Redpanda. `GroupService` keeps one `Coordinator`
-(statemachine/group_coordinator.py, the protocol's decisions, sans I/O) per offsets partition
+(cluster/broker/coordinator/, the protocol's decisions, sans I/O) per offsets partition
 this node leads, feeds it requests and the monotonic clock, parks JoinGroup and SyncGroup on
 futures until the rebalance moves on, proposes the records it asks to persist and the committed
 offsets, and answers once they are committed. Both client listeners call it.
@@ -36,6 +36,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from cluster.broker.coordinator import (
+    Coordinator,
+    CoordinatorLimits,
+    Effect,
+    GroupState,
+    GroupView,
+    JoinRequest,
+    JoinResult,
+    MemberRef,
+    Persist,
+    Reply,
+    SyncRequest,
+    SyncResult,
+)
 from cluster.broker.node import OFFSETS_TOPIC, Node, OffsetsHandle
 from cluster.broker.peers import PeerWatcher
 from cluster.clock import wall_ms
@@ -50,20 +64,6 @@ from statemachine.commands import (
     StoreGroup,
 )
 from statemachine.errors import ErrorCode, Rejected
-from statemachine.group_coordinator import (
-    Coordinator,
-    CoordinatorLimits,
-    Effect,
-    GroupState,
-    GroupView,
-    JoinRequest,
-    JoinResult,
-    MemberRef,
-    Persist,
-    Reply,
-    SyncRequest,
-    SyncResult,
-)
 from statemachine.group_records import GroupRecord
 from statemachine.metadata import TopicInfo
 from statemachine.offsets import GroupStored, OffsetsStateMachine, group_id_error

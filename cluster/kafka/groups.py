@@ -3,7 +3,7 @@
 Role: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups,
 ListGroups and DeleteGroups in Kafka's terms; what is decided, and when it is answered, is the
 group service's (cluster/broker/groups.py) and its coordinator's
-(statemachine/group_coordinator.py).
+(cluster/broker/coordinator/).
 
 Rules:
 - Versions differ only in what they carry, which the codec fills with our defaults: JoinGroup
@@ -19,17 +19,17 @@ Rules:
 
 from __future__ import annotations
 
-from cluster.broker.group_requests import client_host
-from cluster.broker.groups import CommitPartition, GroupService
-from cluster.kafka import messages as m
-from cluster.kafka.dispatch import Call, serves
-from statemachine.errors import ErrorCode
-from statemachine.group_coordinator import (
+from cluster.broker.coordinator import (
     JoinRequest,
     MemberRef,
     Protocol,
     SyncRequest,
 )
+from cluster.broker.group_requests import client_host
+from cluster.broker.groups import CommitPartition, GroupService
+from cluster.kafka import messages as m
+from cluster.kafka.dispatch import Call, serves
+from statemachine.errors import ErrorCode
 
 KNOWN_MEMBER_ID_SINCE_VERSION = 4  # JoinGroup (KIP-394)
 NULL_PROTOCOL_NAME_SINCE_VERSION = 7  # JoinGroup

@@ -1,8 +1,9 @@
 """The Raft journal on disk: a group's log entries, term, vote and commit index, checksummed.
 
 Role: pysyncobj keeps a group's log through a journal object; the adapter hands it one built
-on `JournalFile` (adapter/journal_bridge.py, `JournalBridge`). This module owns the two files and their recovery
-and imports nothing of pysyncobj. Entries are pysyncobj's tuples `(command, index, term)`.
+on `JournalFile` (adapter/journal_bridge.py, `JournalBridge`). This module owns the two files
+and their recovery and imports nothing of pysyncobj. Entries are pysyncobj's tuples
+`(command, index, term)`.
 
 Files, in the group's directory:
 - `raft.wal`: `MAGIC`, then one record per entry: `length` (u32), `crc` (u32), `index`

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from statemachine.errors import ErrorCode
-from statemachine.group_coordinator import (
+from cluster.broker.coordinator import (
     Coordinator,
     CoordinatorLimits,
     Effect,
@@ -25,6 +24,8 @@ from statemachine.group_coordinator import (
     SyncRequest,
     SyncResult,
 )
+from cluster.broker.coordinator.states import TRANSITIONS, Event, next_state
+from statemachine.errors import ErrorCode
 from statemachine.group_records import GroupRecord
 
 SESSION_MS = 10_000
@@ -487,3 +488,32 @@ def test_a_static_member_that_does_not_rejoin_stays_through_the_rebalance() -> N
     assert joined.leader == a  # the leader is one that rejoined
     assert {m.member_id for m in joined.members} == {a, static_id}
     assert {m.member_id for m in h.coordinator.describe("g").members} == {a, static_id}
+
+
+# -- the table of moves ------------------------------------------------------------------------
+
+# Kafka's GroupState.validPreviousStates (kafka.coordinator.group, GroupMetadata.scala), but
+# for Dead: Kafka moves a group there; here a dead group is one the coordinator dropped.
+KAFKAS_PREVIOUS_STATES = {
+    GroupState.PREPARING_REBALANCE: {
+        GroupState.STABLE,
+        GroupState.COMPLETING_REBALANCE,
+        GroupState.EMPTY,
+    },
+    GroupState.COMPLETING_REBALANCE: {GroupState.PREPARING_REBALANCE},
+    GroupState.STABLE: {GroupState.COMPLETING_REBALANCE},
+    GroupState.EMPTY: {GroupState.PREPARING_REBALANCE},
+}
+
+
+def test_the_table_allows_the_moves_kafka_allows_and_no_other() -> None:
+    previous: dict[GroupState, set[GroupState]] = {}
+    for (source, _event), target in TRANSITIONS.items():
+        previous.setdefault(target, set()).add(source)
+    assert previous == KAFKAS_PREVIOUS_STATES
+
+
+def test_a_move_the_table_lacks_is_a_broken_invariant() -> None:
+    assert next_state(GroupState.STABLE, Event.REBALANCE) is GroupState.PREPARING_REBALANCE
+    with pytest.raises(AssertionError, match="a group in Stable cannot move on JOINED"):
+        next_state(GroupState.STABLE, Event.JOINED)
