@@ -100,7 +100,7 @@ async def run_demo(directory: Path, records: int = 4_000) -> DemoReport:
         report.fencing_scene = await zombie_fencing_scene(client)
     finally:
         await client.close()
-        launcher.down(launcher.LocalCluster.load(directory) or cluster)
+        launcher.down(cluster.current())
     report.seconds = round(time.monotonic() - started, 1)
     return report
 
@@ -145,9 +145,7 @@ async def _kill_leaders(
         resumed = await _next_ack_after(acks, partition, killed_at)
         new_leader = await _leader(client, partition)
         report.failovers.append(Failover(partition, victim, new_leader, round(resumed, 3)))
-        cluster = launcher.restart_node(
-            launcher.LocalCluster.load(cluster.data_dir) or cluster, victim
-        )
+        cluster = launcher.restart_node(cluster.current(), victim)
         await launcher.wait_ready(cluster, 30)
 
 

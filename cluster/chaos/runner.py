@@ -101,7 +101,7 @@ async def run_chaos(options: ChaosOptions, progress: Progress = lambda _: None) 
         if nemesis is not None:
             cluster = nemesis.cluster
             await nemesis.close()
-        launcher.down(launcher.LocalCluster.load(cluster.data_dir) or cluster)
+        launcher.down(cluster.current())
 
 
 def _node_settings(options: ChaosOptions) -> str:

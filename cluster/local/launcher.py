@@ -105,6 +105,11 @@ class LocalCluster:
         state = json.loads(path.read_text())
         return cls(data_dir, tuple(NodeProcess(**n) for n in state["nodes"]))
 
+    def current(self) -> LocalCluster:
+        """This cluster as its `cluster.json` records it now: a node restarted since this
+        value was taken has another pid there (as given, if the file is gone)."""
+        return LocalCluster.load(self.data_dir) or self
+
 
 def host_of(index: int) -> str:
     return f"127.0.0.{index + 2}"
@@ -475,7 +480,7 @@ async def wait_ready(cluster: LocalCluster, timeout_s: float = 60.0) -> None:
     client = Cluster(cluster.bootstrap, request_timeout_s=2.0)
     try:
         while not await _all_ready(client, cluster):
-            _raise_if_exited(LocalCluster.load(cluster.data_dir) or cluster)
+            _raise_if_exited(cluster.current())
             if loop.time() > deadline:
                 raise TimeoutError(f"cluster in {cluster.data_dir} not ready in {timeout_s:.0f} s")
             await asyncio.sleep(0.1)

@@ -112,7 +112,7 @@ async def client(known: Known) -> AsyncIterator[Cluster]:
 
 async def assert_intact(known: Known) -> None:
     """Fail unless the cluster is whole and holds exactly the known records (see module doc)."""
-    current = launcher.LocalCluster.load(known.cluster.data_dir) or known.cluster
+    current = known.cluster.current()
     for node in current.nodes:
         assert launcher.alive(node.pid), f"node {node.node_id} (pid {node.pid}) died"
         rss = rss_bytes(node.pid)
@@ -259,13 +259,13 @@ async def leaders(client: Cluster, topic: str) -> dict[int, str]:
 
 
 def node_pid(known: Known, node_id: int) -> int:
-    current = launcher.LocalCluster.load(known.cluster.data_dir) or known.cluster
+    current = known.cluster.current()
     return next(n.pid for n in current.nodes if n.node_id == node_id)
 
 
 def pid_at(known: Known, client_address: str) -> int:
     """The pid of the node serving clients at `client_address`."""
-    current = launcher.LocalCluster.load(known.cluster.data_dir) or known.cluster
+    current = known.cluster.current()
     return next(n.pid for n in current.nodes if n.client_address == client_address)
 
 
@@ -320,7 +320,7 @@ async def http_exchange(node: launcher.NodeProcess, request: bytes) -> bytes:
 
 def current_cluster(known: Known) -> launcher.LocalCluster:
     """The module's cluster as last recorded (its pids change when a test restarts nodes)."""
-    return launcher.LocalCluster.load(known.cluster.data_dir) or known.cluster
+    return known.cluster.current()
 
 
 def partition_dirs(cluster: launcher.LocalCluster) -> list[Path]:

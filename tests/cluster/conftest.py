@@ -67,7 +67,7 @@ def running_cluster(data_dir: Path, extra_toml: str = "") -> Iterator[launcher.L
         asyncio.run(wait_ready(cluster))
         yield cluster
     finally:
-        launcher.down(launcher.LocalCluster.load(data_dir) or cluster)
+        launcher.down(cluster.current())
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def three_nodes(cluster_dir: Path) -> Iterator[launcher.LocalCluster]:
 async def whole_cluster(three_nodes: launcher.LocalCluster) -> launcher.LocalCluster:
     """The module's cluster with every node running and ready, whatever an earlier test left
     (a test that failed between killing a node and restarting it): its current pids."""
-    current = launcher.LocalCluster.load(three_nodes.data_dir) or three_nodes
+    current = three_nodes.current()
     for node in current.nodes:
         if not launcher.alive(node.pid):
             current = launcher.restart_node(current, node.node_id)

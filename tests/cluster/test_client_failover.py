@@ -50,7 +50,7 @@ def three_nodes(cluster_dir: Path) -> Iterator[launcher.LocalCluster]:
 
 def current(three: launcher.LocalCluster) -> launcher.LocalCluster:
     """The cluster as cluster.json has it now (earlier tests restarted nodes: new pids)."""
-    return launcher.LocalCluster.load(three.data_dir) or three
+    return three.current()
 
 
 def kill(three: launcher.LocalCluster, *node_ids: int) -> None:

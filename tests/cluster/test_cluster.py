@@ -86,7 +86,7 @@ async def kill_and_restart(
     """SIGKILL one node, await `while_down()` (a condition the test wants reached without it),
     and start the node again; the cluster with its new pid."""
     # Earlier tests restarted nodes: the running pids are in cluster.json, not in `three`.
-    current = launcher.LocalCluster.load(three.data_dir) or three
+    current = three.current()
     node = next(n for n in current.nodes if n.node_id == node_id)
     launcher.kill(node.pid, signal.SIGKILL, wait_s=10)
     if while_down is not None:
@@ -243,7 +243,7 @@ async def test_all_nodes_killed_and_restarted_keep_records_and_producer_state(
     before = {d.partition: d.producers for d in describe}
     await client.close()
 
-    current = launcher.LocalCluster.load(three_nodes.data_dir) or three_nodes
+    current = three_nodes.current()
     for node in current.nodes:
         launcher.kill(node.pid, signal.SIGKILL, wait_s=10)
     for node in current.nodes:

@@ -53,7 +53,7 @@ def three_nodes(cluster_dir: Path) -> Iterator[launcher.LocalCluster]:
 
 
 def current(three: launcher.LocalCluster) -> launcher.LocalCluster:
-    return launcher.LocalCluster.load(three.data_dir) or three
+    return three.current()
 
 
 async def _leader(cluster: launcher.LocalCluster, partition: int) -> int:

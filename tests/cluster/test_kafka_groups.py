@@ -254,7 +254,7 @@ def test_a_killed_members_partitions_move_to_the_survivor_within_its_session_tim
 
 def current(cluster: launcher.LocalCluster) -> launcher.LocalCluster:
     """The cluster as cluster.json has it now (restarted nodes have new pids)."""
-    return launcher.LocalCluster.load(cluster.data_dir) or cluster
+    return cluster.current()
 
 
 def coordinator_of(cluster: launcher.LocalCluster, group: str) -> int:

@@ -82,8 +82,6 @@ async def test_a_follower_behind_the_compacted_log_restores_every_record(
         log = (compacting_cluster.data_dir / f"node{follower.node_id}.log").read_text()
         assert "restoring offsets 0.." in log  # the snapshot path really ran
         assert "restored offsets" in log
-        await wait_ready(
-            launcher.LocalCluster.load(compacting_cluster.data_dir) or compacting_cluster
-        )
+        await wait_ready(compacting_cluster.current())
     finally:
         await client.close()

@@ -38,7 +38,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[launcher.LocalC
         asyncio.run(launcher.wait_ready(cluster, READY_TIMEOUT_S))
         yield cluster
     finally:
-        launcher.down(launcher.LocalCluster.load(data_dir) or cluster)
+        launcher.down(cluster.current())
 
 
 @pytest.fixture(scope="session")
