@@ -30,7 +30,6 @@ from cli import walkthrough as walkthrough_scenes
 from cli.common import console, fail
 from cli.demo import DemoReport, demo_in_temporary_directory
 from cli.help import PlainHelpGroup
-from cluster.chaos.power import SyncRecorder, ledger_of
 from cluster.config import ConfigError
 
 app = typer.Typer(
@@ -85,7 +84,9 @@ def node(
         fail(str(exc), 2)
     if node_config.unsafe_record_syncs:
         # Test-only: the chaos suite's power cuts need every fsync on record (before any file
-        # is opened, so none is missed).
+        # is opened, so none is missed). Imported here: a node loads the chaos tools only then.
+        from cluster.chaos.power import SyncRecorder, ledger_of  # noqa: PLC0415
+
         SyncRecorder(ledger_of(node_config.data_dir)).install()
     runtime.run_node_process(node_config)
 

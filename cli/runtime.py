@@ -131,7 +131,7 @@ def run_node_process(config: NodeConfig) -> None:
     # node's alone, and every other command starts in about half the time without it. Before
     # the lock is taken: a node is found (and signalled) by its lock, and a SIGTERM that came
     # during this import, before the handlers are in, would kill it uncleanly.
-    from cluster.broker.service import run_node  # noqa: PLC0415
+    from cluster.service import run_node  # noqa: PLC0415
 
     configure_logging(f"node{config.node_id}")
     if not keep_large_blocks_in_the_heap():

@@ -5,6 +5,12 @@ syntax tree of every .py file of the shipped packages (those pyproject.toml list
   I/O, clocks and randomness);
 - cluster/client/ never imports cluster.broker or cluster.raft: the library users import stays
   apart from the node process;
+- cluster/broker/ (the broker core) never imports a listener (cluster.kafka): the listeners
+  sit on the core and translate, and cluster/service.py, the composition root, joins them;
+- the tools (cluster.chaos, the fault-injection harness, and cluster.local, the local
+  cluster's launcher) are imported only by each other, by cli/ (their commands) and by
+  cluster/chaos's own modules: nothing of the broker, the Raft layer, the client library or
+  the Spark source depends on them;
 - pysyncobj is imported only by cluster/raft/adapter/, uvloop only in cli/, msgpack only by
   cluster/protocol.py (the wire) and statemachine/codec.py (the replicated state), aiokafka
   only by cluster/client/batches.py (its C reader of record batches), cramjam only by
@@ -122,6 +128,16 @@ RULES = (
         lambda path: not path.startswith("cluster/client/"),
     ),
     Rule(
+        "cluster/broker/ never imports a listener (cluster.kafka)",
+        lambda m: within(m, "cluster.kafka"),
+        lambda path: not path.startswith("cluster/broker/"),
+    ),
+    Rule(
+        "the tools (cluster.chaos, cluster.local) are imported only by tools and cli/",
+        lambda m: within(m, "cluster.chaos") or within(m, "cluster.local"),
+        lambda path: path.startswith(("cluster/chaos/", "cluster/local/", "cli/")),
+    ),
+    Rule(
         "pysyncobj is imported only by cluster/raft/adapter/",
         lambda m: within(m, "pysyncobj"),
         lambda path: path.startswith("cluster/raft/adapter/"),
@@ -199,8 +215,13 @@ BREAKS = [
     ("cluster/client/fenced.py", "from ..broker.node import Node\n"),
     ("cluster/client/sync.py", "import importlib\nimportlib.import_module('cluster.broker')\n"),
     ("cluster/raft/__init__.py", "from pysyncobj import SyncObj\n"),
+    ("cluster/broker/node.py", "from cluster.kafka.wire import KafkaWire\n"),
+    ("cluster/broker/groups.py", "def f():\n    from ..kafka import groups\n"),
+    ("cluster/broker/server.py", "from cluster.local import launcher\n"),
+    ("cluster/raft/driver.py", "import cluster.chaos.power\n"),
+    ("pipeline/broker.py", "from cluster.local.launcher import up\n"),
     ("cluster/raft/group.py", "import pysyncobj.journal\n"),
-    ("cluster/broker/service.py", "import uvloop\n"),
+    ("cluster/service.py", "import uvloop\n"),
     ("pipeline/sink.py", "def run():\n    import uvloop\n"),
     ("cluster/client/__init__.py", "import msgpack\n"),
     ("statemachine/partition.py", "from msgpack import packb\n"),
@@ -225,6 +246,9 @@ ALLOWED = [
     ("cluster/client/__init__.py", "from cluster import protocol as p\nfrom . import sync\n"),
     ("cluster/broker/node.py", "from cluster.raft import RaftGroup\nimport cluster.client\n"),
     ("cluster/raft/adapter/replica.py", "from pysyncobj import SyncObj\n"),
+    ("cluster/service.py", "from cluster.kafka.wire import KafkaWire\n"),
+    ("cli/chaos_cmd.py", "from cluster.chaos.runner import run_chaos\n"),
+    ("cluster/chaos/runner.py", "from cluster.local import launcher\n"),
     ("cli/runtime.py", "def run():\n    import uvloop\n"),
     ("cluster/protocol.py", "import msgpack\n"),
     ("statemachine/codec.py", "import msgpack\n"),

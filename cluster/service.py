@@ -1,6 +1,10 @@
 """A whole broker process, composed: node, its periodic duties, consumer groups, peers, the
 client listeners (the native protocol's, and Kafka's when `kafka_port` is set), HTTP endpoint.
 
+The composition root, above the broker core (cluster/broker/) and the listeners on it: the
+core never imports a listener (tests/unit/test_import_directions.py), only this module joins
+them.
+
 `run_node` runs until cancelled, in one TaskGroup (structured concurrency: no task outlives
 the node), and stops the Raft driver and closes every store on the way out.
 """
