@@ -1,6 +1,6 @@
 """The chaos workload's clients through the Kafka listener (`raftbroker chaos run --client kafka`).
 
-Role: `KafkaClients`, the workload's `Clients` (workload.py) for Kafka's protocol:
+Role: `KafkaClients`, the workload's `Clients` (clients.py) for Kafka's protocol:
 - idempotent producers are confluent-kafka's `Producer` (librdkafka: enable.idempotence,
   acks=all), the consumer its `Consumer` with `assign()` from the beginning (a group.id is
   required by its config, but no group API is used);
@@ -14,7 +14,7 @@ history (`client_error`, `client_log`), where the checker counts a fatal error, 
 about sequences, epochs or idempotence, as an anomaly. A delivery report with no error is `ok`
 with its offset (librdkafka does not tell the producer id, epoch or sequence of a message: -1,
 and the checker orders these sends by the process's own order); a fatal error, or a definite
-one (workload.DEFINITE, and librdkafka's own errors for messages it never sent), is `fail`;
+one (clients.DEFINITE, and librdkafka's own errors for messages it never sent), is `fail`;
 anything else `info`.
 
 Rules: librdkafka runs threads of its own and calls back only from `poll()` / `consume()`.
@@ -44,8 +44,7 @@ from confluent_kafka import (
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 
-from cluster.chaos.kafka_wire import KafkaWireClient
-from cluster.chaos.workload import (
+from cluster.chaos.clients import (
     DEFINITE,
     Ack,
     GroupReader,
@@ -56,6 +55,7 @@ from cluster.chaos.workload import (
     Session,
     WorkloadSettings,
 )
+from cluster.chaos.kafka_wire import KafkaWireClient
 from cluster.client import ClientError
 from cluster.clock import wall_ms
 from statemachine.errors import ErrorCode

@@ -22,18 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from cluster import protocol as p
-from cluster.chaos.checker import Report, check_file
+from cluster.chaos.checker import check_file
+from cluster.chaos.clients import Clients, Record, WorkloadSettings
 from cluster.chaos.history import HistoryWriter
 from cluster.chaos.links import LinkCutter
+from cluster.chaos.native_clients import NativeClients
 from cluster.chaos.nemesis import GROUP_FAULTS, NETWORK_FAULTS, Nemesis, schedule
-from cluster.chaos.workload import (
-    Clients,
-    Clock,
-    NativeClients,
-    Record,
-    Workload,
-    WorkloadSettings,
-)
+from cluster.chaos.report import Report
+from cluster.chaos.workload import Clock, Workload
 from cluster.client import Admin, ClientError, Consumer, ConsumerConfig, Groups
 from cluster.client import Cluster as ClientCluster
 from cluster.local import launcher

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from cluster.chaos.checker import KINDS, Report, check, check_file
+from cluster.chaos.checker import check, check_file
 from cluster.chaos.history import HistoryError, HistoryWriter, parse_event, read_history
+from cluster.chaos.report import KINDS, Report
 
 Row = list[Any]
 

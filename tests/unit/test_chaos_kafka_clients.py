@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
+from cluster.chaos.clients import Sent
 from cluster.chaos.history import parse_event
 from cluster.chaos.kafka_clients import Callbacks, outcome_kind
-from cluster.chaos.workload import Sent
 from statemachine.errors import ErrorCode
 
 
