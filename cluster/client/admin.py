@@ -56,7 +56,7 @@ class Admin:
         await self._wait_for_leaders(name, self._leader_wait(name, self._timeout(timeout_s)))
 
     def _leader_wait(self, name: str, timeout_s: float) -> Attempts:
-        polling = RetryPolicy(timeout_s, LEADER_POLL_S, LEADER_POLL_S)
+        polling = RetryPolicy(timeout_s, LEADER_POLL_S, LEADER_POLL_S, self.cluster.retry.clock)
         return Attempts(f"topic {name}: not every partition had a leader", timeout_s, polling)
 
     async def _wait_for_leaders(self, name: str, attempts: Attempts) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from cluster.client.errors import ClientError
@@ -33,6 +33,8 @@ class RetryPolicy:
     timeout_s: float = 60.0
     backoff_s: float = 0.05
     backoff_max_s: float = 1.0
+    # Seconds on a monotonic clock: deadlines are read from it, so a test can drive them.
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.timeout_s < 0:
@@ -102,7 +104,8 @@ class Attempts:
     ) -> None:
         self.waited_for = waited_for
         self.timeout_s = timeout_s
-        self.deadline = time.monotonic() + timeout_s
+        self._clock = policy.clock
+        self.deadline = self._clock() + timeout_s
         self.last: Failure | None = None
         self.any_broker = any_broker
         self.reached = False  # some broker took a request, if only to fail it or time out
@@ -110,7 +113,7 @@ class Attempts:
         self._backoff_max_s = policy.backoff_max_s
 
     def left_s(self) -> float:
-        return self.deadline - time.monotonic()
+        return self.deadline - self._clock()
 
     def request_timeout_s(self, request_timeout_s: float) -> float:
         """A request's timeout: its own, cut to what is left of the call (never nothing)."""
