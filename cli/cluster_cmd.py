@@ -39,7 +39,7 @@ from cli.common import (
     resolve_bootstrap,
     run,
 )
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import Admin, ClientError, Cluster
 from cluster.local import launcher
 

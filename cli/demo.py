@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.common import LOCAL_CLUSTER_TOML
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import (
     Admin,
     ClientError,

@@ -27,7 +27,7 @@ from cli.common import (
 )
 from cli.consume_cmd import parse_time
 from cli.topic_cmd import TimeoutOption, with_admin
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client.groups import GroupDescription, Groups, ResetTarget
 
 app = typer.Typer(help="List, describe and delete consumer groups; reset their offsets.",

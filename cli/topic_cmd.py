@@ -23,7 +23,7 @@ from cli.common import (
     run,
     topic_partitions,
 )
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import Admin, Cluster, RetryPolicy
 from statemachine.errors import ErrorCode
 

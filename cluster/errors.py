@@ -45,5 +45,17 @@ class RaftbrokerError(Exception):
         return self.error.retriable
 
 
+class ProtocolError(RaftbrokerError):
+    """Bytes that are not a frame, request or response of this protocol version (of either
+    listener: cluster/native/ raises it, cluster/kafka/ a subclass).
+
+    `correlation_id` is the request's, when it could be read: the answer goes to that request.
+    """
+
+    def __init__(self, error: ErrorCode, message: str, correlation_id: int | None = None) -> None:
+        super().__init__(error, message)
+        self.correlation_id = correlation_id
+
+
 class RequestRefusedError(RaftbrokerError):
     """A whole request the broker refuses: answered with its code, message and leader hint."""

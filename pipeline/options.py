@@ -25,7 +25,7 @@ from typing import Literal
 
 from cluster.addresses import parse_address
 
-EARLIEST = -2  # Kafka's (and cluster.protocol's) markers inside offset JSON
+EARLIEST = -2  # Kafka's (and the native protocol's) markers inside offset JSON
 LATEST = -1
 BOOTSTRAP = "raftbroker.bootstrap.servers"
 # Set by `pipeline.sink.fenced_foreach_batch`, not by hand: a batch write as a stream's batch.

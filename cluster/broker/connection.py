@@ -55,8 +55,8 @@ from typing import Generic, Protocol, TypeVar, cast
 
 from cluster.config import Limits
 from cluster.errors import RaftbrokerError
+from cluster.native import LENGTH_PREFIX
 from cluster.peer_hosts import normal_ip
-from cluster.protocol import LENGTH_PREFIX
 from statemachine.errors import ErrorCode
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.broker.node import Node, PartitionHandle
 from cluster.client import ClientError, Cluster
 from cluster.clock import wall_ms

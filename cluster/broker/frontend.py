@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.broker.group_requests import NativeGroups
 from cluster.broker.groups import GroupService
 from cluster.broker.metrics import Metrics

@@ -1,8 +1,9 @@
 """The native listener's consumer-group requests, mapped onto the node's `GroupService`.
 
 Role: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-DescribeGroup, ListGroups and DeleteGroup of cluster/protocol.py, in the group service's terms
-(cluster/broker/groups.py decides, cluster/broker/coordinator/ is the protocol). The
+DescribeGroup, ListGroups and DeleteGroup of the native protocol (cluster/native/), in the
+group service's terms (cluster/broker/groups.py decides, cluster/broker/coordinator/ is the
+protocol). The
 Kafka listener's twin is cluster/kafka/groups.py; both reach the same coordinators, so a
 native consumer and a Kafka client can share a group.
 
@@ -18,7 +19,7 @@ Rules:
 
 from __future__ import annotations
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.broker.coordinator import JoinRequest, MemberRef, Protocol, SyncRequest
 from cluster.broker.groups import CommitPartition, GroupService
 from cluster.broker.node import Node

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import ClientError, Connection
 from cluster.config import NodeConfig, Peer
 

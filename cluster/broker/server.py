@@ -40,7 +40,7 @@ from cluster.broker.connection import (
 )
 from cluster.config import Limits, Timing
 from cluster.errors import ERROR_MESSAGE_CHARS_MAX, RaftbrokerError
-from cluster.protocol import (
+from cluster.native import (
     ErrorInfo,
     ProtocolError,
     Request,
@@ -62,7 +62,7 @@ Respond = Callable[[Outcome], None]
 
 
 class NativeWire:
-    """The native protocol (cluster/protocol.py): an oversize frame is answered
+    """The native protocol (cluster/native/): an oversize frame is answered
     MESSAGE_TOO_LARGE (its body never read) and the connection closed; a body that does not
     decode is answered when its correlation id can be read, else the connection is closed."""
 

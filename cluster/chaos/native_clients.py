@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.chaos.clients import (
     DEFINITE,
     Ack,

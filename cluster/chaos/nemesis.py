@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.chaos import power
 from cluster.chaos.links import LinkCutter
 from cluster.client import Admin, ClientError, Cluster

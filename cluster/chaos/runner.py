@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.chaos.checker import check_file
 from cluster.chaos.clients import Clients, Record, WorkloadSettings
 from cluster.chaos.history import HistoryWriter

@@ -19,7 +19,7 @@ aiokafka splits its producer, consumer and protocol:
     fenced.py      FencedWriter: a streaming sink's micro-batch, appended exactly once
     sync.py        SyncClient: the async client driven from a synchronous thread
 
-Rules: the client speaks only the wire protocol (cluster/protocol.py); it never imports the
+Rules: the client speaks only the wire protocol (cluster/native/); it never imports the
 broker or the Raft layer. Everything public is re-exported here, so
 `from cluster.client import Cluster, Producer, ...` is the way in.
 """

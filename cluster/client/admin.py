@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client.errors import ClientError
 from cluster.client.metadata import Cluster, partition_error
 from cluster.client.retry import Attempts, Failure, RetryPolicy, final

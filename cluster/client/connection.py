@@ -8,7 +8,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.addresses import parse_address
 from cluster.client.errors import ClientError
 from statemachine.errors import ErrorCode

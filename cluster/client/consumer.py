@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client.admin import Admin
 from cluster.client.batches import read_batch
 from cluster.client.errors import ClientError

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client.errors import ClientError, ProducerFencedError
 from cluster.client.metadata import Cluster
 from cluster.client.producer import record_bytes, stable_partition

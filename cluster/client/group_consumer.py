@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client.consumer import ConsumedRecord, Consumer, ConsumerConfig
 from cluster.client.consumer_protocol import (
     PROTOCOL_TYPE,

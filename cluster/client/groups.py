@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client.admin import Admin
 from cluster.client.consumer_protocol import (
     PROTOCOL_TYPE,

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.addresses import parse_address
 from cluster.client.connection import Call, Connection, OnAnswer
 from cluster.client.errors import ClientError

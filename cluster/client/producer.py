@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client.errors import ClientError, ProducerFencedError
 from cluster.client.metadata import Cluster, Started
 from cluster.client.retry import CallTimeoutError, Failure

@@ -27,7 +27,7 @@ from collections.abc import Coroutine, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client.admin import Admin
 from cluster.client.consumer import ConsumedRecord, Consumer
 from cluster.client.metadata import Cluster

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.addresses import parse_address
 from cluster.broker.frontend import RequestFrontend, fetch_answer_bytes_bound
 from cluster.broker.groups import GroupService

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import NoReturn
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.broker.frontend import RequestFrontend
 from cluster.errors import RaftbrokerError, RequestRefusedError, quoted
 from cluster.kafka import messages as m

@@ -25,7 +25,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.broker.frontend import RequestFrontend
 from cluster.broker.node import Node
 from cluster.errors import RaftbrokerError, RequestRefusedError, quoted

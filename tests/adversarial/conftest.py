@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import Admin, Cluster, Consumer, Producer
 from cluster.config import Limits
 from cluster.local import launcher

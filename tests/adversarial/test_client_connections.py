@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.broker.peers import STALE_AFTER_S
 from cluster.client import Admin, Cluster, Consumer, Producer
 from cluster.local import launcher

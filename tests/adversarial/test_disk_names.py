@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import Admin, Cluster, Consumer, Producer, retrying
 from cluster.local import launcher
 from tests.adversarial.conftest import (

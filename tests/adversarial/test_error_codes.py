@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import Admin, ClientError, Cluster, Producer, ProducerConfig
 from cluster.config import Limits
 from statemachine.errors import ErrorCode

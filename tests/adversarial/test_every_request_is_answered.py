@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.config import Limits
 from tests.adversarial.conftest import KNOWN_TOPIC, Known, assert_intact, exchange
 

@@ -19,7 +19,7 @@ from collections import Counter
 
 import pytest
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import Admin, Cluster, Consumer, ConsumerConfig, Producer
 from cluster.config import Limits
 from statemachine.errors import ErrorCode

@@ -14,7 +14,7 @@ import zlib
 import msgpack
 import pytest
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import Cluster
 from statemachine.errors import ErrorCode
 from tests.adversarial.conftest import (

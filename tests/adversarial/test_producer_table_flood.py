@@ -17,7 +17,7 @@ import asyncio
 
 import pytest
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import Admin, Cluster, Producer
 from statemachine.errors import ErrorCode
 from statemachine.limits import DEFAULT_LIMITS

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import Admin, Cluster, Producer
 from cluster.config import Limits, Timing
 from cluster.kafka import messages as m

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import CallTimeoutError, Cluster, RetryPolicy
 from cluster.client.producer import Producer, ProducerConfig
 from cluster.config import Limits

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import (
     Admin,
     ClientError,

@@ -28,7 +28,7 @@ from dataclasses import replace
 import pytest
 import pytest_asyncio
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import (
     Admin,
     Cluster,

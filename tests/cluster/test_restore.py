@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client import Admin, ClientError, Cluster, Producer, ProducerConfig
 from cluster.local import launcher
 from statemachine.errors import ErrorCode

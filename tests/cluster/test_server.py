@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.broker.connection import RequestHandler
 from cluster.broker.server import NativeWire, Respond, Server
 from cluster.config import Limits, Timing

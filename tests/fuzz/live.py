@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.config import Limits
 from cluster.kafka import codec
 from cluster.kafka import messages as m

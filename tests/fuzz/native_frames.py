@@ -1,5 +1,5 @@
 """Native request frames for the fuzzer, generated from the wire protocol's field rules
-(cluster/protocol.py: each field's type, range, length and count), and mutations of them: in
+(cluster/native/: each field's type, range, length and count), and mutations of them: in
 the structure (a value of the wrong type or out of range, an item dropped or added, an array
 too long) and in the bytes (bit flips, truncation, length lies).
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import msgpack
 
-from cluster import protocol as p
+from cluster import native as p
 from statemachine import fields as f
 from statemachine.errors import ErrorCode
 from statemachine.records import Record, encode_batch

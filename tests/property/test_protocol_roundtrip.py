@@ -1,4 +1,5 @@
-"""Properties of cluster.protocol, with strategies derived from the field rules alone.
+"""Properties of the native protocol (cluster.native), with strategies derived from the field
+rules alone.
 
 Every request, response and error answer round-trips; random bytes, random headers and
 valid bodies with one part replaced, dropped or added decode or raise `ProtocolError`, never
@@ -15,7 +16,7 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.config import Limits
 from statemachine import fields as f
 from statemachine.codec import unpack
@@ -230,12 +231,12 @@ def test_each_records_generated_loader_loads_as_its_rules_do_field_by_field(
     Every record class is the top level in some example, so equal at one level (nested
     records by the generated loaders in both) is equal all the way down."""
     cls, record = case
-    raw = msgpack.unpackb(packed(p._dump_struct(record)), raw=False)
+    raw = msgpack.unpackb(packed(p.dump_struct(record)), raw=False)
     if mutated:
         raw = mutate(data, raw)
     body = unpack(packed(raw), size_max=1 << 20)  # as the wire gives it: arrays as tuples
-    expected = loaded(p._load_fields, cls, body)
-    assert loaded(p._load_struct, cls, body) == expected
+    expected = loaded(p.load_fields, cls, body)
+    assert loaded(p.load_struct, cls, body) == expected
     if not mutated:
         assert expected == record
 
@@ -261,8 +262,8 @@ def test_each_records_generated_loader_meets_every_rule_at_its_edges(
     """Each field of a valid body replaced by each of its rule's edge values: the generated
     loader and `_load_fields` agree on every one."""
     cls, record = case
-    raw: tuple[Any, ...] = unpack(packed(p._dump_struct(record)), size_max=1 << 20)  # type: ignore[assignment]
+    raw: tuple[Any, ...] = unpack(packed(p.dump_struct(record)), size_max=1 << 20)  # type: ignore[assignment]
     for i, (_, rule) in enumerate(p.field_rules(cls)):
         for value in edges(rule):
             body = (*raw[:i], value, *raw[i + 1 :])
-            assert loaded(p._load_struct, cls, body) == loaded(p._load_fields, cls, body)
+            assert loaded(p.load_struct, cls, body) == loaded(p.load_fields, cls, body)

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import pytest_asyncio
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client.connection import Connection
 
 ANSWER_TIMEOUT_S = 5.0

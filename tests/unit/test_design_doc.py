@@ -224,7 +224,7 @@ SETTINGS_MODULES = (
     "cluster.client.consumer",
     "cluster.client.group_consumer",
     "cluster.client.retry",
-    "cluster.protocol",
+    "cluster.native",
     "cluster.raft.mesh",
 )
 STATED = re.compile(r"`(\w+)` \((\d[\d,]*(?:\.\d+)?)(?:\s*(ms|s|min|h|days?|KiB|MiB|GiB|bytes)\b)?")

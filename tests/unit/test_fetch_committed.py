@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.client.group_consumer import PARTITIONS_PER_REQUEST_MAX, fetch_committed
 
 

@@ -12,7 +12,7 @@ syntax tree of every .py file of the shipped packages (those pyproject.toml list
   cluster/chaos's own modules: nothing of the broker, the Raft layer, the client library or
   the Spark source depends on them;
 - pysyncobj is imported only by cluster/raft/adapter/, uvloop only in cli/, msgpack only by
-  cluster/protocol.py (the wire) and statemachine/codec.py (the replicated state), aiokafka
+  cluster/native/codec.py (the wire) and statemachine/codec.py (the replicated state), aiokafka
   only by cluster/client/batches.py (its C reader of record batches), cramjam only by
   statemachine/records.py (the codecs of compressed batches), kio only by
   cluster/kafka/codec/ (the Kafka wire), confluent_kafka only by
@@ -153,9 +153,9 @@ RULES = (
         lambda path: path.startswith("cluster/kafka/codec/"),
     ),
     Rule(
-        "msgpack is imported only by cluster/protocol.py and statemachine/codec.py",
+        "msgpack is imported only by cluster/native/codec.py and statemachine/codec.py",
         lambda m: within(m, "msgpack"),
-        lambda path: path in {"cluster/protocol.py", "statemachine/codec.py"},
+        lambda path: path in {"cluster/native/codec.py", "statemachine/codec.py"},
     ),
     Rule(
         "aiokafka is imported only by cluster/client/batches.py",
@@ -205,7 +205,7 @@ def test_imports_go_only_where_the_rules_allow(path: Path) -> None:
 # -- the checker catches each kind of break ---------------------------------------------------
 
 BREAKS = [
-    ("statemachine/partition.py", "from cluster.protocol import Produce\n"),
+    ("statemachine/partition.py", "from cluster.native import Produce\n"),
     ("statemachine/sub/table.py", "import cli.main\n"),
     ("statemachine/codec.py", "def f():\n    from pipeline import sink\n"),
     ("cluster/client/__init__.py", "import cluster.broker\n"),
@@ -250,7 +250,7 @@ ALLOWED = [
     ("cli/chaos_cmd.py", "from cluster.chaos.runner import run_chaos\n"),
     ("cluster/chaos/runner.py", "from cluster.local import launcher\n"),
     ("cli/runtime.py", "def run():\n    import uvloop\n"),
-    ("cluster/protocol.py", "import msgpack\n"),
+    ("cluster/native/codec.py", "import msgpack\n"),
     ("statemachine/codec.py", "import msgpack\n"),
     ("cluster/client/batches.py", "from aiokafka.record.default_records import X\n"),
     ("statemachine/records.py", "import cramjam\n"),

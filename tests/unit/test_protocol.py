@@ -14,7 +14,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from cluster import protocol as p
+from cluster import native as p
 from cluster.config import Limits
 from cluster.errors import RaftbrokerError
 from statemachine import fields as f
@@ -449,7 +449,7 @@ def test_every_field_rule_matches_its_annotation(cls: type[p.Struct]) -> None:
         assert rule_fits(rule, hints[name]), f"{cls.__name__}.{name}"
 
 
-def test_protocol_is_the_only_msgpack_user_in_cluster() -> None:
+def test_the_native_codec_is_the_only_msgpack_user_in_cluster() -> None:
     for source in sorted(CLUSTER.glob("**/*.py")):
         tree = ast.parse(source.read_text(), str(source))
         imported = {
@@ -457,4 +457,4 @@ def test_protocol_is_the_only_msgpack_user_in_cluster() -> None:
         }
         imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         uses_msgpack = any(name.split(".")[0] == "msgpack" for name in imported)
-        assert not uses_msgpack or source.name == "protocol.py", source
+        assert not uses_msgpack or source == CLUSTER / "native" / "codec.py", source

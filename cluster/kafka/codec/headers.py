@@ -9,12 +9,11 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from cluster.errors import quoted
+from cluster.errors import ProtocolError, quoted
 from cluster.kafka import messages as m
 from cluster.kafka.codec.primitives import _HEADER_FIXED, _MalformedError, _skip_tagged_fields
 from cluster.kafka.codec.schemas import _request_schema, _response_schema
 from cluster.kafka.codec.writer import _frame
-from cluster.protocol import ProtocolError
 from statemachine.errors import ErrorCode
 
 # Kafka's ApiVersionsRequest.isValid: client software name and version.
