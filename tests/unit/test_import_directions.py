@@ -7,6 +7,9 @@ syntax tree of every .py file of the shipped packages (those pyproject.toml list
   apart from the node process;
 - cluster/broker/ (the broker core) never imports a listener (cluster.kafka): the listeners
   sit on the core and translate, and cluster/service.py, the composition root, joins them;
+- the two wire protocols stand apart: cluster/native/ (the native protocol) imports neither
+  the broker, the Raft layer nor the Kafka listener, and cluster/kafka/codec/ (Kafka's) never
+  imports the native protocol;
 - the tools (cluster.chaos, the fault-injection harness, and cluster.local, the local
   cluster's launcher) are imported only by each other, by cli/ (their commands) and by
   cluster/chaos's own modules: nothing of the broker, the Raft layer, the client library or
@@ -133,6 +136,16 @@ RULES = (
         lambda path: not path.startswith("cluster/broker/"),
     ),
     Rule(
+        "cluster/native/ imports neither the broker, the Raft layer nor the Kafka listener",
+        lambda m: any(within(m, p) for p in ("cluster.broker", "cluster.raft", "cluster.kafka")),
+        lambda path: not path.startswith("cluster/native/"),
+    ),
+    Rule(
+        "cluster/kafka/codec/ never imports the native protocol",
+        lambda m: within(m, "cluster.native"),
+        lambda path: not path.startswith("cluster/kafka/codec/"),
+    ),
+    Rule(
         "the tools (cluster.chaos, cluster.local) are imported only by tools and cli/",
         lambda m: within(m, "cluster.chaos") or within(m, "cluster.local"),
         lambda path: path.startswith(("cluster/chaos/", "cluster/local/", "cli/")),
@@ -218,6 +231,9 @@ BREAKS = [
     ("cluster/broker/node.py", "from cluster.kafka.wire import KafkaWire\n"),
     ("cluster/broker/groups.py", "def f():\n    from ..kafka import groups\n"),
     ("cluster/broker/server.py", "from cluster.local import launcher\n"),
+    ("cluster/native/codec.py", "from cluster.broker.node import Node\n"),
+    ("cluster/native/messages/groups.py", "from cluster.kafka import messages\n"),
+    ("cluster/kafka/codec/headers.py", "from cluster.native import ProtocolError\n"),
     ("cluster/raft/driver.py", "import cluster.chaos.power\n"),
     ("pipeline/broker.py", "from cluster.local.launcher import up\n"),
     ("cluster/raft/group.py", "import pysyncobj.journal\n"),
@@ -247,6 +263,7 @@ ALLOWED = [
     ("cluster/broker/node.py", "from cluster.raft import RaftGroup\nimport cluster.client\n"),
     ("cluster/raft/adapter/replica.py", "from pysyncobj import SyncObj\n"),
     ("cluster/service.py", "from cluster.kafka.wire import KafkaWire\n"),
+    ("cluster/kafka/frontend.py", "from cluster import native as p\n"),
     ("cli/chaos_cmd.py", "from cluster.chaos.runner import run_chaos\n"),
     ("cluster/chaos/runner.py", "from cluster.local import launcher\n"),
     ("cli/runtime.py", "def run():\n    import uvloop\n"),
