@@ -50,9 +50,11 @@ from confluent_kafka import Producer
 from nats.js import api as js_api
 
 from bench import apply as apply_bench
-from bench import jetstream
-from bench.cluster import create_topic, emit, fresh_cluster, poll_until, run_loop, value_of
+from bench import jetstream_servers
+from bench.harness import emit, poll_until, run_loop, value_of
+from bench.jetstream_scenarios import FETCH_BATCH, Steady, pipelined_load, steady_publisher
 from bench.kafka import Failures, kcat_produce, producer_config
+from bench.nodes import create_topic, fresh_cluster
 
 PARTITIONS = 4
 MEMBERS = 3
@@ -349,17 +351,19 @@ async def kafka_crash(settings: Settings) -> dict[str, Any]:
 # -- JetStream, pull subscribers on one durable consumer -------------------------------------------
 
 
-def jetstream_argv(cluster: jetstream.JetStreamCluster, batch: int, seqs: bool) -> list[str]:
+def jetstream_argv(
+    cluster: jetstream_servers.JetStreamCluster, batch: int, seqs: bool
+) -> list[str]:
     return [
         sys.executable, "-m", "bench.group_member", "jetstream",
-        "--servers", ",".join(cluster.urls), "--stream", jetstream.STREAM,
+        "--servers", ",".join(cluster.urls), "--stream", jetstream_servers.STREAM,
         "--durable", DURABLE, "--batch", str(batch), *(["--report-seqs"] if seqs else []),
     ]  # fmt: skip
 
 
-async def add_durable(cluster: jetstream.JetStreamCluster) -> None:
+async def add_durable(cluster: jetstream_servers.JetStreamCluster) -> None:
     await cluster.js.add_consumer(
-        jetstream.STREAM,
+        jetstream_servers.STREAM,
         js_api.ConsumerConfig(
             durable_name=DURABLE,
             ack_policy=js_api.AckPolicy.EXPLICIT,
@@ -371,11 +375,11 @@ async def add_durable(cluster: jetstream.JetStreamCluster) -> None:
 
 
 async def jetstream_throughput(settings: Settings) -> dict[str, Any]:
-    async with jetstream.fresh_cluster() as cluster:
-        await jetstream.pipelined_load(cluster, 0.5, settings.jetstream_fill_s)
-        stored = int((await cluster.js.stream_info(jetstream.STREAM)).state.messages)
+    async with jetstream_servers.fresh_cluster() as cluster:
+        await pipelined_load(cluster, 0.5, settings.jetstream_fill_s)
+        stored = int((await cluster.js.stream_info(jetstream_servers.STREAM)).state.messages)
         await add_durable(cluster)
-        argv = jetstream_argv(cluster, jetstream.FETCH_BATCH, seqs=False)
+        argv = jetstream_argv(cluster, FETCH_BATCH, seqs=False)
         async with running_group(argv) as group:
             return await read_all(group, stored)
 
@@ -405,11 +409,11 @@ async def jetstream_kill_once(group: Group) -> dict[str, Any]:
 
 
 async def jetstream_crash(settings: Settings) -> dict[str, Any]:
-    async with jetstream.fresh_cluster() as cluster:
+    async with jetstream_servers.fresh_cluster() as cluster:
         await add_durable(cluster)
-        load, stop = jetstream.Steady(), asyncio.Event()
+        load, stop = Steady(), asyncio.Event()
         async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(jetstream.steady_publisher(cluster.js, load, stop))
+            tasks.create_task(steady_publisher(cluster.js, load, stop))
             try:
                 argv = jetstream_argv(cluster, JETSTREAM_CRASH_BATCH, seqs=True)
                 async with running_group(argv) as group:

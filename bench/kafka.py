@@ -2,7 +2,7 @@
 
 Role: the measured answer to issue 21's speed goals: the broker's cost per Kafka batch should not
 grow with its records. A real 3-node cluster (replication 3) on loopback, started fresh per case
-as `bench.cluster` starts it (`fresh_cluster`); the clients are librdkafka, configured as a user
+as `bench.cluster` starts it (`bench.nodes`); the clients are librdkafka, configured as a user
 would for throughput. Run it as `python -m bench.kafka [--quick] [--out FILE]`; it prints one
 JSON object on stdout (progress on stderr) and exits 1 if a case failed; a goal missed is a
 result. `--scenarios sequential` runs the sequential case alone (`python -m bench` repeats it in
@@ -16,7 +16,7 @@ must also run three nodes: it would measure the binding, not the broker.
 
 Cases:
 - pipelined: an idempotent producer (`enable.idempotence`, `acks=all`), 100-byte values
-  (`bench.cluster.value_of`: an index and random letters, 4,096 distinct, repeated), librdkafka's
+  (`bench.harness.value_of`: an index and random letters, 4,096 distinct, repeated), librdkafka's
   batching (`linger.ms` 5, `batch.size` 1,000,000), 1 and 4 partitions. kcat reads a fixed
   number of records, one a line, from a file written beforehand (in /dev/shm where there is
   one), about 10 s of them, then flushes and exits: the rate is records / (kcat's start to its
@@ -51,15 +51,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from bench.cluster import (
-    BenchCluster,
-    cpu_report,
-    create_topic,
-    fresh_cluster,
-    latency_summary_ms,
-    sample_cpu,
-    value_of,
-)
+from bench.harness import cpu_report, latency_summary_ms, sample_cpu, value_of
+from bench.nodes import BenchCluster, create_topic, fresh_cluster
 
 VALUE_BYTES = 100
 BATCH_SIZE_BYTES = 1_000_000

@@ -5,7 +5,7 @@
     <data_dir>/partitions/<topic id>-<partition>/ one per partition replica hosted here:
         topic        the topic's name and a newline, for operators (`cat partitions/*/topic`)
         raft/        the group's Raft journal and snapshot
-        log/         segment files (`storage.py`)
+        log/         segment files (`storage/`)
         backfill/    while a restoration from peers runs (`replica.py`)
 
 Rules: a file or directory name is built from numbers only, never from a topic's name, so it

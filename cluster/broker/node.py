@@ -11,7 +11,7 @@ server in `server.py` only frames and orders), periodic duties in `duties.py`; b
 through this class.
 
 Every group of a node, the metadata group included, talks to its peers over the node's one Raft port
-(`cluster/raft/mesh.py`): a replica's Raft address is its node's.
+(`cluster/raft/mesh/`): a replica's Raft address is its node's.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ docs/design.md, "The Raft layer", "pysyncobj overrides" and "The mesh", tells th
 
 Modules, by role (each imports only those above it):
 - handshake.py  the mesh's handshake as a pure state machine: hellos, keys, sealed proofs
-- mesh.py       the peer links: sockets, frames, routing to groups (`Mesh`, `MeshSettings`)
+- mesh/         the peer links: sockets, frames, routing to groups (`Mesh`, `MeshSettings`)
 - spec.py       the types other packages name: machine, spec, status, proposal errors
+- journal.py    a group's journal files on disk (no pysyncobj)
 - adapter/      pysyncobj, adapted: the only package that imports it, with its table of overrides
 - group.py      `RaftGroup`: propose, read, health
 - driver.py     `RaftDriver`: ticks every group, owns the mesh

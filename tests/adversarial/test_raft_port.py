@@ -1,4 +1,4 @@
-"""The Raft port (cluster/raft/mesh.py) against connections that are not, or only claim to be,
+"""The Raft port (cluster/raft/mesh/) against connections that are not, or only claim to be,
 peers: issue 19, defects 4 and 5 (the Raft port's side of 3).
 
 A client that dripped bytes held thousands of unauthenticated links (any byte reset their

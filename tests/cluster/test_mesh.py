@@ -1,4 +1,4 @@
-"""The Raft mesh (cluster/raft/mesh.py) on real loopback sockets, driven in-process by one loop.
+"""The Raft mesh (cluster/raft/mesh/) on real loopback sockets, driven in-process by one loop.
 
 Links open only between holders of the secret, carry each group's messages to that group,
 survive garbage and strangers, and report a peer that goes away. Before a link opens it is

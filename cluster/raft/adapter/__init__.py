@@ -13,7 +13,7 @@ overrides"):
 - its leader sets a follower's next index to the index in each successful reply, so under
   pipelining an old reply rewinds it and the follower truncates entries it already applied;
   `PatchedSyncObj._on_reply` keeps the larger of the old and new index (the whole fix);
-- peer traffic goes through our own transport, `cluster/raft/mesh.py` (one authenticated,
+- peer traffic goes through our own transport, `cluster/raft/mesh/` (one authenticated,
   encrypted connection per node pair for every group, msgpack frames), not pysyncobj's (a
   connection and port per group, bound to 0.0.0.0, every message pickled, zlib-compressed
   and Fernet-wrapped); large entries travel whole, never as pysyncobj's pickled chunks;

@@ -1,10 +1,9 @@
-"""Raft peer links: one authenticated, encrypted TCP connection per node pair, for every group.
+"""`Mesh`: every Raft link of this process: dial, accept, drive handshakes, route to groups.
 
-pysyncobj's stock transport opens a connection per group and node pair, pickles every message,
-zlib-compresses it and wraps it in Fernet (AES-CBC + HMAC + base64): a fifth of a node's CPU under
-load, and a port per group. `Mesh` replaces it. Every Raft group of the process sends through it;
-a frame names its group, and cluster/raft/adapter/ plugs one thin endpoint per group into
-pysyncobj.
+Role: every Raft group of the process sends through one `Mesh`; a frame names its group
+(frames.py), and cluster/raft/adapter/ plugs one thin endpoint per group into pysyncobj. The
+mesh owns the listener and every link (link.py), asks admission.py who may connect, drives
+each link's handshake (cluster/raft/handshake.py), and hands each message to its group.
 
 Rules:
 - Runs on the Raft driver's event loop only, driven by its poller; it never blocks (sockets
@@ -20,21 +19,10 @@ Rules:
 - Before it opens a link is bounded, whatever arrives on it: it must be open within
   `handshake_timeout_s` of its accept (or dial), an absolute deadline that bytes do not put
   off, and its frames are at most 1 KiB (so the deadline also bounds a frame dripped in).
-  Accepted links not yet open are capped, `handshakes_max` in all and
-  `handshakes_per_address_max` from one source IP: past either, a connection is closed with a
-  reset before a byte is read. A peer needs one such link at a time.
-- With `sources` (a node's `PeerHosts`), a peer's identity is bound to its address: a
-  connection from no peer's address is closed unread, and one whose hello claims to be peer X
-  is dropped unless it comes from one of X's addresses, so a holder of the secret cannot pose
-  as another node (nor replace that node's open link) from elsewhere. What is left: nodes that
-  share an address (several on one host, as on 127.0.0.1) cannot be told apart by it, so a
-  process on a peer's host that holds the secret can still claim to be any node of that host;
-  and a process on a peer's host can take that address's pre-auth slots, delaying (never
-  breaking: open links are not affected) that peer's next link while it keeps them full.
-- Frames are `u32 length | payload`, bounded by `frame_bytes_max` once open; a link whose peer
-  stops reading is dropped once `queue_bytes_max` is queued; an open link that hears nothing
-  (not even the pings sent when idle) for `timeout_s` is dropped. Raft resends what a dropped
-  link lost.
+  How many may wait, and from where, is admission.py's.
+- Frames are bounded by `frame_bytes_max` once open; a link whose peer stops reading is
+  dropped once `queue_bytes_max` is queued; an open link that hears nothing (not even the
+  pings sent when idle) for `timeout_s` is dropped. Raft resends what a dropped link lost.
 - What went wrong shows: every refused or failed link before it opens (a stranger's address,
   a cap, a bad hello, a wrong secret, a claimed identity from another address, the deadline)
   is a WARNING through `RefusalLog`, one line per kind per `refusal_log_interval_s` with a
@@ -48,213 +36,36 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import itertools
 import logging
 import os
 import socket
 import struct
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from enum import Enum
-from typing import Any, Protocol
+from typing import Any
 
 from cluster.addresses import parse_address
 from cluster.peer_hosts import normal_ip
-from cluster.raft.handshake import FRAME_BYTES_MAX as HANDSHAKE_FRAME_BYTES_MAX
-from cluster.raft.handshake import NONCE_BYTES, Cipher, Handshake, LinkError, Opened
+from cluster.raft.handshake import NONCE_BYTES, Handshake, LinkError, Opened
+from cluster.raft.mesh import frames
+from cluster.raft.mesh.admission import IMPOSTOR, TIMED_OUT, Admission, failure_kind
+from cluster.raft.mesh.link import Link, State, stage
+from cluster.raft.mesh.settings import ERROR, READ, WRITE, Endpoint, MeshSettings, Poller
 from cluster.refusals import RefusalLog
-from statemachine.codec import CodecError, pack, unpack
 
-log = logging.getLogger(__name__)
-
-READ, WRITE, ERROR = 1, 2, 4  # the poller's event bits
-_LENGTH = struct.Struct(">I")
+# The package's name, not this module's: log lines keep the logger they always had.
+log = logging.getLogger(__package__)
 _RECV_CHUNK_BYTES = 256 * 1024
-_IOV_MAX = 512
 _ACCEPTS_PER_EVENT = 64  # then the other links and groups run; the listener is still readable
 _LINGER_NONE = struct.pack("ii", 1, 0)  # close with a reset: a refused stranger leaves no TIME_WAIT
 
-# The kinds of refusal the log counts apart (cluster/refusals.py): a fixed set, never peer text.
-STRANGER = "raft port: refused a connection from no peer's address"
-CROWDED = "raft port: refused a connection at raft_handshakes_max"
-CROWDED_FROM = "raft port: refused a connection at raft_handshakes_per_address_max"
-IMPOSTOR = "raft port: refused a peer's identity claimed from another address"
-BAD_HELLO = "raft link: no valid hello"
-BAD_PROOF = "raft link: authentication failed"
-TIMED_OUT = "raft link: not authenticated in time"
-
-
-class Poller(Protocol):
-    def subscribe(self, descr: int, callback: Callable[[int, int], None], mask: int) -> None: ...
-
-    def unsubscribe(self, descr: int) -> None: ...
-
-
-class Endpoint(Protocol):
-    """One Raft group's side of the mesh."""
-
-    def peer_connected(self, address: str) -> None: ...
-
-    def peer_disconnected(self, address: str) -> None: ...
-
-    def deliver(self, address: str, message: dict[str, Any]) -> None: ...
-
-
-class PeerSources(Protocol):
-    """Where each peer connects from (cluster/peer_hosts.py's `PeerHosts` in a node)."""
-
-    def ips_of(self, raft_address: str) -> frozenset[str]: ...
-
-    def is_peer_ip(self, ip: str) -> bool: ...
-
-
-@dataclass(frozen=True, slots=True)
-class MeshSettings:
-    self_address: str
-    peer_addresses: frozenset[str]
-    secret: str | None
-    frame_bytes_max: int
-    queue_bytes_max: int
-    timeout_s: float
-    retry_s: float
-    ping_s: float
-    # Where each peer may connect from; None trusts a peer's claimed identity from anywhere
-    # (unit tests of the mesh alone).
-    sources: PeerSources | None = None
-    # Accepted links not yet open: in all, and from one source address; a connection past
-    # either is closed unread. The defaults are cluster/config.py's.
-    handshakes_max: int = 64
-    handshakes_per_address_max: int = 8
-    # From a link's accept (or dial) until it is open, whatever arrives meanwhile.
-    handshake_timeout_s: float = 1.25
-    # Refusals of one kind are logged at most once per this (with a count).
-    refusal_log_interval_s: float = 10.0
-    # Read this much from one link per poller event, then let the other links and groups run.
-    recv_bytes_per_event: int = 4 * 1024 * 1024
-
-
-class _State(Enum):
-    CONNECTING = "connecting"
-    HANDSHAKE = "handshake"
-    OPEN = "open"
-
 
 class _RefusedLinkError(LinkError):
-    """A link dropped for a reason the log counts as a kind of its own (see the kinds above)."""
+    """A link dropped for a reason the log counts as a kind of its own (admission.py's kinds)."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-
-
-class _Link:
-    """One TCP connection to a peer, through its handshake and while open."""
-
-    def __init__(
-        self,
-        sock: socket.socket,
-        handshake: Handshake,
-        now: float,
-        deadline: float,
-        source: str | None = None,
-    ) -> None:
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.handshake = handshake
-        self.peer = handshake.peer  # the acceptor learns it from the peer's hello
-        self.dialer = self.peer is not None
-        self.source = source  # an accepted link's source IP, in normal form
-        self.deadline = deadline  # to be open by then (monotonic seconds)
-        self.holds_slot = False  # counted among the accepted links not yet open
-        self.state = _State.CONNECTING if self.dialer else _State.HANDSHAKE
-        self.inbuf = bytearray()
-        self.read_offset = 0
-        self.mask = 0
-        self.out: deque[bytes | memoryview] = deque()
-        self.out_bytes = 0
-        self.sealer = Cipher(None)  # the handshake's, once open
-        self.opener = Cipher(None)
-        self.last_recv = now
-        self.last_send = now
-
-    def queue(self, payload: bytes) -> None:
-        self.queue_frame(self.sealer.seal(payload))
-
-    def queue_frame(self, frame: bytes) -> None:
-        """Queue one frame as it is (sealed already, or a hello: the only one in clear)."""
-        self.out.append(_LENGTH.pack(len(frame)))
-        self.out.append(frame)
-        self.out_bytes += len(frame) + _LENGTH.size
-
-    def write(self) -> None:
-        """Write what the socket takes now; the rest stays queued."""
-        while self.out:
-            try:
-                sent = self.sock.sendmsg(itertools.islice(self.out, _IOV_MAX))
-            except (BlockingIOError, InterruptedError):
-                return
-            self.out_bytes -= sent
-            while sent:
-                head = self.out[0]
-                if len(head) <= sent:
-                    sent -= len(head)
-                    self.out.popleft()
-                else:
-                    self.out[0] = memoryview(head)[sent:]
-                    sent = 0
-
-    def read(self, bytes_max: int, scratch: memoryview) -> bool:
-        """Receive what is available, up to `bytes_max`, through `scratch`; False when the
-        peer closed. Into a buffer kept for it: `recv(n)` allocates n bytes for every call
-        (a quarter of a MiB here, some 8 us) and then shrinks them to what came."""
-        received = 0
-        while received < bytes_max:
-            wanted = min(len(scratch), bytes_max - received)
-            try:
-                count = self.sock.recv_into(scratch, wanted)
-            except (BlockingIOError, InterruptedError):
-                return True
-            if not count:
-                return False
-            self.inbuf += scratch[:count]
-            received += count
-            if count < wanted:
-                # The socket is drained: asking again would only fail with EAGAIN (a syscall
-                # and an exception per message). Whatever arrives next is another event.
-                return True
-        return True
-
-    def next_frame(self, frame_bytes_max: int) -> bytes | None:
-        """The next complete frame of the input buffer, as sent (still sealed), or None."""
-        start = self.read_offset
-        if len(self.inbuf) - start < _LENGTH.size:
-            return None
-        (length,) = _LENGTH.unpack_from(self.inbuf, start)
-        if length > frame_bytes_max:
-            raise LinkError(f"a frame of {length} bytes exceeds {frame_bytes_max}")
-        end = start + _LENGTH.size + length
-        if end > len(self.inbuf):
-            return None
-        self.read_offset = end
-        # Through a view: slicing the bytearray itself would copy the frame twice (a bytearray,
-        # then bytes), and a frame carries a whole batch of records.
-        with memoryview(self.inbuf) as view:
-            return bytes(view[start + _LENGTH.size : end])
-
-    def burst(self) -> bool:
-        """Whether the input buffer holds more than the next frame: several arrived at once."""
-        start = self.read_offset
-        if len(self.inbuf) - start < _LENGTH.size:
-            return False
-        length: int = _LENGTH.unpack_from(self.inbuf, start)[0]
-        return start + _LENGTH.size + length < len(self.inbuf)
-
-    def compact(self) -> None:
-        """Forget the frames taken, once per read (not per frame: that would be quadratic)."""
-        del self.inbuf[: self.read_offset]
-        self.read_offset = 0
 
 
 class Mesh:
@@ -264,15 +75,14 @@ class Mesh:
         self.settings = settings
         self._poller = poller
         self._listener: socket.socket | None = None
-        self._links: dict[int, _Link] = {}  # by file descriptor, in every state
-        self._open: dict[str, _Link] = {}  # by peer address, OPEN only
-        self._dialing: dict[str, _Link] = {}
+        self._links: dict[int, Link] = {}  # by file descriptor, in every state
+        self._open: dict[str, Link] = {}  # by peer address, OPEN only
+        self._dialing: dict[str, Link] = {}
         self._retry_at: dict[str, float] = {}
         self._endpoints: dict[str, Endpoint] = {}
         self._scratch = memoryview(bytearray(_RECV_CHUNK_BYTES))  # every link reads through it
         self._holding = False  # in `held`: sends are queued, written when it ends
-        self._unopened: dict[str, int] = {}  # accepted links not yet open, by source IP
-        self._unopened_total = 0
+        self._admission = Admission(settings)
         self._refusals = RefusalLog(log, settings.refusal_log_interval_s, time.monotonic)
         self.dropped_frames = 0
         self.refused_connections = 0
@@ -306,7 +116,7 @@ class Mesh:
     @property
     def unopened_links(self) -> int:
         """Accepted links not yet open (authenticated)."""
-        return self._unopened_total
+        return self._admission.unopened
 
     def register(self, group: str, endpoint: Endpoint) -> None:
         assert group not in self._endpoints, f"group {group} registered twice"
@@ -353,7 +163,7 @@ class Mesh:
     def payload(group: str, message: dict[str, Any]) -> bytes:
         """A message as `send` writes it (before the link seals it): to pack a message once
         for several peers (a leader's append, a whole batch, to each of its followers)."""
-        return pack((group, message))
+        return frames.payload(group, message)
 
     def send_payload(self, address: str, payload: bytes) -> bool:
         """`send` of a message packed already by `payload`."""
@@ -380,17 +190,17 @@ class Mesh:
         self._refusals.flush_due()
         s = self.settings
         for link in list(self._links.values()):
-            if link.state is not _State.OPEN:
+            if link.state is not State.OPEN:
                 if now >= link.deadline:
                     since = "dial" if link.dialer else "accept"
                     reason = (
-                        f"not open {s.handshake_timeout_s:g} s after its {since} ({_stage(link)})"
+                        f"not open {s.handshake_timeout_s:g} s after its {since} ({stage(link)})"
                     )
                     self._drop(link, reason, TIMED_OUT)
             elif now - link.last_recv > s.timeout_s:
                 self._drop(link, f"nothing heard for {now - link.last_recv:.1f} s")
             elif now - link.last_send > s.ping_s:
-                link.queue(pack(("", None)))
+                link.queue(frames.PING)
                 link.last_send = now
         for address in sorted(s.peer_addresses):
             if (
@@ -430,7 +240,7 @@ class Mesh:
             sock.close()
             return
         deadline = now + self.settings.handshake_timeout_s
-        link = _Link(sock, self._handshake(dialed=address), now, deadline)
+        link = Link(sock, self._handshake(dialed=address), now, deadline)
         self._dialing[address] = link
         self._add(link, READ | WRITE | ERROR)
 
@@ -450,7 +260,7 @@ class Mesh:
     def _admit(self, sock: socket.socket, source: str) -> None:
         """Start the handshake of a connection from `source`, or close it unread: a stranger,
         or one past the caps on links not yet open (checked before a byte is read)."""
-        refusal = self._refusal(source)
+        refusal = self._admission.refusal(source)
         try:
             if refusal is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_NONE)
@@ -470,40 +280,9 @@ class Mesh:
             return
         now = time.monotonic()
         handshake = self._handshake(dialed=None)
-        link = _Link(sock, handshake, now, now + self.settings.handshake_timeout_s, source)
-        link.holds_slot = True
-        self._unopened[source] = self._unopened.get(source, 0) + 1
-        self._unopened_total += 1
+        link = Link(sock, handshake, now, now + self.settings.handshake_timeout_s, source)
+        self._admission.take_slot(link)
         self._add(link, READ | ERROR)
-
-    def _refusal(self, source: str) -> tuple[str, str] | None:
-        """Why a connection from `source` is refused at accept: (kind, detail), or None."""
-        s = self.settings
-        if s.sources is not None and not s.sources.is_peer_ip(source):
-            return STRANGER, f"from {source}, closed unread"
-        if self._unopened_total >= s.handshakes_max:
-            total = self._unopened_total
-            return CROWDED, f"from {source}, closed unread: {total} links not yet authenticated"
-        from_source = self._unopened.get(source, 0)
-        if from_source >= s.handshakes_per_address_max:
-            detail = (
-                f"from {source}, closed unread: {from_source} of its links not authenticated yet"
-            )
-            return CROWDED_FROM, detail
-        return None
-
-    def _free_slot(self, link: _Link) -> None:
-        """`link` no longer counts among the accepted links not yet open (opened, or dropped)."""
-        if not link.holds_slot:
-            return
-        assert link.source is not None, "only accepted links hold a slot"
-        link.holds_slot = False
-        self._unopened_total -= 1
-        left = self._unopened[link.source] - 1
-        if left:
-            self._unopened[link.source] = left
-        else:
-            del self._unopened[link.source]
 
     def _handshake(self, *, dialed: str | None) -> Handshake:
         s = self.settings
@@ -515,7 +294,7 @@ class Mesh:
             nonce=os.urandom(NONCE_BYTES),
         )
 
-    def _add(self, link: _Link, mask: int) -> None:
+    def _add(self, link: Link, mask: int) -> None:
         self._links[link.fd] = link
         self._subscribe(link, mask)
 
@@ -524,7 +303,7 @@ class Mesh:
         if link is not None:
             self._guarded(link, self._handle, event)
 
-    def _guarded(self, link: _Link, step: Callable[..., None], *args: int) -> None:
+    def _guarded(self, link: Link, step: Callable[..., None], *args: int) -> None:
         try:
             step(link, *args)
         except _RefusedLinkError as exc:
@@ -534,9 +313,10 @@ class Mesh:
         except OSError as exc:
             self._drop(link, f"socket error: {exc}")
 
-    def _handle(self, link: _Link, event: int) -> None:
-        if link.state is _State.CONNECTING:
-            self._finish_connect(link, event)
+    def _handle(self, link: Link, event: int) -> None:
+        if link.state is State.CONNECTING:
+            link.connected(failed=bool(event & ERROR))
+            self._write(link)
             return
         if event & READ:
             self._take_input(link)
@@ -545,7 +325,7 @@ class Mesh:
         if event & WRITE:
             self._write(link)
 
-    def _take_input(self, link: _Link) -> None:
+    def _take_input(self, link: Link) -> None:
         before = len(link.inbuf)
         alive = link.read(self.settings.recv_bytes_per_event, self._scratch)
         if len(link.inbuf) != before:
@@ -561,34 +341,23 @@ class Mesh:
         if not alive:
             raise LinkError("closed by the peer")
 
-    def _take_frames(self, link: _Link) -> None:
-        while (frame := link.next_frame(self._frame_limit(link))) is not None:
+    def _take_frames(self, link: Link) -> None:
+        open_max = self.settings.frame_bytes_max
+        # The bound is asked per frame: the frame that opens the link raises it for the next.
+        while (frame := link.next_frame(link.frame_limit(open_max))) is not None:
             self._receive(link, frame)
 
-    def _finish_connect(self, link: _Link, event: int) -> None:
-        code = link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if code or event & ERROR:
-            raise LinkError(f"connect: {os.strerror(code) if code else 'error'}")
-        link.state = _State.HANDSHAKE
-        link.queue_frame(link.handshake.hello())
-        self._write(link)
-
-    def _write(self, link: _Link) -> None:
+    def _write(self, link: Link) -> None:
         link.write()
         link.last_send = time.monotonic()
         self._subscribe(link, READ | ERROR | (WRITE if link.out else 0))
 
-    def _subscribe(self, link: _Link, mask: int) -> None:
+    def _subscribe(self, link: Link, mask: int) -> None:
         if link.mask != mask:
             link.mask = mask
             self._poller.subscribe(link.fd, self._on_event, mask)
 
-    def _frame_limit(self, link: _Link) -> int:
-        if link.state is _State.OPEN:
-            return self.settings.frame_bytes_max
-        return HANDSHAKE_FRAME_BYTES_MAX
-
-    def _drop(self, link: _Link, reason: str | None, kind: str | None = None) -> None:
+    def _drop(self, link: Link, reason: str | None, kind: str | None = None) -> None:
         """Close `link`. One that fails before it opens is counted and logged as a refusal
         (`kind`, or one told by how far its handshake got); a dial that never connected is
         only a peer that is down, logged at DEBUG."""
@@ -596,7 +365,7 @@ class Mesh:
             return
         self._poller.unsubscribe(link.fd)
         link.sock.close()
-        self._free_slot(link)
+        self._admission.free_slot(link)
         if link.peer is not None and self._dialing.get(link.peer) is link:
             del self._dialing[link.peer]
         if link.peer is not None and self._open.get(link.peer) is link:
@@ -604,23 +373,23 @@ class Mesh:
             for endpoint in list(self._endpoints.values()):
                 endpoint.peer_disconnected(link.peer)
             log.info("raft link to %s closed: %s", link.peer, reason or "shutdown")
-        elif reason is not None and link.state is _State.HANDSHAKE:
+        elif reason is not None and link.state is State.HANDSHAKE:
             self.failed_handshakes += 1
             self.last_failure = reason
             where = f"to {link.peer}" if link.dialer else f"from {link.source}"
-            self._refusals.warn(kind or _failure_kind(link), f"{where}: {reason}")
+            self._refusals.warn(kind or failure_kind(link), f"{where}: {reason}")
         elif reason is not None:
             log.debug("raft link to %s failed: %s", link.peer, reason)
 
     # -- handshake and routing -------------------------------------------------------------------
 
-    def _receive(self, link: _Link, frame: bytes) -> None:
-        if link.state is _State.OPEN:
+    def _receive(self, link: Link, frame: bytes) -> None:
+        if link.state is State.OPEN:
             self._route(link, link.opener.open(frame))
         else:
             self._shake(link, frame)
 
-    def _shake(self, link: _Link, frame: bytes) -> None:
+    def _shake(self, link: Link, frame: bytes) -> None:
         """A frame of the handshake: send what it answers, and open the link once it is done."""
         step = link.handshake.receive(frame)
         if link.peer is None and link.handshake.peer is not None:  # a hello named the peer
@@ -633,59 +402,35 @@ class Mesh:
             self._opened(link, step.opened)
 
     def _check_source(self, peer: str, source: str | None) -> None:
-        """A peer's identity holds only from its own addresses: a node that knows the secret
-        must not pose as another (and replace its link) from elsewhere."""
-        sources = self.settings.sources
-        if sources is None:
-            return
-        assert source is not None, "an accepting link knows its source"
-        ips = sources.ips_of(peer)
-        if source not in ips:
-            expected = ", ".join(sorted(ips)) or "none resolved yet"
-            message = f"claims to be {peer} but connects from {source} (its addresses: {expected})"
+        """Refuse a hello that names `peer` from an address that is not the peer's."""
+        message = self._admission.impostor(peer, source)
+        if message is not None:
             raise _RefusedLinkError(IMPOSTOR, message)
 
-    def _opened(self, link: _Link, opened: Opened) -> None:
+    def _opened(self, link: Link, opened: Opened) -> None:
         peer = opened.peer
         assert link.peer == peer
-        self._free_slot(link)
+        self._admission.free_slot(link)
         link.sealer, link.opener = opened.sealer, opened.opener
         if link.dialer:
             self._dialing.pop(peer, None)
         old = self._open.get(peer)
         if old is not None:  # the peer redialled: it saw the old link fail first
             self._drop(old, "replaced by a new connection")
-        link.state = _State.OPEN
+        link.state = State.OPEN
         self._open[peer] = link
         log.info("raft link to %s open", peer)
         for endpoint in list(self._endpoints.values()):
             endpoint.peer_connected(peer)
 
-    def _route(self, link: _Link, frame: bytes) -> None:
-        try:
-            fields = unpack(frame, size_max=self.settings.frame_bytes_max)
-        except CodecError as exc:
-            raise LinkError(f"malformed frame: {exc}") from None
-        if not (isinstance(fields, tuple) and len(fields) == 2 and isinstance(fields[0], str)):
-            raise LinkError("a frame that is not (group, message)")
-        group, message = fields
-        if group == "" and message is None:
+    def _route(self, link: Link, frame: bytes) -> None:
+        fields = frames.parse(frame, self.settings.frame_bytes_max)
+        if fields is None:
             return  # a ping
+        group, message = fields
         endpoint = self._endpoints.get(group)
         if endpoint is None or not isinstance(message, dict):
             self.dropped_frames += 1  # a group not started here (yet): Raft retries
             return
         assert link.peer is not None
         endpoint.deliver(link.peer, message)
-
-
-def _stage(link: _Link) -> str:
-    """How far a link that is not open got, for the log."""
-    if link.state is _State.CONNECTING:
-        return "connecting"
-    return f"awaiting {link.handshake.awaiting}"
-
-
-def _failure_kind(link: _Link) -> str:
-    """The kind of a failed handshake, by how far it got: the hello, or the sealed proof."""
-    return BAD_HELLO if link.handshake.awaiting_hello else BAD_PROOF
