@@ -13,10 +13,6 @@ fits every file system whatever the name (a valid name has up to 249 characters,
 over `NAME_BYTES_MAX` bytes is ENAMETOOLONG). The topic id is never reused, so a recreated
 topic's replicas never meet a deleted one's leftovers.
 
-Earlier versions named a partition's directory `<topic>-<partition>.<topic id>`; where a node
-finds one for a replica it hosts, `prepare_partition_dir` renames it to the new name (one
-`rename`, atomic: a crash leaves either name, and the next start renames what is left).
-
 A node process holds an exclusive POSIX record lock on `node.lock` for as long as it runs
 (`lock_data_dir`), so two nodes never share a directory, and whoever asks which process is the
 node of a directory (`lock_holder`: the local launcher, before it signals one) gets the kernel's

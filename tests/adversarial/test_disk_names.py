@@ -4,22 +4,19 @@ Issue 19, defect 8: a partition's directory was `partitions/<topic>-<partition>.
 so a valid 249-character name with 12 partitions, once topic ids reached three digits, made a
 name over 255 bytes (ENAMETOOLONG): partitions 10 and 11 never got a leader, and a traceback
 was logged every 5 s. Directories are now `partitions/<topic id>-<partition>/`, the topic's
-name kept in a `topic` file inside; a node that finds the old name renames it at start.
+name kept in a `topic` file inside. (The old name was never in a release: no rename of it.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from pathlib import Path
 
 import pytest
 
 from cluster import native as p
 from cluster.client import Admin, Cluster, Consumer, Producer, retrying
-from cluster.local import launcher
 from tests.adversarial.conftest import (
-    KNOWN_TOPIC,
     Known,
     assert_intact,
     current_cluster,
@@ -27,7 +24,6 @@ from tests.adversarial.conftest import (
     partition_dirs,
     topic_of_dir,
 )
-from tests.cluster.conftest import wait_ready
 from tests.polling import apoll_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -102,35 +98,6 @@ async def test_the_longest_name_with_a_three_digit_id_gets_every_partition(known
     finally:
         await client.close()
     await assert_intact(known)
-
-
-def _to_old_layout(directory: Path) -> str | None:
-    """Give a partition directory the name an earlier version gave it, where that fits; the
-    name it has now, or None when it was left."""
-    topic = topic_of_dir(directory)
-    assert topic is not None, f"{directory} has no topic label"
-    topic_id, _, partition = directory.name.partition("-")
-    old = f"{topic}-{partition}.{topic_id}"
-    if len(old.encode()) > NAME_BYTES_MAX:
-        return None
-    (directory / "topic").unlink()
-    directory.rename(directory.parent / old)
-    return str(directory)
-
-
-async def test_a_node_keeps_its_records_on_an_old_layout_data_dir(known: Known) -> None:
-    launcher.down(current_cluster(known))
-    moved = [d for d in map(_to_old_layout, partition_dirs(current_cluster(known))) if d]
-    # At least the known topic's partitions, on every node (each holds a replica of all three).
-    assert len(moved) >= 3 * 3
-    restarted = launcher.up(known.cluster.data_dir)
-    await wait_ready(restarted)
-    # assert_intact reads every known record back: a node that did not find its old
-    # directories would have started these partitions empty.
-    await assert_intact(known)
-    after = partition_dirs(restarted)
-    assert sorted(str(d) for d in after) == sorted(moved), "old directories left, or new ones"
-    assert all(topic_of_dir(d) == KNOWN_TOPIC for d in after)
 
 
 async def test_a_partition_that_cannot_start_is_reported_once_and_retried(known: Known) -> None:
