@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # PySpark (pipeline/ and its tests, and the type check of both) is big: the demo goes without.
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: demo walkthrough test test-spark check lint typecheck bench bench-apply clean
+.PHONY: demo walkthrough test test-spark check lint typecheck docs bench bench-apply clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ test: $(SPARK_STAMP)
 
 test-spark: $(SPARK_STAMP)
 	$(BIN)/pytest -m spark tests/pipeline
+
+# docs/design.md's module map and error table, written from the code (docs/generate.py).
+docs: $(STAMP)
+	$(BIN)/python docs/generate.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -141,7 +141,7 @@ def timed_loop(function: Apply, entries: Sequence[bytes]) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class Timing:
+class Runs:
     """RUNS runs: the calls each made and each one's mean time per call."""
 
     calls: tuple[int, ...]
@@ -152,7 +152,7 @@ class Timing:
         return min(self.runs_us)
 
 
-def measure(one_pass: Callable[[], float], calls_per_pass: int, seconds: float) -> Timing:
+def measure(one_pass: Callable[[], float], calls_per_pass: int, seconds: float) -> Runs:
     """RUNS runs, each of whole passes until its timed seconds reach `seconds`.
 
     An untimed first pass warms caches and allocator. Only `one_pass`'s own timed section
@@ -170,7 +170,7 @@ def measure(one_pass: Callable[[], float], calls_per_pass: int, seconds: float) 
                 passes += 1
         calls.append(passes * calls_per_pass)
         runs.append(elapsed / calls[-1] * 1e6)
-    return Timing(tuple(calls), tuple(runs))
+    return Runs(tuple(calls), tuple(runs))
 
 
 # -- the cases ------------------------------------------------------------------------------------
@@ -226,9 +226,9 @@ def duplicate_pass(machine: PartitionStateMachine, retries: Sequence[bytes]) -> 
     return elapsed
 
 
-def rates(records_per_batch: int, timing: Timing, *, appends: bool = True) -> dict[str, Any]:
+def rates(records_per_batch: int, runs: Runs, *, appends: bool = True) -> dict[str, Any]:
     """A case's rates at its best run; records/s only where the records are appended."""
-    per_batch_s = timing.best_us / 1e6
+    per_batch_s = runs.best_us / 1e6
     report: dict[str, Any] = {
         "records_per_batch": records_per_batch,
         "batches_per_s": round(1 / per_batch_s),
@@ -237,9 +237,9 @@ def rates(records_per_batch: int, timing: Timing, *, appends: bool = True) -> di
         report["records_per_s"] = round(records_per_batch / per_batch_s)
     return {
         **report,
-        "us_per_batch": round(timing.best_us, 3),
-        "runs_us_per_batch": [round(us, 3) for us in timing.runs_us],
-        "batches_timed_per_run": list(timing.calls),
+        "us_per_batch": round(runs.best_us, 3),
+        "runs_us_per_batch": [round(us, 3) for us in runs.runs_us],
+        "batches_timed_per_run": list(runs.calls),
     }
 
 
@@ -256,8 +256,8 @@ class CaseResult:
 def run_case(records_per_batch: int, seconds: float, quick: bool) -> CaseResult:
     work = build_workload(records_per_batch, body_batches_for(records_per_batch, quick))
     machine, appended = checked_pass(work)
-    apply_timing = measure(lambda: apply_pass(work), len(work.body), seconds)
-    unpack_timing = measure(lambda: unpackb_pass(work), len(work.body), seconds)
+    apply_runs = measure(lambda: apply_pass(work), len(work.body), seconds)
+    unpack_runs = measure(lambda: unpackb_pass(work), len(work.body), seconds)
 
     # Duplicates: `machine` holds the end state, where the retried batches are the last
     # WINDOW_BATCHES of each producer; retries change nothing, so it takes them again and again.
@@ -268,20 +268,20 @@ def run_case(records_per_batch: int, seconds: float, quick: bool) -> CaseResult:
         if got != want:
             raise AssertionError(f"retry answered {got!r}, expected {want!r}")
     retries = work.retries * max(1, len(work.body) // len(work.retries))
-    dup_timing = measure(lambda: duplicate_pass(machine, retries), len(retries), seconds)
+    dup_runs = measure(lambda: duplicate_pass(machine, retries), len(retries), seconds)
 
     entry_bytes = len(work.body[0])
-    unpack_us = unpack_timing.best_us
+    unpack_us = unpack_runs.best_us
     return CaseResult(
         apply={
-            **rates(records_per_batch, apply_timing),
+            **rates(records_per_batch, apply_runs),
             "entry_bytes": entry_bytes,
-            "ratio_to_unpackb": round(apply_timing.best_us / unpack_us, 2),
+            "ratio_to_unpackb": round(apply_runs.best_us / unpack_us, 2),
         },
-        unpackb={**rates(records_per_batch, unpack_timing), "entry_bytes": entry_bytes},
+        unpackb={**rates(records_per_batch, unpack_runs), "entry_bytes": entry_bytes},
         duplicate={
-            **rates(records_per_batch, dup_timing, appends=False),
-            "ratio_to_unpackb": round(dup_timing.best_us / unpack_us, 2),
+            **rates(records_per_batch, dup_runs, appends=False),
+            "ratio_to_unpackb": round(dup_runs.best_us / unpack_us, 2),
         },
         machine=machine,
     )

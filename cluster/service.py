@@ -15,18 +15,21 @@ import asyncio
 import logging
 
 from cluster.addresses import join_address
+from cluster.broker.core import Broker
 from cluster.broker.duties import NodeDuties
-from cluster.broker.frontend import RequestFrontend
 from cluster.broker.groups import GroupService
 from cluster.broker.metrics import HttpEndpoint, Metrics, RaftPortStats
 from cluster.broker.node import Node
 from cluster.broker.peers import PeerWatcher
 from cluster.broker.replica import Fatal
-from cluster.broker.server import NativeWire, Server
+from cluster.broker.server import Server
 from cluster.config import NodeConfig
 from cluster.kafka.frontend import KafkaFrontend
 from cluster.kafka.messages import KafkaRequest, ResponseBody
 from cluster.kafka.wire import KafkaWire
+from cluster.native.frontend import NativeFrontend
+from cluster.native.peer_talk import NativePeerTalk
+from cluster.native.wire import NativeWire
 from cluster.peer_hosts import PeerHosts
 
 log = logging.getLogger(__name__)
@@ -40,12 +43,13 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
     )
     node = Node(config, fatal, hosts)
     metrics = Metrics()
-    peers = PeerWatcher(config)
-    duties = NodeDuties(node)
+    talk = NativePeerTalk(config)
+    peers = PeerWatcher(config, talk)
+    duties = NodeDuties(node, talk)
     groups = GroupService(node, peers)
-    frontend = RequestFrontend(node, peers, metrics, groups)
+    broker = Broker(node, peers, metrics)
     server = Server(
-        frontend,
+        NativeFrontend(broker, groups),
         config.host,
         config.client_port,
         config.limits,
@@ -58,7 +62,7 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
         if port is None:
             continue
         name = "kafka_external" if external else "kafka"
-        kafka_frontend = KafkaFrontend(node, frontend, peers, metrics, groups, external=external)
+        kafka_frontend = KafkaFrontend(broker, groups, external=external)
         listener = Server(
             kafka_frontend,
             config.host,
@@ -101,7 +105,10 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
             if ready is not None:
                 ready.set()
     finally:
-        await node.stop()
+        try:
+            await talk.close()
+        finally:
+            await node.stop()
 
 
 def health_problems(node: Node) -> list[str]:

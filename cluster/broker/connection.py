@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import struct
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -55,13 +56,14 @@ from typing import Generic, Protocol, TypeVar, cast
 
 from cluster.config import Limits
 from cluster.errors import RaftbrokerError
-from cluster.native import LENGTH_PREFIX
 from cluster.peer_hosts import normal_ip
 from statemachine.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 # A timer may fire this early: uvloop's clock counts whole milliseconds.
 TIMER_SLACK_S = 0.001
+# Both wires open a frame with its length, 4 bytes big-endian: read here for a log line only.
+FRAME_LENGTH = struct.Struct(">I")
 # After closing for a bad frame, how long the client's further bytes are read and dropped
 # while it reads the answers owed before that frame (see `ServerConnection._close`).
 LINGER_S = 2.0
@@ -538,8 +540,8 @@ class ServerConnection(asyncio.Protocol, Generic[Q, A]):
             self._frame_timer = self._loop.call_at(now + left_s, self._frame_overdue)
             return
         buffered = len(self._inbuf)
-        prefix = LENGTH_PREFIX.size
-        size = LENGTH_PREFIX.unpack_from(self._inbuf)[0] + prefix if buffered >= prefix else "?"
+        prefix = FRAME_LENGTH.size
+        size = FRAME_LENGTH.unpack_from(self._inbuf)[0] + prefix if buffered >= prefix else "?"
         self._server.refuse(
             Refusal.FRAME_READ_TIMEOUT,
             f"from {self._ip}: {buffered} of {size} bytes in {spent_s:.1f} s of reading",

@@ -22,9 +22,8 @@ import asyncio
 import contextlib
 import logging
 
-from cluster import native as p
 from cluster.broker.node import Node, PartitionHandle
-from cluster.client import ClientError, Cluster
+from cluster.broker.peers import MissedBatch, PeerTalk
 from cluster.clock import wall_ms
 from cluster.errors import RaftbrokerError
 from cluster.raft import ProposalError
@@ -35,7 +34,6 @@ from statemachine.commands import (
     ExpireTransactionalIds,
     RegisterBroker,
 )
-from statemachine.errors import ErrorCode
 from statemachine.pid_allocator import PidBlock
 from statemachine.records import BatchFormatError, verify_batch
 
@@ -45,11 +43,10 @@ RESTORE_BYTES = 4 << 20
 
 
 class NodeDuties:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, talk: PeerTalk) -> None:
         self.node = node
+        self.talk = talk
         self.registered = asyncio.Event()
-        others = [p.client_address for p in node.config.peers if p.node_id != node.config.node_id]
-        self.peers = Cluster(others or [node.config.client_address], request_timeout_s=5.0)
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tasks:
@@ -134,14 +131,11 @@ class NodeDuties:
                 await handle.group.propose(command, self._timeout_s)
 
     async def _restore(self) -> None:
-        try:
-            while True:
-                await asyncio.sleep(DUTY_INTERVAL_S)
-                for handle in list(self.node.partitions.values()):
-                    if handle.replica.restoring:
-                        await self._backfill(handle)
-        finally:
-            await self.peers.close()
+        while True:
+            await asyncio.sleep(DUTY_INTERVAL_S)
+            for handle in list(self.node.partitions.values()):
+                if handle.replica.restoring:
+                    await self._backfill(handle)
 
     async def _backfill(self, handle: PartitionHandle) -> None:
         replica = handle.replica
@@ -168,21 +162,15 @@ class NodeDuties:
             if not adopted:
                 side.close()
 
-    async def _fetch_missed(self, handle: PartitionHandle, offset: int) -> list[p.FetchedBatch]:
+    async def _fetch_missed(self, handle: PartitionHandle, offset: int) -> list[MissedBatch]:
         """Batches from `offset` on, from the first peer replica that has them."""
         me = self.node.config.node_id
-        topic, partition = handle.key
-        want = p.FetchPartition(topic, partition, offset, RESTORE_BYTES)
-        request = p.Fetch(0, RESTORE_BYTES, (want,), True)
         for peer in handle.peers_by_raft_address.values():
             if peer.node_id == me:
                 continue
-            with contextlib.suppress(ClientError):
-                response = await self.peers.send(peer.client_address, request)
-                assert isinstance(response, p.FetchResponse)
-                result = response.results[0]
-                if result.error == ErrorCode.NONE and result.batches:
-                    return list(result.batches)
+            batches = await self.talk.batches_from(peer, *handle.key, offset, RESTORE_BYTES)
+            if batches:
+                return list(batches)
         await asyncio.sleep(DUTY_INTERVAL_S)  # nobody has them right now: try again shortly
         return []
 

@@ -559,3 +559,8 @@ def _new_member_id(prefix: str) -> str:
     """Kafka's form: the client id (or static instance id), a dash, a random UUID; the prefix
     cut so that an id stays within the wire's bound on names (a Kafka client id may be 32 KiB)."""
     return f"{prefix[:MEMBER_ID_PREFIX_CHARS_MAX]}-{uuid.uuid4()}"
+
+
+def client_host(source: str) -> str:
+    """A member's host as Kafka's DescribeGroups shows it: its address after a slash."""
+    return f"/{source}" if source else ""

@@ -1,33 +1,65 @@
 """What a node knows of its peers: reachability and which groups they lead.
 
 A node knows the leader of the groups it hosts; for the others (a partition whose replicas are
-elsewhere) it asks. Every `POLL_INTERVAL_S` it sends ClusterStatus to each peer over the client
-protocol, with a timeout, and keeps the answers: Metadata responses and NOT_LEADER hints use
+elsewhere) it asks. Every `POLL_INTERVAL_S` it asks each peer, with a timeout, which groups it
+holds (`PeerTalk.groups_of`) and keeps the answers: Metadata responses and NOT_LEADER hints use
 them, and ClusterStatus reports a peer unreachable when it stops answering.
 
-It dials from the node's own configured host, as the Raft mesh does: the peer's client port
-knows that source as a peer's and seats the connection in a slot kept for peers
-(`Limits.peer_connections_max`), so clients that fill the peer never cut these polls off.
+How a node talks to its peers is a `PeerTalk` the composition root gives it (over the peers'
+native listeners: cluster/native/peer_talk.py), so the core names no wire. It dials from the
+node's own configured host, as the Raft mesh does: the peer's client port knows that source as
+a peer's and seats the connection in a slot kept for peers (`Limits.peer_connections_max`), so
+clients that fill the peer never cut these polls off.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
 
-from cluster import native as p
-from cluster.client import ClientError, Connection
 from cluster.config import NodeConfig, Peer
 
 POLL_INTERVAL_S = 0.5
 STALE_AFTER_S = 3.0
 
 
+class GroupSeen(NamedTuple):
+    """A Raft group as a peer reports holding it; `in_sync` by node id."""
+
+    group: str
+    is_leader: bool
+    term: int
+    in_sync: tuple[int, ...]
+
+
+class MissedBatch(NamedTuple):
+    """A stored batch as a peer replica gives it to one restoring what it missed."""
+
+    base_offset: int
+    append_time_ms: int
+    batch: bytes
+
+
+class PeerTalk(Protocol):
+    """What a node asks its peers; None or nothing when a peer does not answer in time."""
+
+    async def groups_of(self, peer: Peer, timeout_s: float) -> Sequence[GroupSeen] | None: ...
+
+    async def batches_from(
+        self, peer: Peer, topic: str, partition: int, offset: int, max_bytes: int
+    ) -> Sequence[MissedBatch]: ...
+
+    async def close(self) -> None: ...
+
+
 class PeerWatcher:
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, talk: PeerTalk) -> None:
         self._config = config
+        self._talk = talk
         self._others = [peer for peer in config.peers if peer.node_id != config.node_id]
-        self._seen: dict[int, tuple[float, p.ClusterStatusResponse]] = {}
+        self._seen: dict[int, tuple[float, Sequence[GroupSeen]]] = {}
         self._by_raft_address = {peer.raft_address: peer.node_id for peer in config.peers}
 
     async def run(self) -> None:
@@ -37,27 +69,13 @@ class PeerWatcher:
 
     async def _watch(self, peer: Peer) -> None:
         timeout_s = self._config.timing.connection_timeout_ms / 1000
-        connection: Connection | None = None
-        try:
-            while True:
-                try:
-                    if connection is None:
-                        connection = await Connection.open(
-                            peer.client_address, timeout_s, local_host=self._config.host
-                        )
-                    status = await connection.request(p.ClusterStatus(), timeout_s)
-                    assert isinstance(status, p.ClusterStatusResponse)
-                    self._seen[peer.node_id] = (time.monotonic(), status)
-                except (OSError, TimeoutError, ClientError):
-                    if connection is not None:
-                        await connection.close()
-                    connection = None
-                await asyncio.sleep(POLL_INTERVAL_S)
-        finally:
-            if connection is not None:
-                await connection.close()
+        while True:
+            groups = await self._talk.groups_of(peer, timeout_s)
+            if groups is not None:
+                self._seen[peer.node_id] = (time.monotonic(), groups)
+            await asyncio.sleep(POLL_INTERVAL_S)
 
-    def _fresh(self) -> dict[int, p.ClusterStatusResponse]:
+    def _fresh(self) -> dict[int, Sequence[GroupSeen]]:
         horizon = time.monotonic() - STALE_AFTER_S
         return {n: status for n, (at, status) in self._seen.items() if at >= horizon}
 
@@ -66,8 +84,8 @@ class PeerWatcher:
 
     def _leading(self, group: str) -> tuple[int, int] | None:
         best: tuple[int, int] | None = None
-        for node_id, status in self._fresh().items():
-            for g in status.groups:
+        for node_id, groups in self._fresh().items():
+            for g in groups:
                 if g.group == group and g.is_leader and (best is None or g.term > best[1]):
                     best = (node_id, g.term)
         return best
@@ -87,7 +105,7 @@ class PeerWatcher:
         if found is None:
             return ()
         node_id, term = found
-        for g in self._fresh()[node_id].groups:
+        for g in self._fresh()[node_id]:
             if g.group == f"{topic}-{partition}" and g.is_leader and g.term == term:
                 return g.in_sync
         return ()

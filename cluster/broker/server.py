@@ -1,10 +1,10 @@
 """The client-facing TCP servers: one per listener, its connections admitted within limits.
 
-One `Server` class serves both listeners of a node, the native protocol and Kafka's, each with
-its own `Wire` (how bytes become requests and answers become bytes: `NativeWire` below,
-cluster/kafka/wire.py's `KafkaWire`) and its own handler; every limit holds on each, counted
-per listener. What one connection does (framing, answer order, in-flight and byte bounds,
-deadlines, bad frames) is cluster/broker/connection.py's `ServerConnection`.
+One `Server` class serves both listeners of a node, the native protocol and Kafka's, each
+with its own `Wire` (how bytes become requests and answers become bytes: cluster/native/wire.py's
+`NativeWire`, cluster/kafka/wire.py's `KafkaWire`) and its own handler; every limit holds on
+each, counted per listener. What one connection does (framing, answer order, in-flight and
+byte bounds, deadlines, bad frames) is cluster/broker/connection.py's `ServerConnection`.
 
 Connections: `connections_max` per node, and `connections_per_address_max` from one source
 address (Kafka's `max.connections.per.ip`; addresses in one normal form, `normal_ip`). A
@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Generic, Protocol
@@ -35,67 +35,12 @@ from cluster.broker.connection import (
     RequestHandler,
     Seat,
     ServerConnection,
-    Undecodable,
     Wire,
 )
 from cluster.config import Limits, Timing
-from cluster.errors import ERROR_MESSAGE_CHARS_MAX, RaftbrokerError
-from cluster.native import (
-    ErrorInfo,
-    ProtocolError,
-    Request,
-    Response,
-    decode_request,
-    encode_response,
-    take_frame,
-)
 from cluster.refusals import RefusalLog
-from statemachine.errors import ErrorCode
 
 log = logging.getLogger(__name__)
-
-# What a native handler answers a request with: a response, or an exception. A
-# `RaftbrokerError` (a `RequestRefusedError` above all) is a whole-request refusal, answered with
-# its code; any other exception is a bug, logged and answered UNKNOWN_SERVER_ERROR.
-Outcome = Response | Exception
-Respond = Callable[[Outcome], None]
-
-
-class NativeWire:
-    """The native protocol (cluster/native/): an oversize frame is answered
-    MESSAGE_TOO_LARGE (its body never read) and the connection closed; a body that does not
-    decode is answered when its correlation id can be read, else the connection is closed."""
-
-    name = "client"
-
-    def __init__(self, limits: Limits) -> None:
-        self._limits = limits
-
-    def take_frame(self, buf: bytearray, offset: int) -> tuple[bytes, int] | None:
-        try:
-            return take_frame(buf, offset, self._limits.frame_bytes_max)
-        except ProtocolError as exc:
-            raise Undecodable(exc.message, _error_frame(0, exc.error, exc.message)) from None
-
-    def decode(self, body: bytes) -> tuple[int, Request]:
-        try:
-            return decode_request(body, self._limits)
-        except ProtocolError as exc:
-            if exc.correlation_id is None:
-                raise Undecodable(exc.message) from None
-            answer = _error_frame(exc.correlation_id, exc.error, exc.message)
-            raise Undecodable(exc.message, answer, keep_open=True) from None
-
-    def encode(
-        self, correlation_id: int, request: Request, outcome: Response | RaftbrokerError
-    ) -> bytes:
-        del request  # a native answer needs only the correlation id
-        if isinstance(outcome, RaftbrokerError):
-            return _error_frame(correlation_id, outcome.error, outcome.message, outcome.leader)
-        return encode_response(correlation_id, outcome)
-
-    def describe(self, request: Request) -> str:
-        return type(request).__name__
 
 
 class PeerSources(Protocol):
@@ -214,10 +159,3 @@ class Server(Generic[Q, A]):
         """Count a refusal and log it (rate-limited, at WARNING)."""
         self._refused[reason] += 1
         self._refusals.warn(self._refusal_kinds[reason], detail)
-
-
-def _error_frame(correlation_id: int, error: ErrorCode, message: str, leader: str = "") -> bytes:
-    """A whole-request refusal, its message cut short (the wire would take TEXT_CHARS_MAX)."""
-    return encode_response(
-        correlation_id, ErrorInfo(message[:ERROR_MESSAGE_CHARS_MAX], leader), error
-    )

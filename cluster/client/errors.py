@@ -35,4 +35,5 @@ class ClientError(RaftbrokerError):
 
 
 class ProducerFencedError(ClientError):
-    """Another instance with the same transactional id took over: this producer is done."""
+    """Another instance with the same transactional id took over: this producer is done
+    (INVALID_PRODUCER_EPOCH, or PRODUCER_FENCED from a Kafka listener)."""

@@ -70,7 +70,8 @@ T = TypeVar("T")
 
 
 class CommitFailedError(ClientError):
-    """A commit the group did not take: it rebalanced (or dropped this member) meanwhile."""
+    """A commit the group did not take: it rebalanced (or dropped this member) meanwhile; the
+    coordinator's code (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS)."""
 
 
 @dataclass(frozen=True, slots=True)

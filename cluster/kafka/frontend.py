@@ -1,9 +1,10 @@
-"""What a node answers Kafka's clients: each Kafka API mapped onto the node.
+"""What a node answers Kafka's clients: each Kafka API translated onto the broker core.
 
-Role: the handler of the Kafka listener (the `Server` with `KafkaWire`). It reads the node's
-state as the native `RequestFrontend` (cluster/broker/frontend.py) does and proposes through it,
-so both protocols share one set of rules: names are validated and proposals made by the native
-frontend, answers translated here into each Kafka API's terms.
+Role: the handler of the Kafka listener (the `Server` with `KafkaWire`). Every rule lives in
+the broker core (cluster/broker/core.py, `Broker`; consumer groups in
+cluster/broker/groups.py), which the native listener calls too, so both protocols share one set
+of rules: names are validated and proposals made by the core, its answers translated here into
+each Kafka API's terms.
 
 Rules:
 - Brokers are the registered nodes, each at its Kafka address (`host` and `kafka_port` of the
@@ -12,10 +13,10 @@ Rules:
 - Topics are never created by Metadata (`allow_auto_topic_creation` is ignored): an unknown
   topic is UNKNOWN_TOPIC_OR_PARTITION. A topic's Kafka id (a UUID) is derived from the
   cluster id and its topic id, the same on every node.
-- Produce goes through the native produce path (`RequestFrontend.start_produce`) and is
-  answered from the apply callbacks, acks=1 and acks=-1 alike after the Raft commit; Fetch is
-  the native Fetch, its stored batches handed over as they are, waiting for `min_bytes` up to
-  `max_wait`. Records are never decoded here.
+- Produce goes through the core's produce path (`Broker.produce`) and is answered from the
+  apply callbacks, acks=1 and acks=-1 alike after the Raft commit; Fetch is the core's Fetch,
+  its stored batches handed over as they are, waiting for `min_bytes` up to `max_wait`.
+  Records are never decoded here.
 - Whole-request failures become each API's own error response (wire.py: `refusal`); here,
   errors are answered per topic and partition as Kafka does.
 """
@@ -26,16 +27,20 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from functools import partial
 
-from cluster import native as p
 from cluster.addresses import parse_address
-from cluster.broker.frontend import RequestFrontend, fetch_answer_bytes_bound
+from cluster.broker.calls import (
+    EARLIEST,
+    Fetched,
+    FetchWant,
+    OffsetFound,
+    OffsetWant,
+    PartitionProducers,
+    Produced,
+)
+from cluster.broker.core import Broker, fetch_answer_bytes_bound
 from cluster.broker.groups import GroupService
-from cluster.broker.metrics import Metrics
-from cluster.broker.node import Node, client_topics
-from cluster.broker.peers import PeerWatcher
 from cluster.errors import RequestRefusedError
 from cluster.kafka import codec
 from cluster.kafka import messages as m
@@ -51,7 +56,7 @@ TOPIC_IDS_SINCE_VERSION = 12  # Metadata: a topic asked for by its id, a null na
 NODE_ENDPOINTS_SINCE_VERSION = 10  # Produce: where leaders named in current_leader are (KIP-951)
 # ListOffsets specs below EARLIEST (-3, the max timestamp of KIP-734, and the tiered-storage
 # ones) are answered UNSUPPORTED_VERSION: no version we serve defines them.
-SPECS_FROM = p.EARLIEST
+SPECS_FROM = EARLIEST
 NO_TIME = -1
 ACKS = (0, 1, -1)  # none, the leader, all in sync: 1 and -1 both answer after the Raft commit
 
@@ -61,27 +66,24 @@ class KafkaFrontend:
 
     def __init__(
         self,
-        node: Node,
-        native: RequestFrontend,
-        peers: PeerWatcher,
-        metrics: Metrics,
+        broker: Broker,
         groups: GroupService,
         *,
         versions: codec.Versions = codec.SUPPORTED,
         external: bool = False,
     ) -> None:
+        node = broker.node
+        self.broker = broker
         self.node = node
         self.groups = groups
         self.group_apis = KafkaGroups(groups)
-        self.topic_apis = KafkaTopics(node, native, self._state)
-        self.producer_ids = KafkaProducerIds(native)
+        self.topic_apis = KafkaTopics(broker)
+        self.producer_ids = KafkaProducerIds(broker)
         # Each request's handler, declared on it (`@serves`); Produce is answered at once.
         handling = (self, self.group_apis, self.topic_apis, self.producer_ids)
         self._handlers = handlers_of(*handling)
         check_every_request_served(self._handlers, elsewhere=(m.ProduceRequest,))
-        self.native = native
-        self.peers = peers
-        self.metrics = metrics
+        self.metrics = broker.metrics
         self.versions = versions
         config = node.config
         self._cluster_id = config.cluster_id
@@ -102,7 +104,7 @@ class KafkaFrontend:
     def answer_now(
         self, request: m.KafkaRequest, respond: Callable[[m.ResponseBody | Exception], None]
     ) -> bool:
-        """Produce: answered from the apply callbacks of its entries (as the native produce
+        """Produce: answered from the apply callbacks of its entries (as the native listener's
         is), with no task between the commit and the socket; everything else is `handle`'s."""
         body = request.body
         if not isinstance(body, m.ProduceRequest):
@@ -111,12 +113,14 @@ class KafkaFrontend:
         return True
 
     def answer_bytes_reserved(self, request: m.KafkaRequest) -> int:
-        """A Fetch answer's bound, held while it is under way (as the native Fetch's)."""
+        """A Fetch answer's bound, held while it is under way (as on the native listener)."""
         body = request.body
         if not isinstance(body, m.FetchRequest):
             return 0
+        topics = (t.topic for t in body.topics for fp in t.partitions if fp.partition >= 0)
+        node = self.node
         return fetch_answer_bytes_bound(
-            _native_fetch(body), self.node.config.limits, self.node.limits
+            topics, max(body.max_bytes, 0), node.config.limits, node.limits
         )
 
     def answer_wait_s(self, request: m.KafkaRequest) -> float:
@@ -135,13 +139,6 @@ class KafkaFrontend:
 
     # -- the cluster: brokers, topics, partitions --------------------------------------------
 
-    async def _state(self) -> tuple[dict[str, TopicInfo], dict[int, BrokerInfo]]:
-        """Topics and brokers, read between two applies of the metadata replica."""
-        replica = self.node.metadata_replica
-        return await self.node.metadata.read(
-            lambda: (client_topics(replica.machine.topics), dict(replica.machine.brokers))
-        )
-
     def _brokers(self, registered: Mapping[int, BrokerInfo]) -> list[tuple[int, str, int]]:
         """(node id, host, port) of each registered node with a Kafka address."""
         return [
@@ -150,20 +147,8 @@ class KafkaFrontend:
             if node_id in self._addresses
         ]
 
-    def _controller(self) -> int:
-        leader = self.node.metadata_leader()
-        return -1 if leader is None else leader.node_id
-
-    def _in_sync(self, topic: TopicInfo, partition: int, leader_id: int) -> tuple[int, ...]:
-        handle = self.node.partitions.get((topic.name, partition))
-        if handle is not None and handle.topic == topic and handle.group.is_leader:
-            node_of = self.peers.node_of_raft_address
-            return tuple(n for n in map(node_of, handle.group.status().in_sync) if n is not None)
-        reported = self.peers.in_sync_of(topic.name, partition)
-        return reported or ((leader_id,) if leader_id >= 0 else ())
-
     def _partition(self, topic: TopicInfo, partition: int) -> m.MetadataResponsePartition:
-        leader_id, term = self.native.leader_and_term(topic, partition)
+        leader_id, term = self.broker.leader_and_term(topic, partition)
         replicas = topic.replicas[partition]
         return m.MetadataResponsePartition(
             ErrorCode.NONE if leader_id >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
@@ -171,8 +156,8 @@ class KafkaFrontend:
             leader_id,
             term,
             replicas,
-            self._in_sync(topic, partition, leader_id),
-            tuple(n for n in replicas if not self.peers.reachable(n)),
+            self.broker.in_sync(topic, partition, leader_id),
+            tuple(n for n in replicas if not self.broker.reachable(n)),
         )
 
     def _topic(self, topic: TopicInfo) -> m.MetadataResponseTopic:
@@ -197,7 +182,7 @@ class KafkaFrontend:
                 ErrorCode.INVALID_REQUEST,
                 f"Metadata v{version} names topics by name only: topic ids need v12 or later",
             )
-        topics, registered = await self._state()
+        topics, registered = await self.broker.topics_and_brokers()
         if asked is None or (version == 0 and not asked):
             answers = [self._topic(topics[name]) for name in sorted(topics)]
         else:
@@ -209,7 +194,7 @@ class KafkaFrontend:
             tuple(m.MetadataResponseBroker(*b) for b in self._brokers(registered)),
             tuple(answers),
             self._cluster_id,
-            self._controller(),
+            self.broker.controller_id(),
         )
 
     async def _created_on_first_use(
@@ -249,12 +234,12 @@ class KafkaFrontend:
     async def describe_cluster(
         self, _request: m.DescribeClusterRequest, _call: Call
     ) -> m.DescribeClusterResponse:
-        _topics, registered = await self._state()
+        _topics, registered = await self.broker.topics_and_brokers()
         return m.DescribeClusterResponse(
             ErrorCode.NONE,
             self._cluster_id,
             tuple(m.DescribeClusterBroker(*b) for b in self._brokers(registered)),
-            self._controller(),
+            self.broker.controller_id(),
         )
 
     # -- ListOffsets, DescribeProducers ------------------------------------------------------
@@ -267,11 +252,11 @@ class KafkaFrontend:
         earliest (-2: log start), latest (-1: high watermark, also the last stable offset, as
         raftbroker has no transactions), or a time, by the log append time of stored batches."""
         asked = [(t.name, q) for t in request.topics for q in t.partitions]
-        queries = [
-            p.OffsetQuery(name, q.partition_index, q.timestamp) for name, q in asked if _askable(q)
+        wants = [
+            OffsetWant(name, q.partition_index, q.timestamp) for name, q in asked if _askable(q)
         ]
-        answered = iter((await self.native.list_offsets(p.ListOffsets(tuple(queries)))).results)
-        topics, _registered = await self._state()
+        answered = iter(self.broker.list_offsets(wants))
+        topics, _registered = await self.broker.topics_and_brokers()
         results = iter(
             self._offset(next(answered) if _askable(q) else None, q, topics.get(name))
             for name, q in asked
@@ -287,7 +272,7 @@ class KafkaFrontend:
 
     def _offset(
         self,
-        result: p.OffsetResult | None,
+        result: OffsetFound | None,
         asked: m.ListOffsetsPartition,
         topic: TopicInfo | None,
     ) -> m.ListOffsetsPartitionResponse:
@@ -299,7 +284,7 @@ class KafkaFrontend:
             return m.ListOffsetsPartitionResponse(index, error)
         if result.error != ErrorCode.NONE:
             return m.ListOffsetsPartitionResponse(index, result.error)
-        epoch = self.native.leader_and_term(topic, index)[1] if topic is not None else -1
+        epoch = self.broker.leader_and_term(topic, index)[1] if topic is not None else -1
         return m.ListOffsetsPartitionResponse(index, ErrorCode.NONE, NO_TIME, result.offset, epoch)
 
     @serves(m.DescribeProducersRequest)
@@ -309,10 +294,8 @@ class KafkaFrontend:
         answers = []
         for topic in request.topics:
             asked = [n for n in topic.partition_indexes if n >= 0]
-            described = await self.native.describe_producers(
-                p.DescribeProducers(topic.name, tuple(asked))
-            )
-            by_partition = {r.partition: r for r in described.results}
+            described = await self.broker.describe_producers(topic.name, asked)
+            by_partition = {r.partition: r for r in described}
             answers.append(
                 m.TopicResponse(
                     topic.name,
@@ -329,8 +312,8 @@ class KafkaFrontend:
         version: int,
         respond: Callable[[m.ResponseBody | Exception], None],
     ) -> None:
-        """Each partition's batch through the native produce path (`RequestFrontend.
-        start_produce`: leadership and the term-start barrier, `verify_batch`, the proposal),
+        """Each partition's batch through the core's produce path (`Broker.produce`:
+        leadership and the term-start barrier, `verify_batch`, the proposal),
         answered once every one has its result: acks=1 and acks=-1 alike after the Raft commit
         and apply (an acks=0 request is never answered: wire.py)."""
         started = time.perf_counter()
@@ -348,8 +331,7 @@ class KafkaFrontend:
         if not entries:
             respond(m.ProduceResponse(()))
             return
-        timeout_s = min(max(request.timeout, 0), self.node.config.timing.request_timeout_ms) / 1000
-        timeout_s = timeout_s or self.node.config.timing.request_timeout_ms / 1000
+        timeout_s = self.broker.timeout_s(request.timeout)
         for index, (topic, data) in enumerate(entries):
             done = partial(finish, index)
             if request.acks not in ACKS:
@@ -358,21 +340,21 @@ class KafkaFrontend:
                 done(m.PartitionProduceResponse(data.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             elif len(data.records or b"") > self.node.limits.batch_bytes_max:
                 # Kafka's answer to a batch past max.message.bytes: not retriable, unlike the
-                # CORRUPT_MESSAGE the native path gives any batch it cannot take.
+                # CORRUPT_MESSAGE the core gives any batch it cannot take.
                 done(m.PartitionProduceResponse(data.index, ErrorCode.MESSAGE_TOO_LARGE))
             else:
                 where = (topic, data.index)
                 records = data.records or b""
                 answer = partial(self._partition_produced, done)
-                self.native.start_produce(where, records, timeout_s, answer)
+                self.broker.produce(where, records, timeout_s, None, answer)
 
     def _partition_produced(
-        self, done: Callable[[m.PartitionProduceResponse], None], result: p.ProduceResult
+        self, done: Callable[[m.PartitionProduceResponse], None], result: Produced
     ) -> None:
         index = result.partition
         if result.error == ErrorCode.NONE:
             # The record timestamps are the producer's (CreateTime): no log append time.
-            start = self._log_start(result.topic, index)
+            start = self.broker.log_start_offset(result.topic, index)
             done(m.PartitionProduceResponse(index, ErrorCode.NONE, result.base_offset, -1, start))
             return
         leader = self._current_leader(result.topic, index, result.error)
@@ -403,17 +385,13 @@ class KafkaFrontend:
         )
         return m.ProduceResponse(topics, node_endpoints=endpoints)
 
-    def _log_start(self, topic: str, partition: int) -> int:
-        handle = self.node.partitions.get((topic, partition))
-        return -1 if handle is None else handle.replica.log_start_offset
-
     def _current_leader(self, topic: str, partition: int, error: int) -> m.LeaderIdAndEpoch:
         """Where a partition refused with NOT_LEADER_OR_FOLLOWER is led (KIP-951: Produce
         v10+ and Fetch v12+ carry it), so a client need not ask Metadata first."""
         info = self.node.metadata_replica.machine.topics.get(topic)
         if error != ErrorCode.NOT_LEADER_OR_FOLLOWER or info is None:
             return m.NO_LEADER
-        leader_id, term = self.native.leader_and_term(info, partition)
+        leader_id, term = self.broker.leader_and_term(info, partition)
         me = self.node.config.node_id
         if leader_id < 0 or leader_id == me:  # no leader yet, or here but not serving yet
             return m.NO_LEADER
@@ -423,20 +401,22 @@ class KafkaFrontend:
 
     @serves(m.FetchRequest)
     async def fetch(self, request: m.FetchRequest, _call: Call) -> m.FetchResponse:
-        """The native Fetch (the leader's committed batches, one byte budget for the answer as
+        """The core's Fetch (the leader's committed batches, one byte budget for the answer as
         KIP-74's, a long poll up to max_wait), then, while the answer holds fewer than
         min_bytes and max_wait has not passed, more of the same. Fetch sessions are not
         kept (KIP-227's session id 0: every request is a full one)."""
-        native = _native_fetch(request)
-        deadline = self.native.fetch_deadline(native)
-        answer = await self.native.fetch(native)
+        wants = _wants(request)
+        broker, max_bytes = self.broker, max(request.max_bytes, 0)
+        max_wait_ms = max(request.max_wait, 0)
+        deadline = broker.fetch_deadline(max_wait_ms)
+        answer = await broker.fetch(wants, max_bytes, max_wait_ms, replica_read=False)
         # Kafka answers at once when no partition it leads could fill the answer; waiting
         # on nothing would spin here without yielding, the node stalled until the deadline.
-        while _wants_more(answer, request.min_bytes) and await self.native.wait_for_data(
-            native.partitions, deadline
+        while _wants_more(answer, request.min_bytes) and await broker.wait_for_data(
+            wants, deadline
         ):
-            answer = await self.native.fetch(replace(native, max_wait_ms=0))
-        results = iter(answer.results)
+            answer = broker.read(wants, max_bytes)
+        results = iter(answer)
         return m.FetchResponse(
             tuple(
                 m.FetchableTopicResponse(
@@ -452,7 +432,7 @@ class KafkaFrontend:
             )
         )
 
-    def _fetched(self, result: p.FetchResult) -> m.PartitionData:
+    def _fetched(self, result: Fetched) -> m.PartitionData:
         if result.error != ErrorCode.NONE:
             leader = self._current_leader(result.topic, result.partition, result.error)
             return m.PartitionData(result.partition, result.error, current_leader=leader)
@@ -503,27 +483,22 @@ class KafkaFrontend:
         return m.Coordinator(key, -1, "", -1, error, message)
 
 
-def _native_fetch(request: m.FetchRequest) -> p.Fetch:
-    """The native Fetch of a Kafka Fetch's partitions (a negative partition is left out and
-    answered UNKNOWN_TOPIC_OR_PARTITION), its waits and budgets within the native bounds."""
-    return p.Fetch(
-        min(max(request.max_wait, 0), p.TIMEOUT_MS_MAX),
-        max(request.max_bytes, 0),
-        tuple(
-            p.FetchPartition(t.topic, fp.partition, fp.fetch_offset, max(fp.partition_max_bytes, 0))
-            for t in request.topics
-            for fp in t.partitions
-            if fp.partition >= 0
-        ),
-        replica_read=False,
-    )
+def _wants(request: m.FetchRequest) -> list[FetchWant]:
+    """A Kafka Fetch's partitions, in order (a negative partition is left out and answered
+    UNKNOWN_TOPIC_OR_PARTITION)."""
+    return [
+        FetchWant(t.topic, fp.partition, fp.fetch_offset, max(fp.partition_max_bytes, 0))
+        for t in request.topics
+        for fp in t.partitions
+        if fp.partition >= 0
+    ]
 
 
-def _wants_more(answer: p.FetchResponse, min_bytes: int) -> bool:
+def _wants_more(answer: list[Fetched], min_bytes: int) -> bool:
     """Whether a Fetch answer holds fewer than min_bytes of batches, and no error to report."""
-    if any(r.error for r in answer.results):
+    if any(r.error for r in answer):
         return False
-    return sum(len(b.batch) for r in answer.results for b in r.batches) < min_bytes
+    return sum(len(b.batch) for r in answer for b in r.batches) < min_bytes
 
 
 def _unknown(partition: int) -> m.PartitionData:
@@ -535,11 +510,11 @@ def _lost(partition: int) -> m.PartitionProduceResponse:
 
 
 def _askable(query: m.ListOffsetsPartition) -> bool:
-    """Whether the native ListOffsets can answer it (a partition, and a spec it knows)."""
+    """Whether the core can answer it (a partition, and a spec it knows)."""
     return query.partition_index >= 0 and query.timestamp >= SPECS_FROM
 
 
-def _producers(partition: int, result: p.PartitionProducers | None) -> m.PartitionResponse:
+def _producers(partition: int, result: PartitionProducers | None) -> m.PartitionResponse:
     if result is None:
         return m.PartitionResponse(partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if result.error != ErrorCode.NONE:

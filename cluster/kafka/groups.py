@@ -25,8 +25,7 @@ from cluster.broker.coordinator import (
     Protocol,
     SyncRequest,
 )
-from cluster.broker.group_requests import client_host
-from cluster.broker.groups import CommitPartition, GroupService
+from cluster.broker.groups import CommitPartition, GroupService, client_host
 from cluster.kafka import messages as m
 from cluster.kafka.dispatch import Call, serves
 from statemachine.errors import ErrorCode

@@ -1,9 +1,9 @@
 """Producer ids through Kafka's protocol: InitProducerId, and the transaction APIs refused.
 
 Role: the part of a node's Kafka listener (its frontend, frontend.py) that gives out producer
-ids and epochs, through the native `RequestFrontend` (the metadata group's allocator and
-transactional-id registry, the rules of docs/semantics.md), and refuses the transaction APIs
-a client's first transaction sends (no transactions yet).
+ids and epochs, through the broker core (`Broker.init_producer_id`: the metadata group's
+allocator and transactional-id registry, the rules of docs/semantics.md), and refuses the
+transaction APIs a client's first transaction sends (no transactions yet).
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 from typing import NoReturn
 
-from cluster import native as p
-from cluster.broker.frontend import RequestFrontend
+from cluster.broker.core import Broker
 from cluster.errors import RaftbrokerError, RequestRefusedError, quoted
 from cluster.kafka import messages as m
 from cluster.kafka.dispatch import Call, serves
@@ -25,8 +24,8 @@ PRODUCER_FENCED_SINCE_VERSION = 4  # InitProducerId: older clients know INVALID_
 class KafkaProducerIds:
     """InitProducerId, AddPartitionsToTxn and AddOffsetsToTxn, for one node's Kafka listener."""
 
-    def __init__(self, native: RequestFrontend) -> None:
-        self.native = native
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
 
     @serves(m.InitProducerIdRequest)
     async def init_producer_id(
@@ -37,7 +36,7 @@ class KafkaProducerIds:
         if txn is None:
             # Kafka gives an idempotent producer a new id whatever it passes (KIP-360's bump
             # is for transactional ids; an idempotent producer bumps its epoch by itself).
-            native = p.InitProducerId("", 0, -1, -1)
+            asked: tuple[str, int, int, int] = ("", 0, -1, -1)
         elif not txn:
             return m.InitProducerIdResponse(ErrorCode.INVALID_REQUEST)
         elif request.transaction_timeout <= 0:
@@ -45,11 +44,9 @@ class KafkaProducerIds:
         elif request.producer_id < -1 or request.producer_epoch < -1:
             return m.InitProducerIdResponse(ErrorCode.INVALID_REQUEST)
         else:
-            native = p.InitProducerId(
-                txn, request.transaction_timeout, request.producer_id, request.producer_epoch
-            )
+            asked = (txn, request.transaction_timeout, request.producer_id, request.producer_epoch)
         try:
-            answer = await self.native.init_producer_id(native)
+            answer = await self.broker.init_producer_id(*asked)
         except RaftbrokerError as exc:
             error = exc.error
             if error == ErrorCode.PRODUCER_FENCED and version < PRODUCER_FENCED_SINCE_VERSION:

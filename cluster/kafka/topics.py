@@ -1,9 +1,9 @@
 """Topics through Kafka's protocol: CreateTopics, DeleteTopics, and creation on first use.
 
 Role: the topic administration of a node's Kafka listener (its frontend, frontend.py, hands
-these requests here), proposing through the native `RequestFrontend` as every topic change is
-proposed: names, counts and placement are checked once, by the same rules as the native
-`topic create`.
+these requests here), proposing through the broker core (`Broker.create_topic`) as every
+topic change is proposed: names, counts and placement are checked once, by the same rules as
+the native `topic create`.
 
 Rules:
 - `-1` partitions or replication means the node's `[topics]` defaults (`default_partitions`,
@@ -23,11 +23,9 @@ Rules:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
-from cluster import native as p
-from cluster.broker.frontend import RequestFrontend
-from cluster.broker.node import Node
+from cluster.broker.core import Broker
 from cluster.errors import RaftbrokerError, RequestRefusedError, quoted
 from cluster.kafka import messages as m
 from cluster.kafka.dispatch import Call, serves
@@ -47,10 +45,6 @@ def topic_uuid(cluster_id: str, topic_id: int) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"raftbroker:{cluster_id}:{topic_id}")
 
 
-# Topics and brokers, read between two applies of the metadata replica.
-State = Callable[[], Awaitable[tuple[dict[str, TopicInfo], dict[int, BrokerInfo]]]]
-
-
 def by_uuid(cluster_id: str, topics: Mapping[str, TopicInfo]) -> dict[uuid.UUID, TopicInfo]:
     return {topic_uuid(cluster_id, t.topic_id): t for t in topics.values()}
 
@@ -58,12 +52,11 @@ def by_uuid(cluster_id: str, topics: Mapping[str, TopicInfo]) -> dict[uuid.UUID,
 class KafkaTopics:
     """CreateTopics, DeleteTopics and creation on first use, for one node's Kafka listener."""
 
-    def __init__(self, node: Node, native: RequestFrontend, state: State) -> None:
-        self.node = node
-        self.native = native
-        self._state = state
-        self._cluster_id = node.config.cluster_id
-        self._defaults = node.config.topics
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._limits = broker.node.limits
+        self._cluster_id = broker.node.config.cluster_id
+        self._defaults = broker.node.config.topics
 
     async def auto_create(
         self,
@@ -89,7 +82,7 @@ class KafkaTopics:
     async def create_topics(
         self, request: m.CreateTopicsRequest, _call: Call
     ) -> m.CreateTopicsResponse:
-        topics, registered = await self._state()
+        topics, registered = await self.broker.topics_and_brokers()
         names = [t.name for t in request.topics]
         results = []
         for asked in request.topics:
@@ -119,11 +112,10 @@ class KafkaTopics:
             retention_ms, retention_bytes = _retention(asked.configs)
             self._check_creatable(asked, partitions, replication, topics, registered)
             if not validate_only:
-                command = p.CreateTopic(
+                created = await self.broker.create_topic(
                     asked.name, partitions, replication, retention_ms, retention_bytes
                 )
-                created = await self.native.create_topic(command)
-                topic_id = topic_uuid(self._cluster_id, created.topic_id)
+                topic_id = topic_uuid(self._cluster_id, created)
         except RaftbrokerError as exc:
             return _created(asked.name, exc.error, exc.message)
         configs = tuple(
@@ -148,7 +140,7 @@ class KafkaTopics:
     ) -> None:
         """What the metadata machine would refuse, said before anything is proposed (and all a
         validate_only request is answered with)."""
-        limits = self.node.limits
+        limits = self._limits
         problem = topic_name_error(asked.name, limits)
         if problem:
             raise RequestRefusedError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
@@ -177,7 +169,7 @@ class KafkaTopics:
     async def delete_topics(
         self, request: m.DeleteTopicsRequest, _call: Call
     ) -> m.DeleteTopicsResponse:
-        topics, _registered = await self._state()
+        topics, _registered = await self.broker.topics_and_brokers()
         asked = [m.DeleteTopicState(name) for name in request.topic_names] + list(request.topics)
         ids = by_uuid(self._cluster_id, topics) if any(a.name is None for a in asked) else {}
         results = []
@@ -201,7 +193,7 @@ class KafkaTopics:
             return m.DeletableTopicResult(asked.name, error, asked.topic_id, "no such topic")
         topic_id = topic_uuid(self._cluster_id, topic.topic_id)
         try:
-            await self.native.delete_topic(p.DeleteTopic(topic.name))
+            await self.broker.delete_topic(topic.name)
         except RaftbrokerError as exc:
             return m.DeletableTopicResult(topic.name, exc.error, topic_id, exc.message)
         return m.DeletableTopicResult(topic.name, ErrorCode.NONE, topic_id)

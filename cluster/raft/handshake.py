@@ -42,7 +42,8 @@ _PROOF = "auth"
 
 
 class LinkError(RaftbrokerError):
-    """The peer broke the protocol, failed authentication or went silent: drop the link."""
+    """The peer broke the protocol, failed authentication or went silent: drop the link
+    (NETWORK_EXCEPTION)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(ErrorCode.NETWORK_EXCEPTION, message)

@@ -34,7 +34,8 @@ class ReplicatedMachine(Protocol):
 
 
 class ProposalError(RaftbrokerError):
-    """A proposal that did not produce a result; `error` is retriable, `leader` a hint."""
+    """A proposal that did not produce a result; `error` is retriable (NOT_LEADER_OR_FOLLOWER,
+    or REQUEST_TIMED_OUT when the outcome is unknown), `leader` a hint."""
 
 
 class ProposalQueueFullError(ProposalError):

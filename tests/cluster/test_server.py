@@ -25,8 +25,9 @@ import pytest_asyncio
 
 from cluster import native as p
 from cluster.broker.connection import RequestHandler
-from cluster.broker.server import NativeWire, Respond, Server
+from cluster.broker.server import Server
 from cluster.config import Limits, Timing
+from cluster.native.wire import NativeWire, Respond
 from statemachine.errors import ErrorCode
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")

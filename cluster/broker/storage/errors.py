@@ -27,7 +27,8 @@ class StorageError(RaftbrokerError):
 
 
 class StorageGapError(StorageError):
-    """An append past `next_offset`: the records in between are missing and must be re-fetched."""
+    """An append past `next_offset`: the records in between are missing and must be re-fetched
+    (KAFKA_STORAGE_ERROR)."""
 
 
 class StorageCorruptionError(StorageError):

@@ -29,9 +29,9 @@ SUPPORTED: Versions = MappingProxyType({api: cls.VERSIONS for api, cls in m.REQU
 
 
 class KafkaProtocolError(ProtocolError):
-    """Bytes that are not a request we serve. `answer`, when not None, is the whole frame to
-    send back (ApiVersions newer than ours); otherwise the connection is closed, as Kafka does
-    with a request it cannot parse."""
+    """Bytes that are not a Kafka request we serve (INVALID_REQUEST). `answer`, when not None,
+    is the whole frame to send back (ApiVersions newer than ours); otherwise the connection is
+    closed, as Kafka does with a request it cannot parse."""
 
     def __init__(
         self, message: str, correlation_id: int | None = None, answer: bytes | None = None

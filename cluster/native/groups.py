@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from cluster import native as p
 from cluster.broker.coordinator import JoinRequest, MemberRef, Protocol, SyncRequest
-from cluster.broker.groups import CommitPartition, GroupService
+from cluster.broker.groups import CommitPartition, GroupService, client_host
 from cluster.broker.node import Node
 from statemachine.errors import ErrorCode
 
@@ -178,11 +178,6 @@ class NativeGroups:
                 for g in self.groups.listing()
             )
         )
-
-
-def client_host(source: str) -> str:
-    """A member's host as Kafka's DescribeGroups shows it: its address after a slash."""
-    return f"/{source}" if source else ""
 
 
 def _null(text: str) -> str | None:

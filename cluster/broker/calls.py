@@ -1,0 +1,106 @@
+"""What the broker core's calls take and give: small tuples in the broker's own terms.
+
+Role: the vocabulary between the broker core (core.py) and the listeners that translate their
+wire onto it (cluster/native/, cluster/kafka/): no wire class crosses into the core, and no
+core type is a wire's. Field orders follow the native protocol's results where one mirrors
+another, so the native listener builds its answer from a tuple in one call.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from cluster.broker.storage import StoredBatch
+from statemachine.errors import ErrorCode
+from statemachine.producer_state import BatchMetadata
+
+EARLIEST, LATEST = -2, -1  # an offset query's specs besides a time
+Fence = tuple[str, int, int, int]  # (sink, writer, batch id, part) of a fenced batch
+Where = tuple[str, int]  # a topic and a partition
+
+
+class Produced(NamedTuple):
+    """One batch's outcome: its offsets, or why not (`leader`: where to retry, or "")."""
+
+    topic: str
+    partition: int
+    error: ErrorCode
+    base_offset: int
+    last_offset: int
+    append_time_ms: int
+    duplicate: bool
+    leader: str
+
+
+class FetchWant(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+class Fetched(NamedTuple):
+    """One partition's committed batches from `FetchWant.offset`, as stored, or why not."""
+
+    topic: str
+    partition: int
+    error: ErrorCode
+    high_watermark: int
+    log_start_offset: int
+    leader: str
+    batches: tuple[StoredBatch, ...]
+
+
+class OffsetWant(NamedTuple):
+    """`spec`: EARLIEST, LATEST, or a time (ms since the epoch) to look the offset up by."""
+
+    topic: str
+    partition: int
+    spec: int
+
+
+class OffsetFound(NamedTuple):
+    topic: str
+    partition: int
+    error: ErrorCode
+    offset: int
+    leader: str
+
+
+class ProducerView(NamedTuple):
+    """A producer as a partition's table holds it, with its deduplication window."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    window: tuple[BatchMetadata, ...]
+
+
+class PartitionProducers(NamedTuple):
+    partition: int
+    error: ErrorCode
+    leader: str
+    producers: tuple[ProducerView, ...]
+
+
+class NodeSeen(NamedTuple):
+    node_id: int
+    client_address: str
+    reachable: bool
+
+
+class ReplicaGroupReport(NamedTuple):
+    """One Raft group of this node, its leader and replicas in sync named by node id."""
+
+    group: str
+    leader_id: int
+    term: int
+    commit_index: int
+    last_applied: int
+    is_leader: bool
+    healthy: bool
+    detail: str
+    in_sync: tuple[int, ...]
+    log_start_offset: int
+    high_watermark: int

@@ -1,0 +1,67 @@
+"""How a node talks to its peers: over their native listeners, as a client of the protocol.
+
+Role: the `PeerTalk` (cluster/broker/peers.py) the composition root gives the core. Status
+polls (ClusterStatus, for `PeerWatcher`) keep one connection per peer, dialled from the node's
+own host so that the peer seats it in a slot kept for peers; restoration reads (a replica's
+Fetch, for `NodeDuties`) go through one pooled client. A peer that does not answer is a value
+(None, or no batches), never an exception: the caller polls again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+from cluster import native as p
+from cluster.broker.peers import GroupSeen, MissedBatch
+from cluster.client import ClientError, Cluster, Connection
+from cluster.config import NodeConfig, Peer
+from statemachine.errors import ErrorCode
+
+RESTORE_TIMEOUT_S = 5.0  # one restoration read of up to RESTORE_BYTES from a peer
+
+
+class NativePeerTalk:
+    def __init__(self, config: NodeConfig) -> None:
+        self._host = config.host
+        others = [peer.client_address for peer in config.peers if peer.node_id != config.node_id]
+        self._pool = Cluster(others or [config.client_address], request_timeout_s=RESTORE_TIMEOUT_S)
+        self._status: dict[int, Connection] = {}
+
+    async def groups_of(self, peer: Peer, timeout_s: float) -> Sequence[GroupSeen] | None:
+        connection = self._status.get(peer.node_id)
+        try:
+            if connection is None:
+                connection = await Connection.open(
+                    peer.client_address, timeout_s, local_host=self._host
+                )
+                self._status[peer.node_id] = connection
+            status = await connection.request(p.ClusterStatus(), timeout_s)
+        except (OSError, TimeoutError, ClientError):
+            dropped = self._status.pop(peer.node_id, None)
+            if dropped is not None:
+                await dropped.close()
+            return None
+        assert isinstance(status, p.ClusterStatusResponse)
+        return [GroupSeen(g.group, g.is_leader, g.term, g.in_sync) for g in status.groups]
+
+    async def batches_from(
+        self, peer: Peer, topic: str, partition: int, offset: int, max_bytes: int
+    ) -> Sequence[MissedBatch]:
+        want = p.FetchPartition(topic, partition, offset, max_bytes)
+        request = p.Fetch(0, max_bytes, (want,), replica_read=True)
+        with contextlib.suppress(ClientError):
+            response = await self._pool.send(peer.client_address, request)
+            assert isinstance(response, p.FetchResponse)
+            result = response.results[0]
+            if result.error == ErrorCode.NONE:
+                return [
+                    MissedBatch(b.base_offset, b.append_time_ms, b.batch) for b in result.batches
+                ]
+        return ()
+
+    async def close(self) -> None:
+        connections, self._status = list(self._status.values()), {}
+        for connection in connections:
+            await connection.close()
+        await self._pool.close()
