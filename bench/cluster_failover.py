@@ -72,7 +72,7 @@ async def steady_producer(
         future.add_done_callback(functools.partial(load.on_done, index))
 
 
-async def group_statuses(bench: BenchCluster, group: str) -> dict[int, p.GroupStatus]:
+async def group_statuses(bench: BenchCluster, group: str) -> dict[int, p.RaftGroupReport]:
     """Each node's view of one Raft group, for the nodes that answer and know the group."""
     views = {}
     for node in bench.local.nodes:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench import apply as apply_bench
 from bench.harness import poll_until, reporter
-from cluster.client import Admin, Cluster, ProducerConfig
+from cluster.client import Admin, Client, ProducerConfig
 from cluster.local import launcher
 
 NODES = 3
@@ -89,7 +89,7 @@ class BenchCluster:
     """A running local cluster (its node PIDs change on restart) and a client of it."""
 
     local: launcher.LocalCluster
-    client: Cluster
+    client: Client
 
     def node(self, node_id: int) -> launcher.NodeProcess:
         return next(n for n in self.local.nodes if n.node_id == node_id)
@@ -120,7 +120,7 @@ async def fresh_cluster(
     data_dir = Path(tempfile.mkdtemp(prefix="raftbroker-bench-"))
     try:
         local = launcher.up(data_dir, NODES, extra_toml, encrypted=encrypted)
-        bench = BenchCluster(local, Cluster(local.bootstrap, request_timeout_s=5.0))
+        bench = BenchCluster(local, Client(local.bootstrap, request_timeout_s=5.0))
         try:
             await wait_ready(bench)
             yield bench

@@ -35,7 +35,7 @@ from cluster.chaos.runner import ChaosOptions, run_chaos, skipped_faults
 app = typer.Typer(help="Fault injection with a history checker.", no_args_is_help=True)
 
 
-class Client(StrEnum):
+class ClientKind(StrEnum):
     native = "native"
     kafka = "kafka"
 
@@ -57,8 +57,8 @@ def run_command(
     no_network: bool = typer.Option(
         False, "--no-network", help="No network namespace: process faults only."
     ),
-    client: Client = typer.Option(
-        Client.native,
+    client: ClientKind = typer.Option(
+        ClientKind.native,
         "--client",
         help="Whose clients drive the workload: raftbroker's own, or Kafka's (confluent-kafka "
         "through the Kafka listener).",
@@ -84,7 +84,7 @@ def run_command(
     ),
 ) -> None:
     """Run the workload under faults, then check that nothing was lost or duplicated."""
-    if client is Client.kafka and importlib.util.find_spec("confluent_kafka") is None:
+    if client is ClientKind.kafka and importlib.util.find_spec("confluent_kafka") is None:
         raise CliError("--client kafka needs confluent-kafka: pip install -e '.[dev]'")
     inside = os.environ.get(links.NAMESPACE_ENV)
     reason = "--no-network" if no_network else None

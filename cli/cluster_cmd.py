@@ -40,7 +40,7 @@ from cli.common import (
     run,
 )
 from cluster import native as p
-from cluster.client import Admin, ClientError, Cluster
+from cluster.client import Admin, Client, ClientError
 from cluster.local import launcher
 
 app = typer.Typer(help="Run a local cluster and see its state.", no_args_is_help=True)
@@ -269,7 +269,7 @@ class StatusReport:
 
 async def gather_status(bootstrap: list[str]) -> StatusReport:
     """Every node's and partition's state, from each node's own status (`cluster status`)."""
-    client = Cluster(bootstrap, request_timeout_s=STATUS_REQUEST_TIMEOUT_S)
+    client = Client(bootstrap, request_timeout_s=STATUS_REQUEST_TIMEOUT_S)
     try:
         meta = await client.refresh()
         answers = await asyncio.gather(*(_status_of(client, b.address) for b in meta.brokers))
@@ -289,7 +289,7 @@ async def gather_status(bootstrap: list[str]) -> StatusReport:
     return StatusReport(meta.cluster_id, meta.controller_id, nodes, partitions)
 
 
-async def _status_of(client: Cluster, address: str) -> p.ClusterStatusResponse | None:
+async def _status_of(client: Client, address: str) -> p.ClusterStatusResponse | None:
     """The broker's own view, or None when it does not answer (one attempt: it is its own)."""
     try:
         return await Admin(client).cluster_status(address)
@@ -302,7 +302,7 @@ def _partition_rows(
 ) -> list[PartitionRow]:
     """Every partition, from its leader's own status: the replica that says it leads, in the
     highest term any reachable node reports, not a leader hint that may be stale."""
-    seen: dict[str, list[tuple[int, p.GroupStatus]]] = {}
+    seen: dict[str, list[tuple[int, p.RaftGroupReport]]] = {}
     for node_id, status in statuses.items():
         for group in status.groups if status is not None else ():
             seen.setdefault(group.group, []).append((node_id, group))
@@ -317,7 +317,7 @@ def _partition_rows(
 def _partition_row(
     topic: str,
     pm: p.PartitionMetadata,
-    replicas: list[tuple[int, p.GroupStatus]],
+    replicas: list[tuple[int, p.RaftGroupReport]],
     unreachable: frozenset[int],
 ) -> PartitionRow:
     problems = [f"node {node_id}: {g.detail}" for node_id, g in replicas if not g.healthy]

@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 
 from cluster.addresses import parse_address
-from cluster.client import CallTimeoutError, ClientError, Cluster, PartitionInfo
+from cluster.client import CallTimeoutError, Client, ClientError, PartitionInfo
 from cluster.config import ConfigError
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
@@ -200,7 +200,7 @@ def plural(count: int, noun: str) -> str:
 
 
 async def topic_partitions(
-    client: Cluster, topic: str, partition: int | None = None
+    client: Client, topic: str, partition: int | None = None
 ) -> tuple[PartitionInfo, ...]:
     """The partitions of `topic`; a CliError at once if it does not exist or has no
     `partition` (rather than waiting for a leader that cannot be)."""

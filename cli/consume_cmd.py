@@ -47,7 +47,7 @@ from cli.common import (
 from cli.record_lines import TextFields, as_json
 from cluster.client import (
     Admin,
-    Cluster,
+    Client,
     CommitFailedError,
     ConsumedRecord,
     Consumer,
@@ -182,7 +182,7 @@ class Tally:
 
 
 async def _assign(
-    client: Cluster, options: ConsumeOptions
+    client: Client, options: ConsumeOptions
 ) -> tuple[Consumer, dict[int, int] | None]:
     """A consumer at each partition's start; with --until-end, the end of each partition not
     already read to it (those at their end are not assigned: a fetch would wait on them)."""
@@ -235,7 +235,7 @@ def _at_ends(consumer: Consumer, topic: str, ends: dict[int, int]) -> bool:
 
 
 async def _consume(bootstrap: list[str], options: ConsumeOptions, tally: Tally) -> None:
-    client = Cluster(bootstrap, retry=RetryPolicy(options.timeout_ms / 1000))
+    client = Client(bootstrap, retry=RetryPolicy(options.timeout_ms / 1000))
     if options.group is not None:
         await _consume_in_group(client, options.group, options, tally)
         return
@@ -267,7 +267,7 @@ async def _consume(bootstrap: list[str], options: ConsumeOptions, tally: Tally) 
 
 
 async def _consume_in_group(
-    client: Cluster, group: str, options: ConsumeOptions, tally: Tally
+    client: Client, group: str, options: ConsumeOptions, tally: Tally
 ) -> None:
     """As a member of `group`: commit what was printed, after printing it; leave at the end.
     The idle timeout counts from the first assignment (joining a new group waits for the

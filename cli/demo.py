@@ -24,8 +24,8 @@ from cli.common import LOCAL_CLUSTER_TOML
 from cluster import native as p
 from cluster.client import (
     Admin,
+    Client,
     ClientError,
-    Cluster,
     Consumer,
     Producer,
     ProducerConfig,
@@ -90,7 +90,7 @@ async def run_demo(directory: Path, records: int = 4_000) -> DemoReport:
     started = time.monotonic()
     cluster = launcher.up(directory, 3, LOCAL_CLUSTER_TOML)
     report = DemoReport()
-    client = Cluster(cluster.bootstrap)
+    client = Client(cluster.bootstrap)
     try:
         await launcher.wait_ready(cluster, 30)
         await Admin(client).create_topic(TOPIC, PARTITIONS, 3)
@@ -106,7 +106,7 @@ async def run_demo(directory: Path, records: int = 4_000) -> DemoReport:
 
 
 async def _produce_through_failovers(
-    client: Cluster, cluster: launcher.LocalCluster, records: int, report: DemoReport
+    client: Client, cluster: launcher.LocalCluster, records: int, report: DemoReport
 ) -> _Acks:
     acks = _Acks()
     config = ProducerConfig(linger_ms=1, batch_size_bytes=4_096)
@@ -133,7 +133,7 @@ def _note_ack(acks: _Acks, value: bytes, future: asyncio.Future[RecordMetadata])
 
 
 async def _kill_leaders(
-    client: Cluster, cluster: launcher.LocalCluster, acks: _Acks, report: DemoReport
+    client: Client, cluster: launcher.LocalCluster, acks: _Acks, report: DemoReport
 ) -> None:
     for round_ in range(KILLS):
         await asyncio.sleep(QUIET_BEFORE_KILL_S)
@@ -149,7 +149,7 @@ async def _kill_leaders(
         await launcher.wait_ready(cluster, 30)
 
 
-async def _leader(client: Cluster, partition: int, timeout_s: float = 20) -> int:
+async def _leader(client: Client, partition: int, timeout_s: float = 20) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         meta = await client.refresh([TOPIC])
@@ -172,7 +172,7 @@ async def _next_ack_after(
     raise TimeoutError(f"no write to {TOPIC}-{partition} acknowledged after the kill")
 
 
-async def _verdict(client: Cluster, acks: _Acks, report: DemoReport) -> None:
+async def _verdict(client: Client, acks: _Acks, report: DemoReport) -> None:
     consumer = Consumer(client)
     await consumer.assign(TOPIC)
     values: list[bytes] = []
@@ -189,7 +189,7 @@ async def _verdict(client: Cluster, acks: _Acks, report: DemoReport) -> None:
     report.failed_sends = acks.failed
 
 
-async def lost_ack_retry_scene(client: Cluster) -> dict[str, object]:
+async def lost_ack_retry_scene(client: Client) -> dict[str, object]:
     """The same batch sent twice, as a producer whose acknowledgement was lost would."""
     init = await client.send_any(p.InitProducerId("", 60_000, -1, -1))
     assert isinstance(init, p.InitProducerIdResponse)
@@ -207,7 +207,7 @@ async def lost_ack_retry_scene(client: Cluster) -> dict[str, object]:
     }
 
 
-async def zombie_fencing_scene(client: Cluster) -> dict[str, object]:
+async def zombie_fencing_scene(client: Client) -> dict[str, object]:
     """A producer paused past its successor's start is fenced on its next batch."""
     config = ProducerConfig(transactional_id="settlement-job", linger_ms=0)
     async with Producer(client, config) as zombie:

@@ -37,7 +37,7 @@ from cli.common import (
     run,
     topic_partitions,
 )
-from cluster.client import Cluster
+from cluster.client import Client
 
 SIGNALLED_EXIT_STATUS = 128  # + the signal's number: what a shell reports for a process it stopped
 app = typer.Typer(help="Spark jobs on the raftbroker data source.", no_args_is_help=True)
@@ -217,7 +217,7 @@ def settlement_totals_command(
 
 
 async def _existing_topics(addresses: list[str], topics: list[str]) -> None:
-    cluster = Cluster(addresses)
+    cluster = Client(addresses)
     try:
         for topic in topics:
             await topic_partitions(cluster, topic)
@@ -273,7 +273,7 @@ def generate_command(
     addresses = resolve_bootstrap(bootstrap, data_dir)
 
     async def main() -> int:
-        cluster = Cluster(addresses)
+        cluster = Client(addresses)
         try:
             await topic_partitions(cluster, topic)
             return await generate(

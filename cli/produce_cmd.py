@@ -39,8 +39,8 @@ from cli.common import (
 )
 from cli.record_lines import LineFormat, parse_headers
 from cluster.client import (
+    Client,
     ClientError,
-    Cluster,
     Producer,
     ProducerConfig,
     RecordMetadata,
@@ -158,7 +158,7 @@ async def _produce(
     """Send each line; at a line that cannot be sent, stop reading (what was sent before it
     is still delivered) and note why in the summary."""
     summary = ProduceSummary()
-    client = Cluster(bootstrap, retry=RetryPolicy(config.delivery_timeout_ms / 1000))
+    client = Client(bootstrap, retry=RetryPolicy(config.delivery_timeout_ms / 1000))
     try:
         await topic_partitions(client, options.topic, options.partition)
         async with Producer(client, config) as producer:

@@ -24,7 +24,7 @@ from cli.common import (
     topic_partitions,
 )
 from cluster import native as p
-from cluster.client import Admin, Cluster, RetryPolicy
+from cluster.client import Admin, Client, RetryPolicy
 from statemachine.errors import ErrorCode
 
 topics = typer.Typer(help="Create, list, describe and delete topics.", no_args_is_help=True)
@@ -43,7 +43,7 @@ TimeoutOption = typer.Option(
 
 def with_admin(bootstrap: list[str], timeout_ms: int, action: Callable[[Admin], Awaitable[T]]) -> T:
     async def go() -> T:
-        client = Cluster(bootstrap, retry=RetryPolicy(timeout_ms / 1000))
+        client = Client(bootstrap, retry=RetryPolicy(timeout_ms / 1000))
         try:
             return await action(Admin(client))
         finally:

@@ -22,6 +22,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import MappingProxyType
+from typing import Protocol
 
 from cluster.config import Peer
 
@@ -44,6 +45,15 @@ def normal_ip(text: str) -> str | None:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return str(ip.ipv4_mapped)
     return str(ip)
+
+
+class PeerSources(Protocol):
+    """Where each peer connects from: what the Raft mesh binds a peer's identity to and the
+    client ports seat in their peers' slots (`PeerHosts` below, in a node)."""
+
+    def ips_of(self, raft_address: str) -> frozenset[str]: ...
+
+    def is_peer_ip(self, ip: str) -> bool: ...
 
 
 class PeerHosts:

@@ -199,7 +199,7 @@ class NativeMember:
     `AioMember`; `bootstrap` is the nodes' native addresses, comma-separated."""
 
     def __init__(self, bootstrap: str, group: str, instance: str | None, session_ms: int) -> None:
-        from cluster.client import Cluster, Consumer, GroupConfig  # noqa: PLC0415
+        from cluster.client import Client, Consumer, GroupConfig  # noqa: PLC0415
 
         self._loop = asyncio.new_event_loop()
         self._group = group
@@ -211,8 +211,8 @@ class NativeMember:
             auto_offset_reset=Consumer.EARLIEST,
         )
 
-        async def make() -> Cluster:
-            return Cluster(bootstrap.split(","), request_timeout_s=5.0)
+        async def make() -> Client:
+            return Client(bootstrap.split(","), request_timeout_s=5.0)
 
         self._cluster = self._loop.run_until_complete(make())
         self._c: Any = None

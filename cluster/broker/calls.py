@@ -90,7 +90,7 @@ class NodeSeen(NamedTuple):
     reachable: bool
 
 
-class ReplicaGroupReport(NamedTuple):
+class RaftGroupReport(NamedTuple):
     """One Raft group of this node, its leader and replicas in sync named by node id."""
 
     group: str

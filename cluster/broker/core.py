@@ -32,7 +32,7 @@ from cluster.broker.calls import (
     PartitionProducers,
     Produced,
     ProducerView,
-    ReplicaGroupReport,
+    RaftGroupReport,
     Where,
 )
 from cluster.broker.metrics import Metrics
@@ -440,7 +440,7 @@ class Broker:
             for peer in self.node.config.peers
         ]
 
-    def replica_groups(self) -> list[ReplicaGroupReport]:
+    def raft_groups(self) -> list[RaftGroupReport]:
         """Every Raft group of this node as ClusterStatus reports it."""
         offsets = self.node.partition_offsets()
         node_of = self.peers.node_of_raft_address
@@ -449,7 +449,7 @@ class Broker:
             leader = node_of(s.leader_address)
             log_start, high_watermark = offsets.get(s.name, (-1, -1))
             reports.append(
-                ReplicaGroupReport(
+                RaftGroupReport(
                     s.name,
                     -1 if leader is None else leader,
                     s.term,

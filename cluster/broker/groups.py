@@ -32,7 +32,7 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -122,9 +122,14 @@ class _Seat:
 class GroupService:
     """Every consumer-group request this node answers."""
 
-    def __init__(self, node: Node, peers: PeerWatcher) -> None:
+    def __init__(
+        self, node: Node, peers: PeerWatcher, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """`clock`: the coordinators' time in seconds (time.monotonic() in a node), which
+        their session, rebalance and expiry timers run on."""
         self.node = node
         self.peers = peers
+        self._clock = clock
         timing, limits = node.config.timing, node.config.limits
         self._limits = CoordinatorLimits(
             session_timeout_ms_min=timing.group_session_timeout_ms_min,
@@ -139,6 +144,9 @@ class GroupService:
         self._wake = asyncio.Event()
 
     # -- where a group lives -------------------------------------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
 
     def offsets_topic(self) -> TopicInfo | None:
         return self.node.metadata_replica.machine.topics.get(OFFSETS_TOPIC)
@@ -222,7 +230,7 @@ class GroupService:
         if seat.coordinator is None or seat.term != term:
             self._drop(seat)
             seat.coordinator = Coordinator(self._limits, _new_member_id)
-            seat.coordinator.load(_records(handle.replica.machine), _now_ms())
+            seat.coordinator.load(_records(handle.replica.machine), self._now_ms())
             seat.term = term
             log.info("coordinating the groups of %s-%d (term %d)", OFFSETS_TOPIC, partition, term)
         return seat
@@ -259,11 +267,11 @@ class GroupService:
             if seat.coordinator is not coordinator:
                 return  # leadership moved meanwhile: the parked requests were answered
             if error is None and isinstance(result, GroupStored):
-                effects = coordinator.persisted(persist.group_id, seq, _now_ms())
+                effects = coordinator.persisted(persist.group_id, seq, self._now_ms())
             else:
                 log.warning("group %s: its record did not commit (%s)", persist.group_id,
                             error or result)  # fmt: skip
-                effects = coordinator.persist_failed(persist.group_id, seq, _now_ms())
+                effects = coordinator.persist_failed(persist.group_id, seq, self._now_ms())
             self._settle(seat, effects)
 
         try:
@@ -310,7 +318,7 @@ class GroupService:
             return JoinResult(seat, member_id=request.member_id)
         assert seat.coordinator is not None
         token, future = self._park(seat)
-        self._settle(seat, seat.coordinator.join(request, token, _now_ms()))
+        self._settle(seat, seat.coordinator.join(request, token, self._now_ms()))
         wait_s = self.join_wait_s(request.rebalance_timeout_ms)
         result = await self._await(seat, token, future, wait_s)
         if not isinstance(result, JoinResult):
@@ -340,7 +348,7 @@ class GroupService:
         assert seat.coordinator is not None
         wait_s = _sync_wait_s(seat.coordinator, request.group_id)
         token, future = self._park(seat)
-        self._settle(seat, seat.coordinator.sync(request, token, _now_ms()))
+        self._settle(seat, seat.coordinator.sync(request, token, self._now_ms()))
         result = await self._await(seat, token, future, wait_s)
         if isinstance(result, JoinResult):  # NOT_COORDINATOR from _drop
             return SyncResult(result.error)
@@ -353,7 +361,9 @@ class GroupService:
         if isinstance(seat, ErrorCode):
             return seat
         assert seat.coordinator is not None
-        return seat.coordinator.heartbeat(group_id, generation, member_id, instance_id, _now_ms())
+        return seat.coordinator.heartbeat(
+            group_id, generation, member_id, instance_id, self._now_ms()
+        )
 
     def leave(
         self, group_id: str, members: tuple[MemberRef, ...]
@@ -362,7 +372,7 @@ class GroupService:
         if isinstance(seat, ErrorCode):
             return seat, [seat] * len(members)
         assert seat.coordinator is not None
-        error, errors, effects = seat.coordinator.leave(group_id, members, _now_ms())
+        error, errors, effects = seat.coordinator.leave(group_id, members, self._now_ms())
         self._settle(seat, effects)
         return error, errors
 
@@ -382,7 +392,7 @@ class GroupService:
             return [seat] * len(partitions)
         assert seat.coordinator is not None
         refusal = seat.coordinator.commit_refusal(
-            group_id, generation, member_id, instance_id, _now_ms()
+            group_id, generation, member_id, instance_id, self._now_ms()
         )
         if refusal is not ErrorCode.NONE:
             return [refusal] * len(partitions)
@@ -488,10 +498,10 @@ class GroupService:
     async def run(self) -> None:
         """Tick every coordinator at its next deadline; follow leadership; sweep offsets."""
         timing = self.node.config.timing
-        next_expiry = time.monotonic() + timing.offsets_retention_check_interval_ms / 1000
-        next_sweep = time.monotonic()
+        next_expiry = self._clock() + timing.offsets_retention_check_interval_ms / 1000
+        next_sweep = self._clock()
         while True:
-            now_ms = _now_ms()
+            now_ms = self._now_ms()
             for partition, handle in self._hosted():
                 seat = self._refresh(partition, handle)
                 if seat.coordinator is not None:
@@ -501,11 +511,11 @@ class GroupService:
                 p for p in self._seats if (OFFSETS_TOPIC, p) not in self.node.offsets
             ]:
                 self._drop(self._seats.pop(partition))
-            if time.monotonic() >= next_sweep:
-                next_sweep = time.monotonic() + timing.expiry_tick_interval_ms / 1000
+            if self._clock() >= next_sweep:
+                next_sweep = self._clock() + timing.expiry_tick_interval_ms / 1000
                 await self._sweep_deleted_topics()
-            if time.monotonic() >= next_expiry:
-                next_expiry = time.monotonic() + timing.offsets_retention_check_interval_ms / 1000
+            if self._clock() >= next_expiry:
+                next_expiry = self._clock() + timing.offsets_retention_check_interval_ms / 1000
                 await self._expire_offsets(timing.offsets_retention_ms)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
@@ -521,7 +531,7 @@ class GroupService:
         ]
         if not deadlines:
             return WATCH_INTERVAL_S
-        return min(WATCH_INTERVAL_S, max(0.0, (min(deadlines) - _now_ms()) / 1000))
+        return min(WATCH_INTERVAL_S, max(0.0, (min(deadlines) - self._now_ms()) / 1000))
 
     async def _sweep_deleted_topics(self) -> None:
         topics = self.node.metadata_replica.machine.topics
@@ -549,10 +559,6 @@ def _sync_wait_s(coordinator: Coordinator, group_id: str) -> float:
 
 def _records(machine: OffsetsStateMachine) -> list[tuple[str, GroupRecord]]:
     return [(g, e.record) for g, e in sorted(machine.groups.items()) if e.record is not None]
-
-
-def _now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 def _new_member_id(prefix: str) -> str:

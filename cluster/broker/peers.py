@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
 from cluster.config import NodeConfig, Peer
@@ -55,9 +55,15 @@ class PeerTalk(Protocol):
 
 
 class PeerWatcher:
-    def __init__(self, config: NodeConfig, talk: PeerTalk) -> None:
+    """What this node heard from each peer lately: an answer older than `STALE_AFTER_S` on
+    `clock` (time.monotonic() in a node; a test drives its own) counts as none."""
+
+    def __init__(
+        self, config: NodeConfig, talk: PeerTalk, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._config = config
         self._talk = talk
+        self._clock = clock
         self._others = [peer for peer in config.peers if peer.node_id != config.node_id]
         self._seen: dict[int, tuple[float, Sequence[GroupSeen]]] = {}
         self._by_raft_address = {peer.raft_address: peer.node_id for peer in config.peers}
@@ -68,15 +74,20 @@ class PeerWatcher:
                 tasks.create_task(self._watch(peer))
 
     async def _watch(self, peer: Peer) -> None:
-        timeout_s = self._config.timing.connection_timeout_ms / 1000
         while True:
-            groups = await self._talk.groups_of(peer, timeout_s)
-            if groups is not None:
-                self._seen[peer.node_id] = (time.monotonic(), groups)
+            await self.poll(peer)
             await asyncio.sleep(POLL_INTERVAL_S)
 
+    async def poll(self, peer: Peer) -> bool:
+        """Ask `peer` once; whether it answered."""
+        timeout_s = self._config.timing.connection_timeout_ms / 1000
+        groups = await self._talk.groups_of(peer, timeout_s)
+        if groups is not None:
+            self._seen[peer.node_id] = (self._clock(), groups)
+        return groups is not None
+
     def _fresh(self) -> dict[int, Sequence[GroupSeen]]:
-        horizon = time.monotonic() - STALE_AFTER_S
+        horizon = self._clock() - STALE_AFTER_S
         return {n: status for n, (at, status) in self._seen.items() if at >= horizon}
 
     def reachable(self, node_id: int) -> bool:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Generic, Protocol
+from typing import Generic
 
 from cluster.broker.connection import (
     A,
@@ -38,15 +38,10 @@ from cluster.broker.connection import (
     Wire,
 )
 from cluster.config import Limits, Timing
+from cluster.peer_hosts import PeerSources
 from cluster.refusals import RefusalLog
 
 log = logging.getLogger(__name__)
-
-
-class PeerSources(Protocol):
-    """Whether a connection comes from a peer node's host (`PeerHosts` in a node)."""
-
-    def is_peer_ip(self, ip: str) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

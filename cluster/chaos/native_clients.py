@@ -22,6 +22,7 @@ from cluster.chaos.clients import (
     WorkloadSettings,
 )
 from cluster.client import (
+    Client,
     ClientError,
     CommitFailedError,
     Consumer,
@@ -32,7 +33,6 @@ from cluster.client import (
     ProducerConfig,
     retrying,
 )
-from cluster.client import Cluster as ClientCluster
 from statemachine.errors import ErrorCode
 
 RAW_INIT_TIMEOUT_S = 30.0  # the resender's InitProducerId
@@ -137,7 +137,7 @@ class NativeGroupReader:
 class NativeClients:
     """The processes' client: raftbroker's own `Producer` and `Consumer` (cluster/client)."""
 
-    def __init__(self, cluster: ClientCluster, settings: WorkloadSettings) -> None:
+    def __init__(self, cluster: Client, settings: WorkloadSettings) -> None:
         self.cluster = cluster
         self.settings = settings
 

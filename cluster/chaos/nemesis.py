@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from cluster import native as p
 from cluster.chaos import power
 from cluster.chaos.links import LinkCutter
-from cluster.client import Admin, ClientError, Cluster
+from cluster.client import Admin, Client, ClientError
 from cluster.local import launcher
 
 PROCESS_FAULTS = (
@@ -122,7 +122,7 @@ class Nemesis:
         self.group = group  # the consumer group whose coordinator kill-coordinator kills
         self._record = record
         self._cutter = cutter
-        self._client = Cluster(cluster.bootstrap, request_timeout_s=2.0)
+        self._client = Client(cluster.bootstrap, request_timeout_s=2.0)
         self._paused: set[int] = set()
         self.faults_done: Counter[str] = Counter()
 

@@ -28,8 +28,7 @@ import itertools
 import random
 
 from cluster.chaos.clients import Ack, Clients, Record, Refused, Session, WorkloadSettings
-from cluster.client import ClientError, Groups
-from cluster.client import Cluster as ClientCluster
+from cluster.client import Client, ClientError, Groups
 from cluster.client.fenced import FencedWriter, FencedWriterConfig, SinkRecord
 from cluster.clock import wall_ms
 from statemachine.records import Record as LogRecord
@@ -56,7 +55,7 @@ class Workload:
     def __init__(
         self,
         clients: Clients,
-        native: ClientCluster,
+        native: Client,
         settings: WorkloadSettings,
         record: Record,
     ) -> None:

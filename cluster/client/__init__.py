@@ -8,7 +8,7 @@ aiokafka splits its producer, consumer and protocol:
     errors.py      ClientError (a RaftbrokerError), ProducerFencedError
     retry.py       RetryPolicy, CallTimeoutError, `retrying`: how a call rides out failures
     connection.py  Connection: one TCP connection, pipelined requests matched to answers
-    metadata.py    Cluster: bootstrap addresses, a connection per broker, the metadata cache,
+    metadata.py    Client: bootstrap addresses, a connection per broker, the metadata cache,
                    leader lookup and routing that rides out dead nodes and leader changes
     admin.py       Admin: topics, producer state, cluster status, offsets
     producer.py    Producer (idempotent), RecordMetadata, ProducerConfig, stable_partition
@@ -21,7 +21,7 @@ aiokafka splits its producer, consumer and protocol:
 
 Rules: the client speaks only the wire protocol (cluster/native/); it never imports the
 broker or the Raft layer. Everything public is re-exported here, so
-`from cluster.client import Cluster, Producer, ...` is the way in.
+`from cluster.client import Client, Producer, ...` is the way in.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from cluster.client.consumer import ConsumedRecord, Consumer, ConsumerConfig
 from cluster.client.errors import ClientError, ProducerFencedError
 from cluster.client.group_consumer import CommitFailedError, GroupConfig, GroupConsumer
 from cluster.client.groups import Groups
-from cluster.client.metadata import Cluster, PartitionInfo
+from cluster.client.metadata import Client, PartitionInfo
 from cluster.client.producer import (
     Producer,
     ProducerConfig,
@@ -44,8 +44,8 @@ from cluster.client.retry import CallTimeoutError, RetryPolicy, retrying
 __all__ = [
     "Admin",
     "CallTimeoutError",
+    "Client",
     "ClientError",
-    "Cluster",
     "CommitFailedError",
     "Connection",
     "ConsumedRecord",

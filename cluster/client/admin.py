@@ -1,7 +1,7 @@
 """Administration: topics, producer state, cluster status and offsets.
 
 Rules: every call rides out dead nodes and leader changes until its timeout (`timeout_s`, else
-the cluster's retry policy; cluster/client/retry.py), through the Cluster's `call_any` (topics:
+the cluster's retry policy; cluster/client/retry.py), through the Client's `call_any` (topics:
 any broker forwards to the metadata leader) and `call_leader` (a partition's leader answers).
 A refusal of a topic command names its topic and why (`topic 'orders' already exists`), with
 the broker's code kept as the error's `.error`.
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from cluster import native as p
 from cluster.client.errors import ClientError
-from cluster.client.metadata import Cluster, partition_error
+from cluster.client.metadata import Client, partition_error
 from cluster.client.retry import Attempts, Failure, RetryPolicy, final
 from statemachine.errors import ErrorCode
 from statemachine.limits import DEFAULT_LIMITS
@@ -24,7 +24,7 @@ LEADER_POLL_S = 0.1  # a new topic's partitions elect leaders in about a second
 class Admin:
     """Topics, producers and cluster status."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Client) -> None:
         self.cluster = cluster
 
     def _timeout(self, timeout_s: float | None) -> float:

@@ -125,7 +125,7 @@ class Connection(asyncio.Protocol):
             return response
         except TimeoutError:
             # Before OSError, its base class: a timeout is reported as one (REQUEST_TIMED_OUT,
-            # by Cluster.send), not as a broken connection. The connection still goes, as
+            # by Client.send), not as a broken connection. The connection still goes, as
             # Kafka's does on a request timeout: nothing waits on it for a late answer.
             await self.close()
             raise

@@ -27,7 +27,7 @@ from cluster import native as p
 from cluster.client.admin import Admin
 from cluster.client.batches import read_batch
 from cluster.client.errors import ClientError
-from cluster.client.metadata import Cluster, no_leader
+from cluster.client.metadata import Client, no_leader
 from cluster.client.retry import CallTimeoutError, Failure
 from statemachine.errors import ErrorCode
 from statemachine.records import SEQUENCE_MODULUS, BatchFormatError
@@ -80,7 +80,7 @@ class Consumer:
 
     EARLIEST, LATEST = -2, -1
 
-    def __init__(self, cluster: Cluster, config: ConsumerConfig | None = None) -> None:
+    def __init__(self, cluster: Client, config: ConsumerConfig | None = None) -> None:
         self.cluster = cluster
         self.config = config or ConsumerConfig()
         self.positions: dict[tuple[str, int], _Position] = {}

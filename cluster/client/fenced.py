@@ -14,7 +14,7 @@ Rules:
   topic, never from a clock or a random choice; parts are cut by size alone.
 - One part in flight per partition (the next waits for the answer), so parts never overtake
   each other; partitions proceed in parallel.
-- A dead leader, a refused connection or a leader change is ridden out by the Cluster's
+- A dead leader, a refused connection or a leader change is ridden out by the Client's
   `call_leader` until the part has waited `delivery_timeout_s`; then the write fails with a
   CallTimeoutError naming the partition and the last failure (a rerun completes it).
 - Parts also carry a producer session (id, epoch, sequence), so a retry after a lost answer is
@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 from cluster import native as p
 from cluster.client.errors import ClientError, ProducerFencedError
-from cluster.client.metadata import Cluster
+from cluster.client.metadata import Client
 from cluster.client.producer import record_bytes, stable_partition
 from cluster.clock import wall_ms
 from statemachine.errors import ErrorCode
@@ -112,7 +112,7 @@ class FencedWriter:
 
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: Client,
         sink: str,
         writer: int,
         config: FencedWriterConfig | None = None,

@@ -54,7 +54,7 @@ from cluster.client.consumer_protocol import (
     range_assign,
 )
 from cluster.client.errors import ClientError
-from cluster.client.metadata import Cluster
+from cluster.client.metadata import Client
 from cluster.config import Limits
 from statemachine.errors import ErrorCode
 
@@ -104,7 +104,7 @@ class GroupConsumer:
 
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: Client,
         group: str,
         topics: Iterable[str],
         config: GroupConfig | None = None,

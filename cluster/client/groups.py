@@ -2,7 +2,7 @@
 
 Role: what `raftbroker groups ...` and applications use to look after groups, as Kafka's
 `kafka-consumer-groups` does. Every group request goes to the group's coordinator through
-`Cluster.call_coordinator` (which rides out coordinator moves); ListGroups asks every node,
+`Client.call_coordinator` (which rides out coordinator moves); ListGroups asks every node,
 since each lists only the groups it coordinates.
 
 Rules:
@@ -30,7 +30,7 @@ from cluster.client.consumer_protocol import (
 )
 from cluster.client.errors import ClientError
 from cluster.client.group_consumer import fetch_committed
-from cluster.client.metadata import Cluster
+from cluster.client.metadata import Client
 from statemachine.errors import ErrorCode
 
 NO_OFFSET = -1
@@ -95,7 +95,7 @@ class ResetTarget:
 class Groups:
     """The consumer groups of a cluster."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Client) -> None:
         self.cluster = cluster
         self.admin = Admin(cluster)
 

@@ -1,6 +1,6 @@
 """The cluster as a client sees it, and routing that rides out dead nodes and leader changes.
 
-Role: `Cluster` keeps the bootstrap addresses, one connection per broker, and a metadata cache
+Role: `Client` keeps the bootstrap addresses, one connection per broker, and a metadata cache
 (brokers, each topic's partitions and leaders); every client path (Admin, Producer, Consumer,
 the fenced writer, the sync client, the Spark side) reaches brokers through it.
 
@@ -43,7 +43,7 @@ COORDINATOR_MOVED = frozenset(
 
 
 class Started(NamedTuple):
-    """A request written to a broker (`Cluster.start`), until `Cluster.finish` awaits it."""
+    """A request written to a broker (`Client.start`), until `Client.finish` awaits it."""
 
     address: str
     connection: Connection
@@ -58,7 +58,7 @@ class PartitionInfo:
     replicas: tuple[int, ...]
 
 
-class Cluster:
+class Client:
     """Bootstrap addresses, a connection per broker, a metadata cache, and routing."""
 
     def __init__(

@@ -17,7 +17,7 @@ Rules the Producer keeps (docs/semantics.md, "The idempotent client"):
   is sealed before the next record would take it past that limit;
 - INVALID_PRODUCER_EPOCH / PRODUCER_FENCED are fatal for the producer and surface to the caller;
 - a dead leader, a refused connection or a leader change is retried (the cluster forgets the
-  dead address, believes a hint or refreshes metadata: `Cluster.reroute`) until a batch has
+  dead address, believes a hint or refreshes metadata: `Client.reroute`) until a batch has
   waited `delivery_timeout_ms` since it was sealed; then the unacknowledged batches fail with a
   CallTimeoutError naming the partition and the last failure, and since they may have been
   appended after all, the producer starts a new session (their sequences are spent).
@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 from cluster import native as p
 from cluster.client.errors import ClientError, ProducerFencedError
-from cluster.client.metadata import Cluster, Started
+from cluster.client.metadata import Client, Started
 from cluster.client.retry import CallTimeoutError, Failure
 from cluster.clock import wall_ms
 from statemachine.errors import ErrorCode
@@ -150,7 +150,7 @@ class ProducerConfig:
 class Producer:
     """An idempotent producer; `send` returns a future with the record's offset."""
 
-    def __init__(self, cluster: Cluster, config: ProducerConfig | None = None) -> None:
+    def __init__(self, cluster: Client, config: ProducerConfig | None = None) -> None:
         self.cluster = cluster
         self.config = config or ProducerConfig()
         self.producer_id = NO_PRODUCER_ID

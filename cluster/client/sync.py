@@ -1,7 +1,7 @@
 """A small synchronous wrapper around the async client, for scripts and the CLI.
 
 `SyncClient` runs one event loop on a background thread and forwards calls to the async
-`Cluster`, `Admin`, `Producer` and `Consumer`; every call takes a timeout. `SyncProducer.send`
+`Client`, `Admin`, `Producer` and `Consumer`; every call takes a timeout. `SyncProducer.send`
 returns a `concurrent.futures.Future` with the record's offset, so a script can pipeline sends
 and still wait for each acknowledgement.
 
@@ -30,7 +30,7 @@ from typing import Any, Self, TypeVar
 from cluster import native as p
 from cluster.client.admin import Admin
 from cluster.client.consumer import ConsumedRecord, Consumer
-from cluster.client.metadata import Cluster
+from cluster.client.metadata import Client
 from cluster.client.producer import Producer, ProducerConfig, RecordMetadata
 from cluster.client.retry import RetryPolicy
 
@@ -47,7 +47,7 @@ class SyncClient:
         request_timeout_s: float = 10.0,
         call_timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
-        self.cluster = Cluster(
+        self.cluster = Client(
             bootstrap, request_timeout_s=request_timeout_s, retry=RetryPolicy(call_timeout_s)
         )
         self.admin = Admin(self.cluster)

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from cluster.broker import layout
-from cluster.client import Admin, ClientError, Cluster
+from cluster.client import Admin, Client, ClientError
 
 STATE_FILE = "cluster.json"
 PORT_RANGE = (12_000, 32_000)  # below Linux's ephemeral ports (32768 and up)
@@ -477,7 +477,7 @@ async def wait_ready(cluster: LocalCluster, timeout_s: float = 60.0) -> None:
     its log gives (a port already in use, say)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    client = Cluster(cluster.bootstrap, request_timeout_s=2.0)
+    client = Client(cluster.bootstrap, request_timeout_s=2.0)
     try:
         while not await _all_ready(client, cluster):
             _raise_if_exited(cluster.current())
@@ -511,7 +511,7 @@ def exit_reason(log: Path) -> str:
     return f"no log at {log}"
 
 
-async def _all_ready(client: Cluster, cluster: LocalCluster) -> bool:
+async def _all_ready(client: Client, cluster: LocalCluster) -> bool:
     try:
         for node in cluster.nodes:
             status = await Admin(client).cluster_status(node.client_address)

@@ -47,11 +47,11 @@ from cluster.native.messages.cluster import (
     CreateTopicResponse,
     DeleteTopic,
     DeleteTopicResponse,
-    GroupStatus,
     Metadata,
     MetadataResponse,
     NodeStatus,
     PartitionMetadata,
+    RaftGroupReport,
     TopicMetadata,
 )
 from cluster.native.messages.groups import (
@@ -207,7 +207,6 @@ __all__ = [
     "GroupOffset",
     "GroupPartition",
     "GroupProtocol",
-    "GroupStatus",
     "Heartbeat",
     "InitProducerId",
     "InitProducerIdResponse",
@@ -239,6 +238,7 @@ __all__ = [
     "ProduceResult",
     "ProducerDescription",
     "ProtocolError",
+    "RaftGroupReport",
     "Request",
     "Response",
     "Rule",

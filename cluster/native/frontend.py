@@ -199,7 +199,7 @@ class NativeFrontend:
         return p.ClusterStatusResponse(
             broker.node.config.node_id,
             tuple(p.NodeStatus(*seen) for seen in broker.nodes_seen()),
-            tuple(p.GroupStatus(*report) for report in broker.replica_groups()),
+            tuple(p.RaftGroupReport(*report) for report in broker.raft_groups()),
         )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from cluster import native as p
 from cluster.broker.peers import GroupSeen, MissedBatch
-from cluster.client import ClientError, Cluster, Connection
+from cluster.client import Client, ClientError, Connection
 from cluster.config import NodeConfig, Peer
 from statemachine.errors import ErrorCode
 
@@ -25,7 +25,7 @@ class NativePeerTalk:
     def __init__(self, config: NodeConfig) -> None:
         self._host = config.host
         others = [peer.client_address for peer in config.peers if peer.node_id != config.node_id]
-        self._pool = Cluster(others or [config.client_address], request_timeout_s=RESTORE_TIMEOUT_S)
+        self._pool = Client(others or [config.client_address], request_timeout_s=RESTORE_TIMEOUT_S)
         self._status: dict[int, Connection] = {}
 
     async def groups_of(self, peer: Peer, timeout_s: float) -> Sequence[GroupSeen] | None:

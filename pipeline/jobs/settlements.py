@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cluster.client import Cluster, Producer, ProducerConfig
+from cluster.client import Client, Producer, ProducerConfig
 from cluster.clock import wall_ms
 
 CURRENCY = "EUR"
@@ -62,7 +62,7 @@ def expected_totals(count: int, merchants: int, seed: int) -> dict[str, tuple[in
 
 
 async def generate(
-    cluster: Cluster, topic: str, count: int, *, rate_per_s: float, merchants: int, seed: int
+    cluster: Client, topic: str, count: int, *, rate_per_s: float, merchants: int, seed: int
 ) -> int:
     """Send `count` events at `rate_per_s` (0: as fast as acknowledged); how many were sent."""
     start = time.monotonic()

@@ -29,7 +29,7 @@ import pytest
 import pytest_asyncio
 
 from cluster import native as p
-from cluster.client import Admin, Cluster, Consumer, Producer
+from cluster.client import Admin, Client, Consumer, Producer
 from cluster.config import Limits
 from cluster.local import launcher
 from tests.cluster.conftest import running_cluster
@@ -88,7 +88,7 @@ def known(tmp_path_factory: pytest.TempPathFactory, known_toml: str) -> Iterator
 
 
 async def _produce_known(cluster: launcher.LocalCluster, values: tuple[bytes, ...]) -> None:
-    client = Cluster(cluster.bootstrap, request_timeout_s=10.0)
+    client = Client(cluster.bootstrap, request_timeout_s=10.0)
     try:
         await Admin(client).create_topic(KNOWN_TOPIC, KNOWN_PARTITIONS, 3)
         async with Producer(client) as producer:
@@ -99,8 +99,8 @@ async def _produce_known(cluster: launcher.LocalCluster, values: tuple[bytes, ..
 
 
 @pytest_asyncio.fixture
-async def client(known: Known) -> AsyncIterator[Cluster]:
-    c = Cluster(known.cluster.bootstrap, request_timeout_s=5.0)
+async def client(known: Known) -> AsyncIterator[Client]:
+    c = Client(known.cluster.bootstrap, request_timeout_s=5.0)
     try:
         yield c
     finally:
@@ -117,7 +117,7 @@ async def assert_intact(known: Known) -> None:
         assert launcher.alive(node.pid), f"node {node.node_id} (pid {node.pid}) died"
         rss = rss_bytes(node.pid)
         assert rss <= RSS_BOUND_BYTES, f"node {node.node_id} holds {rss >> 20} MiB"
-    client = Cluster(current.bootstrap, request_timeout_s=5.0)
+    client = Client(current.bootstrap, request_timeout_s=5.0)
     try:
         await apoll_until(
             lambda: _every_group_led_and_healthy(client, current),
@@ -135,7 +135,7 @@ async def assert_intact(known: Known) -> None:
         assert "Traceback" not in log, f"node {node.node_id} logged a traceback"
 
 
-async def _every_group_led_and_healthy(client: Cluster, cluster: launcher.LocalCluster) -> bool:
+async def _every_group_led_and_healthy(client: Client, cluster: launcher.LocalCluster) -> bool:
     admin = Admin(client)
     for node in cluster.nodes:
         try:
@@ -147,11 +147,11 @@ async def _every_group_led_and_healthy(client: Cluster, cluster: launcher.LocalC
     return True
 
 
-async def _consume_known(client: Cluster) -> list[bytes]:
+async def _consume_known(client: Client) -> list[bytes]:
     return await consume_all(client, KNOWN_TOPIC, KNOWN_PARTITIONS)
 
 
-async def consume_all(client: Cluster, topic: str, partitions: int) -> list[bytes]:
+async def consume_all(client: Client, topic: str, partitions: int) -> list[bytes]:
     """Every value of `topic`'s partitions, from the start to their ends as of the call."""
     consumer = Consumer(client)
     await consumer.assign(topic)
@@ -250,7 +250,7 @@ async def exchange(
         writer.close()
 
 
-async def leaders(client: Cluster, topic: str) -> dict[int, str]:
+async def leaders(client: Client, topic: str) -> dict[int, str]:
     """The client address of each partition's leader, as a fresh metadata answer names them."""
     response = await client.refresh([topic])
     brokers = {b.node_id: b.address for b in response.brokers}

@@ -18,7 +18,7 @@ import pytest
 
 from cluster import native as p
 from cluster.broker.peers import STALE_AFTER_S
-from cluster.client import Admin, Cluster, Consumer, Producer
+from cluster.client import Admin, Client, Consumer, Producer
 from cluster.local import launcher
 from tests.adversarial.conftest import (
     KNOWN_TOPIC,
@@ -143,7 +143,7 @@ async def reachable_from(address: str) -> set[int]:
 
 
 async def test_one_address_past_its_limit_is_refused_and_others_are_served(
-    known: Known, client: Cluster
+    known: Known, client: Client
 ) -> None:
     nodes = known.cluster.nodes
     surplus = 2 * PER_ADDRESS_MAX + 8
@@ -262,9 +262,7 @@ async def test_a_dripping_frame_is_closed_at_its_deadline(known: Known) -> None:
     await assert_intact(known)
 
 
-async def test_a_frame_waiting_on_paused_reading_is_not_timed(
-    known: Known, client: Cluster
-) -> None:
+async def test_a_frame_waiting_on_paused_reading_is_not_timed(known: Known, client: Client) -> None:
     """A client pipelines long polls up to the in-flight bound, then a large frame: the node
     stops reading with part of that frame buffered, for longer than the frame-read deadline.
     That wait is the node's backpressure, not the client's slowness: the connection lives."""

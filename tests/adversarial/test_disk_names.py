@@ -15,7 +15,7 @@ import os
 import pytest
 
 from cluster import native as p
-from cluster.client import Admin, Cluster, Consumer, Producer, retrying
+from cluster.client import Admin, Client, Consumer, Producer, retrying
 from tests.adversarial.conftest import (
     Known,
     assert_intact,
@@ -34,7 +34,7 @@ LONG_PARTITIONS = 12
 THREE_DIGITS = 100
 
 
-async def _push_topic_ids_to(client: Cluster, wanted: int) -> int:
+async def _push_topic_ids_to(client: Client, wanted: int) -> int:
     """Create and delete a throwaway topic until the next topic id is at least `wanted`, once
     at least; the last id it took."""
     topic_id = -1
@@ -47,7 +47,7 @@ async def _push_topic_ids_to(client: Cluster, wanted: int) -> int:
 
 
 async def test_the_longest_name_with_a_three_digit_id_gets_every_partition(known: Known) -> None:
-    client = Cluster(known.cluster.bootstrap, request_timeout_s=5.0)
+    client = Client(known.cluster.bootstrap, request_timeout_s=5.0)
     try:
         await _push_topic_ids_to(client, THREE_DIGITS)
         admin = Admin(client)
@@ -103,7 +103,7 @@ async def test_the_longest_name_with_a_three_digit_id_gets_every_partition(known
 async def test_a_partition_that_cannot_start_is_reported_once_and_retried(known: Known) -> None:
     cluster = current_cluster(known)
     node = cluster.nodes[0]
-    client = Cluster(cluster.bootstrap, request_timeout_s=5.0)
+    client = Client(cluster.bootstrap, request_timeout_s=5.0)
     try:
         next_id = await _push_topic_ids_to(client, 0) + 1
         # A file where node 1 would make the directory of partition 0: its start fails.
@@ -112,7 +112,7 @@ async def test_a_partition_that_cannot_start_is_reported_once_and_retried(known:
         admin = Admin(client)
         assert await admin.create_topic("blocked", 1, 3, timeout_s=30.0) == next_id
 
-        async def reported() -> p.GroupStatus | None:
+        async def reported() -> p.RaftGroupReport | None:
             status = await admin.cluster_status(node.client_address)
             group = next((g for g in status.groups if g.group == "blocked-0"), None)
             return group if group is not None and not group.healthy else None

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from cluster import native as p
-from cluster.client import Admin, ClientError, Cluster, Producer, ProducerConfig
+from cluster.client import Admin, Client, ClientError, Producer, ProducerConfig
 from cluster.config import Limits
 from statemachine.errors import ErrorCode
 from tests.adversarial.conftest import (
@@ -73,7 +73,7 @@ async def test_a_partition_that_does_not_exist_is_unknown_on_every_node(
 
 
 async def test_a_partition_led_elsewhere_is_still_not_leader_with_a_hint(
-    known: Known, client: Cluster
+    known: Known, client: Client
 ) -> None:
     leader = (await leaders(client, KNOWN_TOPIC))[0]
     follower = next(n for n in known.cluster.nodes if n.client_address != leader)
@@ -84,7 +84,7 @@ async def test_a_partition_led_elsewhere_is_still_not_leader_with_a_hint(
 
 
 async def test_a_producer_whose_topic_is_deleted_fails_at_once(
-    known: Known, client: Cluster
+    known: Known, client: Client
 ) -> None:
     """Sends to a deleted topic fail with UNKNOWN_TOPIC_OR_PARTITION as soon as metadata says
     the topic is gone, not after retrying for the whole delivery timeout (two minutes).

@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 
 from cluster import native as p
-from cluster.client import Admin, Cluster, Consumer, ConsumerConfig, Producer
+from cluster.client import Admin, Client, Consumer, ConsumerConfig, Producer
 from cluster.config import Limits
 from statemachine.errors import ErrorCode
 from statemachine.limits import KIB, MIB
@@ -61,7 +61,7 @@ def bulk(known: Known) -> Known:
 
 
 async def _produce_bulk(known: Known) -> None:
-    client = Cluster(known.cluster.bootstrap, request_timeout_s=10.0)
+    client = Client(known.cluster.bootstrap, request_timeout_s=10.0)
     try:
         await Admin(client).create_topic(BULK_TOPIC, BULK_PARTITIONS, 3)
         async with Producer(client) as producer:
@@ -75,7 +75,7 @@ async def _produce_bulk(known: Known) -> None:
         await client.close()
 
 
-async def _busiest_leader(client: Cluster) -> tuple[str, list[int]]:
+async def _busiest_leader(client: Client) -> tuple[str, list[int]]:
     """The node that leads the most `bulk` partitions, and those partitions (at least 3)."""
 
     async def found() -> tuple[str, list[int]] | None:
@@ -89,7 +89,7 @@ async def _busiest_leader(client: Cluster) -> tuple[str, list[int]]:
 
 
 async def test_a_fetch_listing_one_partition_1024_times_is_refused(
-    bulk: Known, client: Cluster
+    bulk: Known, client: Client
 ) -> None:
     address = (await leaders(client, BULK_TOPIC))[0]
     pid = pid_at(bulk, address)
@@ -112,7 +112,7 @@ async def test_a_fetch_listing_one_partition_1024_times_is_refused(
     ],
 )
 async def test_only_the_first_partition_with_data_may_exceed_the_budget(
-    bulk: Known, client: Cluster, max_bytes: int, partition_max_bytes: int, batches: int
+    bulk: Known, client: Client, max_bytes: int, partition_max_bytes: int, batches: int
 ) -> None:
     address, led = await _busiest_leader(client)
     end = BULK_BATCHES  # one record per batch: the log end of every bulk partition
@@ -137,7 +137,7 @@ async def test_only_the_first_partition_with_data_may_exceed_the_budget(
 
 
 async def test_a_consumer_whose_batches_exceed_its_budgets_still_progresses(
-    bulk: Known, client: Cluster
+    bulk: Known, client: Client
 ) -> None:
     consumer = Consumer(client, ConsumerConfig(max_wait_ms=0, max_bytes=1, partition_max_bytes=1))
     await consumer.assign(BULK_TOPIC)
@@ -155,7 +155,7 @@ async def test_a_consumer_whose_batches_exceed_its_budgets_still_progresses(
 
 
 async def test_a_consumer_with_a_small_budget_reads_every_partition_in_turn(
-    bulk: Known, client: Cluster
+    bulk: Known, client: Client
 ) -> None:
     """With room for one batch per fetch, each of a leader's partitions yields a batch within
     as many polls as it leads partitions: none waits for another's backlog to drain."""
@@ -175,7 +175,7 @@ async def test_a_consumer_with_a_small_budget_reads_every_partition_in_turn(
     await assert_intact(bulk)
 
 
-async def test_unread_pipelined_fetches_hold_bounded_memory(bulk: Known, client: Cluster) -> None:
+async def test_unread_pipelined_fetches_hold_bounded_memory(bulk: Known, client: Client) -> None:
     address, led = await _busiest_leader(client)
     pid = pid_at(bulk, address)
     before = await settled_rss_bytes(pid)

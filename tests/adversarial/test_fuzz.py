@@ -29,7 +29,7 @@ import time
 
 import pytest
 
-from cluster.client import Admin, Cluster, Groups, Producer
+from cluster.client import Admin, Client, Groups, Producer
 from cluster.config import Limits
 from cluster.kafka import codec
 from cluster.kafka import messages as m
@@ -252,7 +252,7 @@ async def test_a_join_group_with_names_past_the_bound_is_refused(known: Known) -
         answer = await kafka_call(coordinator, m.Api.JOIN_GROUP, 5, join)
         assert isinstance(answer, m.JoinGroupResponse)
         assert answer.error_code == ErrorCode.INVALID_REQUEST
-    client = Cluster(current_cluster(known).bootstrap, request_timeout_s=10.0)
+    client = Client(current_cluster(known).bootstrap, request_timeout_s=10.0)
     try:
         listed = await Groups(client).list()  # every node's answer read by a native client
     finally:
@@ -294,7 +294,7 @@ async def test_api_versions_with_an_invalid_software_name_is_answered(known: Kno
 
 
 async def test_a_bad_frame_behind_a_large_fetch_answer_cuts_nothing_off(known: Known) -> None:
-    client = Cluster(current_cluster(known).bootstrap, request_timeout_s=10.0)
+    client = Client(current_cluster(known).bootstrap, request_timeout_s=10.0)
     try:
         await Admin(client).create_topic(BIG_TOPIC, 1, 3)
         async with Producer(client) as producer:
@@ -332,7 +332,7 @@ async def test_a_bad_frame_behind_a_large_fetch_answer_cuts_nothing_off(known: K
     assert_nothing_logged(known)
 
 
-async def leader_kafka_address(client: Cluster, known: Known) -> str:
+async def leader_kafka_address(client: Client, known: Known) -> str:
     response = await client.refresh([BIG_TOPIC])
     (meta,) = response.topics
     (partition,) = meta.partitions
@@ -346,7 +346,7 @@ WIDE_PARTITIONS = 500
 WIDE_TIMEOUT_S = 90.0
 
 
-async def terms(client: Cluster, known: Known) -> dict[tuple[int, str], int]:
+async def terms(client: Client, known: Known) -> dict[tuple[int, str], int]:
     """Each Raft group's term as each node sees it."""
     admin = Admin(client)
     found = {}
@@ -365,7 +365,7 @@ async def test_a_topic_of_500_partitions_deposes_no_leader(known: Known) -> None
     every node and no group that existed before changes its term."""
     nodes = current_cluster(known).nodes
     health = [f"{n.host}:{n.http_port}" for n in nodes]
-    client = Cluster(current_cluster(known).bootstrap, request_timeout_s=10.0)
+    client = Client(current_cluster(known).bootstrap, request_timeout_s=10.0)
     report = live.Report("health", 0)
     stop = asyncio.Event()
     try:

@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
-from cluster.client import Admin, Cluster
+from cluster.client import Admin, Client
 from cluster.config import Timing
 from cluster.local import launcher
 from cluster.raft.driver import RaftDriver
 from tests.adversarial.conftest import Known, assert_intact, current_cluster
-from tests.cluster.test_raft_entries import loopback_mesh
 from tests.polling import apoll_until
+from tests.raft_groups import loopback_mesh
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -79,13 +79,13 @@ class _Deaf:
         pass
 
 
-async def group_details(client: Cluster, node: launcher.NodeProcess) -> dict[str, str]:
+async def group_details(client: Client, node: launcher.NodeProcess) -> dict[str, str]:
     """Each group's health detail on `node` ('' when healthy)."""
     status = await Admin(client).cluster_status(node.client_address)
     return {g.group: ("" if g.healthy else g.detail) for g in status.groups}
 
 
-async def group_routes(client: Cluster, groups: list[str]) -> list[str]:
+async def group_routes(client: Client, groups: list[str]) -> list[str]:
     """The mesh's names of `groups`: a partition's route carries its topic id as well, so that
     a deleted topic's group is never confused with a new one of the same name."""
     metadata = await Admin(client).describe_topics()
@@ -100,7 +100,7 @@ async def test_no_peer_message_is_ever_unpickled(known: Known, tmp_path: Path) -
     assert secret is not None
     marker = tmp_path / "unpickled"
     marker.mkdir()
-    client = Cluster(cluster.bootstrap, request_timeout_s=5.0)
+    client = Client(cluster.bootstrap, request_timeout_s=5.0)
     try:
         groups = sorted(await group_details(client, node1))
         routes = await group_routes(client, groups)

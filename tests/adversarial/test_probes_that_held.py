@@ -15,7 +15,7 @@ import msgpack
 import pytest
 
 from cluster import native as p
-from cluster.client import Cluster
+from cluster.client import Client
 from statemachine.errors import ErrorCode
 from tests.adversarial.conftest import (
     KNOWN_TOPIC,
@@ -114,7 +114,7 @@ MALFORMED_BATCHES = {
 
 
 async def test_malformed_batches_are_refused_and_nothing_reaches_the_log(
-    known: Known, client: Cluster
+    known: Known, client: Client
 ) -> None:
     """Every variant gets a per-batch error on the partition's leader; `assert_intact` then
     finds nothing but the known records in the topic."""
@@ -165,7 +165,7 @@ def create_topic_frame(name: str, sizes: tuple[int, int, int, int] = (1, 1, -1, 
     return frame(msgpack.packb([p.PROTOCOL_VERSION, 1, int(p.Op.CREATE_TOPIC), [name, *sizes]]))
 
 
-async def test_hostile_topic_names_and_sizes_are_refused(known: Known, client: Cluster) -> None:
+async def test_hostile_topic_names_and_sizes_are_refused(known: Known, client: Client) -> None:
     address = known.cluster.nodes[0].client_address
     requests = [create_topic_frame(n) for n in HOSTILE_NAMES] + [
         create_topic_frame(f"hostile-size-{i}", s) for i, s in enumerate(HOSTILE_SIZES)

@@ -18,7 +18,7 @@ import asyncio
 import pytest
 
 from cluster import native as p
-from cluster.client import Admin, Cluster, Producer
+from cluster.client import Admin, Client, Producer
 from statemachine.errors import ErrorCode
 from statemachine.limits import DEFAULT_LIMITS
 from statemachine.records import Record, RecordBatch
@@ -40,7 +40,7 @@ def forged_batch(producer_id: int) -> bytes:
     return RecordBatch(producer_id, 0, 7, (Record(None, b"forged", 1),)).encode()
 
 
-async def _flood(client: Cluster, producer_ids: list[int]) -> int:
+async def _flood(client: Client, producer_ids: list[int]) -> int:
     """Send one forged batch per id; returns how many were appended."""
     slots = asyncio.Semaphore(IN_FLIGHT)
 
@@ -55,13 +55,13 @@ async def _flood(client: Cluster, producer_ids: list[int]) -> int:
     return sum(appended)
 
 
-async def _producer_ids(client: Cluster) -> set[int]:
+async def _producer_ids(client: Client) -> set[int]:
     (described,) = await Admin(client).describe_producers(TOPIC, [0])
     return {d.producer_id for d in described.producers}
 
 
 async def test_a_flood_of_forged_producer_ids_does_not_lock_out_a_new_producer(
-    known: Known, client: Cluster
+    known: Known, client: Client
 ) -> None:
     await Admin(client).create_topic(TOPIC, 1, 3)
     forged = [*range(FORGED_FIRST, FORGED_FIRST + TABLE_MAX + 500), 2**63 - 1]

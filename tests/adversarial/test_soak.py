@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from cluster import native as p
-from cluster.client import Admin, Cluster, Producer
+from cluster.client import Admin, Client, Producer
 from cluster.config import Limits, Timing
 from cluster.kafka import messages as m
 from cluster.local import launcher
@@ -370,7 +370,7 @@ async def _keep_attacking(soak: Soak, name: str, deadline: float) -> None:
         await asyncio.sleep(soak.rng.uniform(0, PAUSE_S_MAX))
 
 
-async def _produce_honestly(client: Cluster, deadline: float) -> list[bytes]:
+async def _produce_honestly(client: Client, deadline: float) -> list[bytes]:
     """Numbered records until the deadline, each acknowledged; the values acknowledged."""
     acknowledged: list[bytes] = []
     async with Producer(client) as producer:
@@ -385,7 +385,7 @@ async def _produce_honestly(client: Cluster, deadline: float) -> list[bytes]:
 async def soak(known: Known, seconds: float, seed: int) -> None:
     cluster = current_cluster(known)
     state = Soak(cluster, random.Random(seed))
-    client = Cluster(cluster.bootstrap, request_timeout_s=10.0)
+    client = Client(cluster.bootstrap, request_timeout_s=10.0)
     try:
         admin = Admin(client)
         await admin.create_topic(HONEST_TOPIC, HONEST_PARTITIONS, 3)

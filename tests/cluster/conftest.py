@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from cluster.client import Cluster
+from cluster.client import Client
 from cluster.local import launcher
 from tests.kafka_wire import Captured, capturing
 
@@ -121,8 +121,8 @@ def captured() -> Iterator[Captured]:
 
 
 @pytest_asyncio.fixture
-async def client(three_nodes: launcher.LocalCluster) -> AsyncIterator[Cluster]:
-    c = Cluster(three_nodes.bootstrap, request_timeout_s=5.0)
+async def client(three_nodes: launcher.LocalCluster) -> AsyncIterator[Client]:
+    c = Client(three_nodes.bootstrap, request_timeout_s=5.0)
     try:
         yield c
     finally:

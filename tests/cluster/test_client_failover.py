@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.client import Admin, Cluster, Producer, stable_partition
+from cluster.client import Admin, Client, Producer, stable_partition
 from cluster.client.fenced import FencedWriter, SinkRecord
 from cluster.client.sync import SyncClient
 from cluster.local import launcher
@@ -80,7 +80,7 @@ def killed(three: launcher.LocalCluster, *node_ids: int) -> Iterator[None]:
 
 
 async def _leader(bootstrap: list[str], topic: str, partition: int) -> int:
-    client = Cluster(bootstrap, request_timeout_s=5)
+    client = Client(bootstrap, request_timeout_s=5)
 
     async def known() -> int:  # 0 (falsy) while there is none: node ids start at 1
         return max(0, (await client.refresh([topic])).topics[0].partitions[partition].leader_id)
@@ -97,7 +97,7 @@ def leader_of(three: launcher.LocalCluster, topic: str, partition: int) -> int:
 
 def metadata_leader(three: launcher.LocalCluster) -> int:
     async def ask() -> int:
-        client = Cluster(current(three).bootstrap, request_timeout_s=5)
+        client = Client(current(three).bootstrap, request_timeout_s=5)
         try:
             status = await Admin(client).cluster_status()
         finally:
@@ -116,7 +116,7 @@ def produce(three: launcher.LocalCluster, topic: str, values: list[bytes]) -> No
     """Keyed by value, so every partition of `topic` gets some."""
 
     async def send() -> None:
-        client = Cluster(current(three).bootstrap)
+        client = Client(current(three).bootstrap)
         try:
             async with Producer(client) as producer:
                 futures = [await producer.send(topic, v, key=v) for v in values]
@@ -283,7 +283,7 @@ def test_fenced_writer_rides_out_a_leader_kill_before_the_write(
     records = [SinkRecord("fo-fenced", None, v) for v in values("f", 400)]
 
     async def write() -> tuple[int, int]:
-        client = Cluster(current(three_nodes).bootstrap)
+        client = Client(current(three_nodes).bootstrap)
         try:
             await client.partitions("fo-fenced")  # metadata cached: it names the dead leader
             kill(three_nodes, await _leader(client.bootstrap, "fo-fenced", 0))

@@ -21,8 +21,8 @@ import pytest
 from cluster import native as p
 from cluster.client import (
     Admin,
+    Client,
     ClientError,
-    Cluster,
     ConsumedRecord,
     Consumer,
     Producer,
@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.usefixture
 
 
 async def consume_all(
-    cluster: Cluster, topic: str, expected: int, timeout_s: float = 60
+    cluster: Client, topic: str, expected: int, timeout_s: float = 60
 ) -> list[ConsumedRecord]:
     consumer = Consumer(cluster)
     await consumer.assign(topic)
@@ -55,7 +55,7 @@ async def consume_all(
     return records
 
 
-async def leader_of(cluster: Cluster, topic: str, partition: int, *, not_: int = -1) -> int:
+async def leader_of(cluster: Client, topic: str, partition: int, *, not_: int = -1) -> int:
     """The partition's leader as metadata reports it, once there is one other than `not_`."""
 
     async def elected() -> int | None:
@@ -66,7 +66,7 @@ async def leader_of(cluster: Cluster, topic: str, partition: int, *, not_: int =
     return await apoll_until(elected, 20, f"a leader of {topic}-{partition}", interval_s=0.1)
 
 
-async def metadata_leader(cluster: Cluster, address: str, *, not_: int = -1) -> int:
+async def metadata_leader(cluster: Client, address: str, *, not_: int = -1) -> int:
     """The metadata group's leader as the node at `address` sees it, once one other than
     `not_` is elected."""
 
@@ -94,7 +94,7 @@ async def kill_and_restart(
     return launcher.restart_node(current, node_id)
 
 
-async def test_10000_records_round_trip_complete_and_in_order(client: Cluster) -> None:
+async def test_10000_records_round_trip_complete_and_in_order(client: Client) -> None:
     await Admin(client).create_topic("orders", 3, 3)
     sent: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
     async with Producer(client) as producer:
@@ -122,13 +122,13 @@ async def test_10000_records_round_trip_complete_and_in_order(client: Cluster) -
     assert {m.sequence for m in metas if m.partition == 0} == set(range(len(sent[0])))
 
 
-async def raw_produce(cluster: Cluster, address: str, topic: str, batch: bytes) -> p.ProduceResult:
+async def raw_produce(cluster: Client, address: str, topic: str, batch: bytes) -> p.ProduceResult:
     response = await cluster.send(address, p.Produce(5_000, (p.ProduceEntry(topic, 0, batch),)))
     assert isinstance(response, p.ProduceResponse)
     return response.results[0]
 
 
-async def produce_until_acked(cluster: Cluster, topic: str, batch: bytes) -> p.ProduceResult:
+async def produce_until_acked(cluster: Client, topic: str, batch: bytes) -> p.ProduceResult:
     """Send `batch` to the partition's leader until it is acknowledged (retrying any error)."""
 
     async def acked() -> p.ProduceResult | None:
@@ -144,7 +144,7 @@ async def produce_until_acked(cluster: Cluster, topic: str, batch: bytes) -> p.P
 
 
 async def test_leader_kill_during_produce_loses_and_duplicates_nothing(
-    client: Cluster, three_nodes: launcher.LocalCluster
+    client: Client, three_nodes: launcher.LocalCluster
 ) -> None:
     await Admin(client).create_topic("failover", 1, 3)
     init = await client.send_any(p.InitProducerId("", 60_000, -1, -1))
@@ -181,7 +181,7 @@ async def test_leader_kill_during_produce_loses_and_duplicates_nothing(
 
 
 async def test_pids_are_unique_across_brokers_and_a_metadata_leader_kill(
-    client: Cluster, three_nodes: launcher.LocalCluster
+    client: Client, three_nodes: launcher.LocalCluster
 ) -> None:
     async def pids_from_every_node(count: int) -> list[int]:
         found = []
@@ -207,7 +207,7 @@ async def test_pids_are_unique_across_brokers_and_a_metadata_leader_kill(
     assert len(every) == len(set(every)) == 900
 
 
-async def test_second_transactional_producer_fences_the_first(client: Cluster) -> None:
+async def test_second_transactional_producer_fences_the_first(client: Client) -> None:
     await Admin(client).create_topic("fencing", 1, 3)
     config = ProducerConfig(transactional_id="settlements", linger_ms=0)
     async with Producer(client, config) as first:
@@ -230,7 +230,7 @@ async def test_second_transactional_producer_fences_the_first(client: Cluster) -
 
 
 async def test_all_nodes_killed_and_restarted_keep_records_and_producer_state(
-    client: Cluster, three_nodes: launcher.LocalCluster
+    client: Client, three_nodes: launcher.LocalCluster
 ) -> None:
     await Admin(client).create_topic("durable", 2, 3)
     async with Producer(client, ProducerConfig(linger_ms=1)) as producer:
@@ -269,7 +269,7 @@ def raw_frame(body: bytes) -> bytes:
 
 
 async def test_garbage_frames_get_errors_and_never_reach_a_log(
-    client: Cluster, whole_cluster: launcher.LocalCluster
+    client: Client, whole_cluster: launcher.LocalCluster
 ) -> None:
     await Admin(client).create_topic("garbage", 1, 3)
     three_nodes = whole_cluster
@@ -301,7 +301,7 @@ async def test_garbage_frames_get_errors_and_never_reach_a_log(
 
 
 async def test_a_client_that_leaves_mid_pipeline_does_not_wedge_the_node(
-    client: Cluster, whole_cluster: launcher.LocalCluster
+    client: Client, whole_cluster: launcher.LocalCluster
 ) -> None:
     node = whole_cluster.nodes[1]
     log = whole_cluster.data_dir / f"node{node.node_id}.log"
@@ -318,7 +318,7 @@ async def test_a_client_that_leaves_mid_pipeline_does_not_wedge_the_node(
 
 
 async def test_a_leader_change_never_answers_a_sequence_error(
-    client: Cluster, three_nodes: launcher.LocalCluster
+    client: Client, three_nodes: launcher.LocalCluster
 ) -> None:
     # SEMANTICS 10-12: across a leader SIGKILL, every answer to a batch is success, a duplicate
     # with the original offsets, or a retriable error; never OUT_OF_ORDER or a fatal error.
@@ -361,7 +361,7 @@ async def test_a_leader_change_never_answers_a_sequence_error(
 
 
 async def test_pipelined_answers_keep_request_order_across_fast_and_slow_requests(
-    client: Cluster,
+    client: Client,
 ) -> None:
     # A produce is answered from the apply callback, everything else from a task: on one
     # connection the answers must still leave in the order of the requests (as Kafka's do).

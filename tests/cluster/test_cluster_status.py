@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from cluster.client import Admin, Cluster, Producer
+from cluster.client import Admin, Client, Producer
 from cluster.local import launcher
 from tests.cluster.conftest import running_cluster
 from tests.cluster.procs import REPO
@@ -58,7 +58,7 @@ def by_partition(report: dict[str, Any]) -> Rows:
 
 
 async def create_topics(cluster: launcher.LocalCluster) -> None:
-    client = Cluster(cluster.bootstrap, request_timeout_s=5.0)
+    client = Client(cluster.bootstrap, request_timeout_s=5.0)
     try:
         await Admin(client).create_topic("everywhere", 3, 3)
         await Admin(client).create_topic("pairs", 3, 2)

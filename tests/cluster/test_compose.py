@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cluster.client import Admin, Cluster, Consumer, Producer
+from cluster.client import Admin, Client, Consumer, Producer
 from cluster.local import launcher
 from tests.cluster.conftest import uses_conventional_ports
 from tests.cluster.procs import REPO, running, spawn
@@ -212,7 +212,7 @@ async def test_the_compose_services_form_a_working_cluster(tmp_path: Path) -> No
             for i, (address, proc) in enumerate(zip(hosts.values(), procs, strict=True))
         )
         await launcher.wait_ready(launcher.LocalCluster(tmp_path, nodes), 60)
-        client = Cluster([f"{address}:9192" for address in hosts.values()])
+        client = Client([f"{address}:9192" for address in hosts.values()])
         try:
             await Admin(client).create_topic("compose", 3, 3)
             async with Producer(client) as producer:

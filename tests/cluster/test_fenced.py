@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from cluster.client import Admin, Cluster, ConsumedRecord, Consumer, ProducerFencedError
+from cluster.client import Admin, Client, ConsumedRecord, Consumer, ProducerFencedError
 from cluster.client.fenced import FencedWriter, FencedWriterConfig, SinkRecord
 from cluster.local import launcher
 from tests.cluster.conftest import wait_ready
@@ -38,7 +38,7 @@ async def parts_done(writer: FencedWriter, count: int, timeout_s: float = 30) ->
             await writer.part_done.wait()
 
 
-async def values_in(cluster: Cluster, topic: str) -> Counter[bytes]:
+async def values_in(cluster: Client, topic: str) -> Counter[bytes]:
     """Every value of the topic, read to its end (the high watermark of each partition)."""
     admin, consumer = Admin(cluster), Consumer(cluster)
     await consumer.assign(topic)
@@ -54,7 +54,7 @@ async def values_in(cluster: Cluster, topic: str) -> Counter[bytes]:
     return seen
 
 
-async def test_a_rerun_batch_is_appended_once_and_the_next_batch_goes_on(client: Cluster) -> None:
+async def test_a_rerun_batch_is_appended_once_and_the_next_batch_goes_on(client: Client) -> None:
     await Admin(client).create_topic("fenced-rerun", 3, 3)
     batch = records("fenced-rerun", 0, 1_000)
     first = await FencedWriter(client, "totals-sink", 0).write(0, batch)
@@ -72,7 +72,7 @@ async def test_a_rerun_batch_is_appended_once_and_the_next_batch_goes_on(client:
     assert max((await values_in(client, "fenced-rerun")).values()) == 2
 
 
-async def test_a_run_cut_off_mid_batch_is_completed_by_the_rerun(client: Cluster) -> None:
+async def test_a_run_cut_off_mid_batch_is_completed_by_the_rerun(client: Client) -> None:
     await Admin(client).create_topic("fenced-cut", 2, 3)
     batch = records("fenced-cut", 0, 4_000)
     small = FencedWriterConfig(part_bytes_max=2_048)  # dozens of parts per partition
@@ -95,7 +95,7 @@ async def test_a_run_cut_off_mid_batch_is_completed_by_the_rerun(client: Cluster
 
 
 async def test_a_fenced_write_rides_out_a_leader_kill(
-    client: Cluster, three_nodes: launcher.LocalCluster
+    client: Client, three_nodes: launcher.LocalCluster
 ) -> None:
     await Admin(client).create_topic("fenced-kill", 1, 3)
     batch = records("fenced-kill", 0, 6_000)
@@ -115,7 +115,7 @@ async def test_a_fenced_write_rides_out_a_leader_kill(
 
 
 async def test_every_run_of_a_writer_is_one_producer_and_a_zombie_run_is_fenced(
-    client: Cluster,
+    client: Client,
 ) -> None:
     await Admin(client).create_topic("fenced-zombie", 1, 3)
     zombie = FencedWriter(client, "payments", 4)

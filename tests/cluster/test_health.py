@@ -13,8 +13,11 @@ import urllib.request
 
 import pytest
 
-from cluster.client import Admin, Cluster, Producer
+from cli.runtime import load_node_config
+from cluster.broker.peers import STALE_AFTER_S, PeerWatcher
+from cluster.client import Admin, Client, Producer
 from cluster.local import launcher
+from cluster.native.peer_talk import NativePeerTalk
 from tests.polling import apoll_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -28,14 +31,14 @@ def http_get(host: str, port: int, path: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-async def group_health(client: Cluster, address: str, group: str) -> tuple[bool, str]:
+async def group_health(client: Client, address: str, group: str) -> tuple[bool, str]:
     status = await Admin(client).cluster_status(address)
     found = next(g for g in status.groups if g.group == group)
     return found.healthy, found.detail
 
 
 async def poll_health(
-    client: Cluster, address: str, group: str, want: bool, timeout_s: float = 20
+    client: Client, address: str, group: str, want: bool, timeout_s: float = 20
 ) -> str:
     """The group's health detail once `address` reports it healthy == `want`."""
 
@@ -48,7 +51,7 @@ async def poll_health(
 
 
 async def settled_leader(
-    client: Cluster, cluster: launcher.LocalCluster, group: str
+    client: Client, cluster: launcher.LocalCluster, group: str
 ) -> launcher.NodeProcess:
     """The node that leads `group` with every replica in sync. Just after a topic is created,
     the leader a metadata refresh names may not have won its first election yet; on a loaded
@@ -67,7 +70,7 @@ async def settled_leader(
 
 
 async def test_a_paused_follower_makes_the_leader_report_unhealthy(
-    client: Cluster, three_nodes: launcher.LocalCluster
+    client: Client, three_nodes: launcher.LocalCluster
 ) -> None:
     await Admin(client).create_topic("watched", 1, 3)
     leader = await settled_leader(client, three_nodes, "watched-0")
@@ -93,3 +96,32 @@ async def test_a_paused_follower_makes_the_leader_report_unhealthy(
     assert 'raftbroker_requests_total{error="NONE",op="Produce"}' in metrics
     assert "raftbroker_produced_records_total 50.0" in metrics
     assert http_get(leader.host, leader.http_port, "/nope")[0] == 404
+
+
+async def test_a_peer_heard_from_too_long_ago_counts_as_gone_on_the_watchers_clock(
+    client: Client, three_nodes: launcher.LocalCluster
+) -> None:
+    """The PeerWatcher of node 1, against the real peers, on a clock the test drives: what a
+    peer said is believed for STALE_AFTER_S, then the peer is unreachable and its leadership
+    forgotten, without the test waiting for it."""
+    await Admin(client).create_topic("peered", 1, 3)
+    leader = await settled_leader(client, three_nodes, "peered-0")
+    watcher_node = next(n for n in three_nodes.nodes if n.node_id != leader.node_id)
+    config = load_node_config(launcher.config_path(three_nodes.data_dir, watcher_node.node_id))
+    now_s = [1_000.0]
+    talk = NativePeerTalk(config)
+    watcher = PeerWatcher(config, talk, clock=lambda: now_s[0])
+    try:
+        peer = next(p for p in config.peers if p.node_id == leader.node_id)
+        assert not watcher.reachable(leader.node_id)  # never heard from
+        assert await watcher.poll(peer)
+        assert watcher.reachable(leader.node_id)
+        assert watcher.leader_of("peered", 0) == leader.node_id
+        now_s[0] += STALE_AFTER_S - 0.01
+        assert watcher.reachable(leader.node_id)
+        now_s[0] += 0.02
+        assert not watcher.reachable(leader.node_id)
+        assert watcher.leader_of("peered", 0) is None
+        assert watcher.reachable(watcher_node.node_id)  # itself, always
+    finally:
+        await talk.close()

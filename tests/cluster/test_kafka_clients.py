@@ -34,7 +34,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaPythonNewTopic
 from kafka.errors import KafkaError as KafkaPythonError
 
-from cluster.client import Admin, Cluster, Consumer, Producer
+from cluster.client import Admin, Client, Consumer, Producer
 from cluster.kafka import messages as m
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
@@ -46,7 +46,7 @@ CLIENT_TIMEOUT_S = 30.0
 
 def create_native(three_nodes: launcher.LocalCluster, topic: str, partitions: int) -> None:
     async def create() -> None:
-        client = Cluster(three_nodes.bootstrap, request_timeout_s=10.0)
+        client = Client(three_nodes.bootstrap, request_timeout_s=10.0)
         try:
             await Admin(client).create_topic(topic, partitions, 3)
         finally:
@@ -251,7 +251,7 @@ async def aiokafka_transaction(kafka_bootstrap: list[str]) -> None:
 
 def end_offset(three_nodes: launcher.LocalCluster, topic: str) -> int:
     async def ask() -> int:
-        client = Cluster(three_nodes.bootstrap, request_timeout_s=10.0)
+        client = Client(three_nodes.bootstrap, request_timeout_s=10.0)
         try:
             return await Admin(client).list_offsets(topic, 0, Consumer.LATEST)
         finally:
@@ -337,7 +337,7 @@ async def test_list_offsets_and_describe_producers(
     three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str]
 ) -> None:
     topic = "offsets-listed"
-    client = Cluster(three_nodes.bootstrap, request_timeout_s=10.0)
+    client = Client(three_nodes.bootstrap, request_timeout_s=10.0)
     try:
         await Admin(client).create_topic(topic, 1, 3)
         async with Producer(client) as producer:

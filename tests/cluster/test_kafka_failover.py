@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import KafkaError, Message
 from confluent_kafka import Producer as CkProducer
 
-from cluster.client import Admin, Cluster, Consumer, ConsumerConfig
+from cluster.client import Admin, Client, Consumer, ConsumerConfig
 from cluster.local import launcher
 from tests.cluster.conftest import running_cluster
 from tests.kafka_wire import Captured
@@ -57,7 +57,7 @@ def current(three: launcher.LocalCluster) -> launcher.LocalCluster:
 
 
 async def _leader(cluster: launcher.LocalCluster, partition: int) -> int:
-    client = Cluster(cluster.bootstrap, request_timeout_s=5)
+    client = Client(cluster.bootstrap, request_timeout_s=5)
 
     async def known() -> int:  # 0 (falsy) while there is none: node ids start at 1
         topic = (await client.refresh([TOPIC])).topics[0]
@@ -122,7 +122,7 @@ def produce_through_kills(three: launcher.LocalCluster, producer: CkProducer) ->
 
 async def read_partition(cluster: launcher.LocalCluster, partition: int) -> list[tuple[int, int]]:
     """(record index, offset) of every record in the partition, in log order."""
-    client = Cluster(cluster.bootstrap, request_timeout_s=10)
+    client = Client(cluster.bootstrap, request_timeout_s=10)
     consumer = Consumer(client, ConsumerConfig(max_wait_ms=100))
     read: list[tuple[int, int]] = []
     try:
@@ -173,7 +173,7 @@ def test_librdkafka_rides_out_two_leader_kills_exactly_once_in_order(
 
 
 async def _create(cluster: launcher.LocalCluster) -> None:
-    client = Cluster(cluster.bootstrap, request_timeout_s=10)
+    client = Client(cluster.bootstrap, request_timeout_s=10)
     try:
         await Admin(client).create_topic(TOPIC, PARTITIONS, 3)
         for partition in range(PARTITIONS):

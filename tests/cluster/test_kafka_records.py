@@ -30,7 +30,7 @@ from crc32c import crc32c
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
-from cluster.client import Admin, Cluster, ConsumedRecord, Consumer, Producer
+from cluster.client import Admin, Client, ConsumedRecord, Consumer, Producer
 from cluster.kafka import codec
 from cluster.kafka import messages as m
 from cluster.local import launcher
@@ -68,7 +68,7 @@ def records(tag: str, count: int = RECORDS) -> list[Sent]:
 
 def create(three_nodes: launcher.LocalCluster, topic: str, partitions: int = PARTITIONS) -> None:
     async def made() -> None:
-        client = Cluster(three_nodes.bootstrap, request_timeout_s=10.0)
+        client = Client(three_nodes.bootstrap, request_timeout_s=10.0)
         try:
             await Admin(client).create_topic(topic, partitions, 3)
         finally:
@@ -270,7 +270,7 @@ async def test_records_cross_protocols_both_ways(
     await asyncio.to_thread(create, three_nodes, topic, 1)
     native = [(f"n{i}".encode(), f"native-{i}".encode(), (("from", b"native"),)) for i in range(50)]
     kafka = [(f"k{i}".encode(), f"kafka-{i}".encode(), (("from", b"kafka"),)) for i in range(50)]
-    client = Cluster(three_nodes.bootstrap, request_timeout_s=10.0)
+    client = Client(three_nodes.bootstrap, request_timeout_s=10.0)
     try:
         async with Producer(client) as producer:
             acks = [await producer.send(topic, v, key=k, headers=h) for k, v, h in native]

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cluster.client import Admin, Cluster
+from cluster.client import Admin, Client
 from cluster.local import launcher
 from tests.cluster.conftest import running_cluster
 
@@ -43,7 +43,7 @@ async def leaders_of_new_topics(
     cluster: launcher.LocalCluster,
 ) -> list[tuple[list[int], list[int]]]:
     """(leaders, first assigned replicas) of each new topic, by partition."""
-    client = Cluster(cluster.bootstrap, request_timeout_s=5.0)
+    client = Client(cluster.bootstrap, request_timeout_s=5.0)
     found = []
     try:
         for i in range(TOPICS):

@@ -31,7 +31,7 @@ import pytest_asyncio
 from cluster import native as p
 from cluster.client import (
     Admin,
-    Cluster,
+    Client,
     ConsumedRecord,
     Consumer,
     GroupConfig,
@@ -56,22 +56,22 @@ MEMBER = GroupConfig(
 
 
 @pytest_asyncio.fixture
-async def client(group_cluster: launcher.LocalCluster) -> AsyncIterator[Cluster]:
-    c = Cluster(group_cluster.bootstrap, request_timeout_s=5.0)
+async def client(group_cluster: launcher.LocalCluster) -> AsyncIterator[Client]:
+    c = Client(group_cluster.bootstrap, request_timeout_s=5.0)
     try:
         yield c
     finally:
         await c.close()
 
 
-async def new_topic(client: Cluster, records: int = 0) -> str:
+async def new_topic(client: Client, records: int = 0) -> str:
     topic = f"ngrp-{uuid.uuid4().hex[:8]}"
     await Admin(client).create_topic(topic, PARTITIONS, 3)
     await produce(client, topic, range(records))
     return topic
 
 
-async def produce(client: Cluster, topic: str, values: range) -> None:
+async def produce(client: Client, topic: str, values: range) -> None:
     async with Producer(client) as producer:
         sent = [
             await producer.send(topic, f"v{i}".encode(), partition=i % PARTITIONS) for i in values
@@ -125,7 +125,7 @@ def values(records: list[ConsumedRecord]) -> list[str]:
 
 
 async def test_two_native_members_split_the_partitions_then_a_third_resumes_after_commits(
-    client: Cluster,
+    client: Client,
 ) -> None:
     topic = await new_topic(client)
     group = f"ng-{uuid.uuid4().hex[:6]}"
@@ -154,7 +154,7 @@ async def test_two_native_members_split_the_partitions_then_a_third_resumes_afte
 
 
 async def test_a_commit_outside_the_log_starts_over_at_auto_offset_reset_losing_nothing(
-    client: Cluster,
+    client: Client,
 ) -> None:
     """A commit past the log's end (as one retention has passed would be before it) makes
     that partition start over at auto_offset_reset; the other partitions read on from their
@@ -175,7 +175,7 @@ async def test_a_commit_outside_the_log_starts_over_at_auto_offset_reset_losing_
 
 
 async def test_the_leader_assigns_a_subscribed_topic_created_after_the_group_formed(
-    client: Cluster,
+    client: Client,
 ) -> None:
     first = await new_topic(client, records=4)
     later = f"ngrp-{uuid.uuid4().hex[:8]}"
@@ -195,7 +195,7 @@ async def test_the_leader_assigns_a_subscribed_topic_created_after_the_group_for
 
 
 async def test_a_native_member_and_librdkafka_share_a_group_whichever_leads(
-    client: Cluster, group_cluster: launcher.LocalCluster
+    client: Client, group_cluster: launcher.LocalCluster
 ) -> None:
     topic = await new_topic(client)
     group = f"mixed-{uuid.uuid4().hex[:6]}"
@@ -246,7 +246,7 @@ def cli_bootstrap(group_cluster: launcher.LocalCluster) -> list[str]:
 
 
 async def test_consume_group_commits_what_it_printed_and_groups_describes_resets_deletes(
-    client: Cluster, cli_bootstrap: list[str]
+    client: Client, cli_bootstrap: list[str]
 ) -> None:
     topic = await new_topic(client, records=40)
     group = f"cli-{uuid.uuid4().hex[:6]}"

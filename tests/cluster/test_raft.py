@@ -28,8 +28,8 @@ from cluster.raft.adapter import PatchedSyncObj, replica
 from cluster.raft.mesh import Mesh
 from tests.cluster.procs import running, spawn, wait_until
 from tests.cluster.raft_harness import HashChain
-from tests.cluster.test_raft_entries import loopback_mesh, started_group
 from tests.polling import apoll_until
+from tests.raft_groups import loopback_mesh, started_group
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 

@@ -22,8 +22,8 @@ import pytest
 from cluster.local import launcher
 from cluster.raft import RaftDriver, RaftGroup, journal
 from tests.cluster.raft_harness import HashChain
-from tests.cluster.test_raft_entries import started_group
 from tests.polling import apoll_until
+from tests.raft_groups import started_group
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 BURST = 40

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from cluster import native as p
-from cluster.client import Admin, ClientError, Cluster, Producer, ProducerConfig
+from cluster.client import Admin, Client, ClientError, Producer, ProducerConfig
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from statemachine.records import RecordBatch
@@ -33,7 +33,7 @@ def compacting_cluster(
         yield cluster
 
 
-async def read_replica(client: Cluster, address: str, topic: str) -> list[bytes] | None:
+async def read_replica(client: Client, address: str, topic: str) -> list[bytes] | None:
     """Every value of partition 0 as this one replica holds it, or None while it cannot."""
     values: list[bytes] = []
     offset, high = 0, None
@@ -60,7 +60,7 @@ async def read_replica(client: Cluster, address: str, topic: str) -> list[bytes]
 async def test_a_follower_behind_the_compacted_log_restores_every_record(
     compacting_cluster: launcher.LocalCluster,
 ) -> None:
-    client = Cluster(compacting_cluster.bootstrap)
+    client = Client(compacting_cluster.bootstrap)
     try:
         await Admin(client).create_topic("restore", 1, 3)
         meta = await client.refresh(["restore"])

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from cluster import native as p
-from cluster.client import Admin, ClientError, Cluster, Consumer, Producer, ProducerConfig
+from cluster.client import Admin, Client, ClientError, Consumer, Producer, ProducerConfig
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from tests.cluster.conftest import running_cluster
@@ -39,7 +39,7 @@ def expiring_cluster(
 
 
 async def replicas_converge(
-    client: Cluster, addresses: list[str], group: str = "__metadata", timeout_s: float = 10
+    client: Client, addresses: list[str], group: str = "__metadata", timeout_s: float = 10
 ) -> None:
     """Every replica of `group` reaches the same applied index (so the same state)."""
 
@@ -51,7 +51,7 @@ async def replicas_converge(
     await apoll_until(one_index, timeout_s, f"every replica of {group} at one applied index")
 
 
-async def expired(client: Cluster, txn_id: str, holder: p.InitProducerIdResponse) -> int | None:
+async def expired(client: Client, txn_id: str, holder: p.InitProducerIdResponse) -> int | None:
     """The producer id InitProducerId gives `txn_id` once the registry forgot it; None before.
 
     The probe names an epoch the id never had, so while the id is registered it is refused as
@@ -73,7 +73,7 @@ async def expired(client: Cluster, txn_id: str, holder: p.InitProducerIdResponse
 async def test_idle_transactional_id_expires_on_every_replica(
     expiring_cluster: launcher.LocalCluster,
 ) -> None:
-    client = Cluster(expiring_cluster.bootstrap)
+    client = Client(expiring_cluster.bootstrap)
     try:
         first = await client.send_any(p.InitProducerId("nightly-job", 60_000, -1, -1))
         assert isinstance(first, p.InitProducerIdResponse)
@@ -100,7 +100,7 @@ async def test_idle_transactional_id_expires_on_every_replica(
 async def test_retention_by_bytes_moves_the_log_start_on_every_replica(
     expiring_cluster: launcher.LocalCluster,
 ) -> None:
-    client = Cluster(expiring_cluster.bootstrap)
+    client = Client(expiring_cluster.bootstrap)
     try:
         await Admin(client).create_topic("short-lived", 1, 3, retention_bytes=150_000)
         async with Producer(client, ProducerConfig(batch_size_bytes=8_000)) as producer:

@@ -13,7 +13,7 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql import SparkSession
 
-from cluster.client import Cluster, Producer, ProducerConfig
+from cluster.client import Client, Producer, ProducerConfig
 from cluster.client.sync import SyncClient
 from cluster.local.launcher import LocalCluster
 from pipeline.jobs import settlement_totals
@@ -28,7 +28,7 @@ VALUE_KEY = "CAST(value AS STRING)"
 
 async def send_plain(bootstrap: list[str], topic: str, values: list[bytes]) -> None:
     """Through a producer that is not idempotent: a resend is a second copy."""
-    cluster = Cluster(bootstrap)
+    cluster = Client(bootstrap)
     try:
         async with Producer(cluster, ProducerConfig(idempotent=False)) as producer:
             await asyncio.gather(*[await producer.send(topic, v, key=v) for v in values])
@@ -89,7 +89,7 @@ def test_settlement_totals_counts_every_event_once(
     count, merchants, seed = 600, 7, 42
 
     async def feed() -> None:
-        cluster = Cluster(broker.bootstrap)
+        cluster = Client(broker.bootstrap)
         try:
             await generate(cluster, source, count, rate_per_s=0, merchants=merchants, seed=seed)
         finally:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.client import Cluster, Producer, ProducerConfig
+from cluster.client import Client, Producer, ProducerConfig
 from cluster.client.producer import BATCH_BODY_BYTES_MAX, record_bytes, too_large
 from statemachine.errors import ErrorCode
 from statemachine.limits import DEFAULT_LIMITS
@@ -41,7 +41,7 @@ def test_a_record_that_fits_alone_is_accepted_and_one_that_does_not_is_refused()
 @pytest.mark.asyncio
 async def test_an_error_in_a_producer_block_propagates_as_raised() -> None:
     """Not wrapped in an ExceptionGroup by the producer's task group."""
-    cluster = Cluster(["127.0.0.1:1"])  # never dialled: a non-idempotent producer sends nothing
+    cluster = Client(["127.0.0.1:1"])  # never dialled: a non-idempotent producer sends nothing
     try:
         with pytest.raises(KeyError, match="as raised"):
             async with Producer(cluster, ProducerConfig(idempotent=False)):

@@ -121,7 +121,7 @@ EXAMPLE_RESPONSES: list[tuple[type[p.Request], p.Response]] = [
         p.ClusterStatusResponse(
             1,
             (p.NodeStatus(1, "127.0.0.2:9092", True),),
-            (p.GroupStatus("orders-0", 1, 3, 10, 10, True, True, "", (1, 3), 0, 7),),
+            (p.RaftGroupReport("orders-0", 1, 3, 10, 10, True, True, "", (1, 3), 0, 7),),
         ),
     ),
 ]

@@ -126,7 +126,7 @@ class NodeStatus(Struct):
 
 
 @dataclass(frozen=True, slots=True)
-class GroupStatus(Struct):
+class RaftGroupReport(Struct):
     """One Raft group as this node sees it (`leader_id` -1 when unknown). `in_sync`: on its
     leader, the nodes whose replicas are in sync (Kafka's ISR), the leader first; empty
     elsewhere. The offsets are this replica's partition's (-1 for the metadata group)."""
@@ -148,7 +148,7 @@ class GroupStatus(Struct):
 class ClusterStatusResponse(Response):
     node_id: int = field_of(NODE_ID_RULE)
     nodes: tuple[NodeStatus, ...] = many_field(NodeStatus, at_most(DEFAULT_LIMITS.brokers_max))
-    groups: tuple[GroupStatus, ...] = many_field(GroupStatus, per_frame)
+    groups: tuple[RaftGroupReport, ...] = many_field(RaftGroupReport, per_frame)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ Modules, each importing only those before it (and of cluster/raft/, only handsha
 Other packages need only the names this package re-exports.
 """
 
+from cluster.peer_hosts import PeerSources
 from cluster.raft.mesh.admission import (
     BAD_HELLO,
     BAD_PROOF,
@@ -38,7 +39,6 @@ from cluster.raft.mesh.settings import (
     WRITE,
     Endpoint,
     MeshSettings,
-    PeerSources,
     Poller,
 )
 

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cluster.peer_hosts import PeerSources
+
 READ, WRITE, ERROR = 1, 2, 4  # the poller's event bits
 
 
@@ -30,14 +32,6 @@ class Endpoint(Protocol):
     def peer_disconnected(self, address: str) -> None: ...
 
     def deliver(self, address: str, message: dict[str, Any]) -> None: ...
-
-
-class PeerSources(Protocol):
-    """Where each peer connects from (cluster/peer_hosts.py's `PeerHosts` in a node)."""
-
-    def ips_of(self, raft_address: str) -> frozenset[str]: ...
-
-    def is_peer_ip(self, ip: str) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The data directory's names: by topic id and partition, labelled, the earlier layout renamed."""
+"""The data directory's names: by topic id and partition, labelled with the topic's name."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from cluster import native as p
-from cluster.client import CallTimeoutError, Cluster, RetryPolicy
+from cluster.client import CallTimeoutError, Client, RetryPolicy
 from cluster.client.producer import Producer, ProducerConfig
 from cluster.config import Limits
 from statemachine.errors import ErrorCode
@@ -37,7 +37,7 @@ async def test_concurrent_first_requests_share_one_connection() -> None:
     server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     async with server:
-        cluster = Cluster([f"127.0.0.1:{port}"])
+        cluster = Client([f"127.0.0.1:{port}"])
         try:
             conns = await asyncio.gather(
                 *(cluster.connection(f"127.0.0.1:{port}") for _ in range(5))
@@ -61,7 +61,7 @@ def refused_address() -> str:
 
 async def test_a_call_nobody_answers_fails_in_one_line_when_its_timeout_is_spent() -> None:
     address = refused_address()
-    cluster = Cluster([address], retry=RetryPolicy(timeout_s=0.5))
+    cluster = Client([address], retry=RetryPolicy(timeout_s=0.5))
     started = time.monotonic()
     try:
         with pytest.raises(CallTimeoutError) as failed:
@@ -87,7 +87,7 @@ async def test_a_silent_broker_cannot_hold_a_call_past_its_timeout() -> None:
     address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
     async with server:
         # A request may wait 10 s, the call only 0.5 s: each request is cut to what is left.
-        cluster = Cluster([address], request_timeout_s=10, retry=RetryPolicy(timeout_s=0.5))
+        cluster = Client([address], request_timeout_s=10, retry=RetryPolicy(timeout_s=0.5))
         started = time.monotonic()
         try:
             with pytest.raises(CallTimeoutError) as failed:
@@ -145,7 +145,7 @@ async def test_with_linger_0_a_send_is_written_before_send_returns() -> None:
     # out in the caller's turn of the loop, not one wakeup of the sender's task later.
     broker = _OnePartitionBroker()
     threading.Thread(target=broker.serve_forever, daemon=True).start()
-    cluster = Cluster([broker.address])
+    cluster = Client([broker.address])
     try:
         async with Producer(cluster, ProducerConfig(linger_ms=0.0)) as producer:
             await (await producer.send("t", b"first"))  # starts the partition's sender task
