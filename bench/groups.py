@@ -51,7 +51,7 @@ from nats.js import api as js_api
 
 from bench import apply as apply_bench
 from bench import jetstream_servers
-from bench.harness import emit, poll_until, run_loop, value_of
+from bench.harness import emit, poll_until, reporter, run_loop, value_of
 from bench.jetstream_scenarios import FETCH_BATCH, Steady, pipelined_load, steady_publisher
 from bench.kafka import Failures, kcat_produce, producer_config
 from bench.nodes import create_topic, fresh_cluster
@@ -70,8 +70,7 @@ STOP_TIMEOUT_S = 15.0
 DURABLE = "group"
 
 
-def progress(message: str) -> None:
-    print(f"[bench.groups {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+progress = reporter("bench.groups")
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from bench.harness import cpu_report, latency_summary_ms, sample_cpu, value_of
+from bench.harness import cpu_report, latency_summary_ms, reporter, sample_cpu, value_of
 from bench.nodes import BenchCluster, create_topic, fresh_cluster
 
 VALUE_BYTES = 100
@@ -84,8 +84,7 @@ class Settings:
 SCENARIOS = ("pipelined", "sequential")
 
 
-def progress(message: str) -> None:
-    print(f"[bench.kafka {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+progress = reporter("bench.kafka")
 
 
 def producer_config(bench: BenchCluster, linger_ms: float) -> dict[str, Any]:

@@ -7,11 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from cluster.local import launcher
-from tests.polling import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,11 +30,6 @@ def stop_recorded_cluster(data_dir: Path) -> None:
     cluster = launcher.LocalCluster.load(data_dir)
     if cluster is not None:
         launcher.down(cluster)
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """`tests.polling.poll_until`, for callers that want no value back."""
-    poll_until(condition, timeout_s, what)
 
 
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 10) -> None:

@@ -26,9 +26,9 @@ from cluster.local import launcher
 from cluster.raft import RaftDriver, RaftGroup
 from cluster.raft.adapter import PatchedSyncObj, replica
 from cluster.raft.mesh import Mesh
-from tests.cluster.procs import running, spawn, wait_until
+from tests.cluster.procs import running, spawn
 from tests.cluster.raft_harness import HashChain
-from tests.polling import apoll_until
+from tests.polling import apoll_until, poll_until
 from tests.raft_groups import loopback_mesh, started_group
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
@@ -70,7 +70,7 @@ def run_group(tmp_path: Path, *, commands: int, size: int) -> list[dict[str, Any
         for i in range(3)
     ]
     with running(procs), contextlib.suppress(TimeoutError):
-        wait_until(lambda: all(r.exists() for r in reports), 60, "all three replica reports")
+        poll_until(lambda: all(r.exists() for r in reports), 60, "all three replica reports")
     # A replica stuck for good never reports: that is a finding, not an error of the test.
     return [
         json.loads(r.read_text()) if r.exists() else {"index": i, "stuck": True}
