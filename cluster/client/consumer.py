@@ -59,7 +59,8 @@ class _Position:
 
 @dataclass(slots=True)
 class Stall:
-    """A partition whose leader has not served a fetch since `since` (monotonic seconds)."""
+    """A partition whose leader has not served a fetch since `since` (seconds on the client's
+    clock, `RetryPolicy.clock`)."""
 
     since: float
     last: Failure
@@ -122,7 +123,7 @@ class Consumer:
         if not self.stalled:
             return None
         (topic, partition), stall = min(self.stalled.items(), key=lambda kv: kv[1].since)
-        lasted_s = time.monotonic() - stall.since
+        lasted_s = self.cluster.retry.clock() - stall.since
         if lasted_s < at_least_s:
             return None
         return CallTimeoutError(f"no leader for {topic}-{partition} answered", lasted_s, stall.last)
@@ -130,7 +131,7 @@ class Consumer:
     def _stall(self, key: tuple[str, int], failure: Failure) -> None:
         stall = self.stalled.get(key)
         if stall is None:
-            self.stalled[key] = Stall(time.monotonic(), failure)
+            self.stalled[key] = Stall(self.cluster.retry.clock(), failure)
         else:
             stall.last = failure
 

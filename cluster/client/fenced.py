@@ -30,7 +30,6 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -210,7 +209,8 @@ class FencedWriter:
     async def _send_part(self, part: _Part, report: FencedWriteReport) -> bool:
         """Until the part is answered: True if appended by this run, False if by an earlier."""
         topic, partition, batch_id, number, records = part
-        deadline = time.monotonic() + self.config.delivery_timeout_s
+        clock = self.cluster.retry.clock  # the client's: a test drives the deadline
+        deadline = clock() + self.config.delivery_timeout_s
         while True:
             session, key = self._session, (topic, partition)
             sequence = session.sequences.get(key, 0)
@@ -224,7 +224,7 @@ class FencedWriter:
                 return appended
             if error in _OVERTAKEN:
                 raise ProducerFencedError(error, f"{self.transactional_id}: a newer run took over")
-            if error not in _SESSION_LOST or time.monotonic() > deadline:
+            if error not in _SESSION_LOST or clock() > deadline:
                 raise ClientError(error, f"{topic}-{partition}: part {number} of batch {batch_id}")
             await self._new_session(report, lost=session)
 
@@ -240,7 +240,7 @@ class FencedWriter:
             topic,
             partition,
             request,
-            timeout_s=max(0.0, deadline - time.monotonic()),
+            timeout_s=max(0.0, deadline - self.cluster.retry.clock()),
             request_timeout_s=self.config.request_timeout_s + 1,
         )
         assert isinstance(response, p.ProduceResponse)

@@ -122,7 +122,7 @@ class _Batch:
     retry: bool = False
     failed: ErrorCode | None = None
     out_of_order: bool = False
-    sealed_at: float = 0.0  # monotonic: the delivery timeout counts from here
+    sealed_at: float = 0.0  # on the client's clock: the delivery timeout counts from here
     started: Started | None = None  # written by `send` itself, until the sender awaits it
 
 
@@ -397,7 +397,7 @@ class _PartitionSender:
         """`chosen` (taken from `accumulating`, `size` bytes by `record_bytes`) as the next
         batch: numbered, encoded, unacknowledged."""
         self.accumulated_bytes = max(0, self.accumulated_bytes - size)
-        batch = _Batch(chosen, self.next_sequence, sealed_at=time.monotonic())
+        batch = _Batch(chosen, self.next_sequence, sealed_at=self.producer.cluster.retry.clock())
         self._encode(batch)
         self.next_sequence = (self.next_sequence + len(chosen)) % SEQUENCE_MODULUS
         self.unacked.append(batch)
@@ -519,6 +519,7 @@ class _PartitionSender:
     async def _settle(self, *, session_lost: bool) -> None:
         """After a window: release acked batches; decide retries, renumbering, new sessions."""
         producer = self.producer
+        clock = producer.cluster.retry.clock  # delivery timeouts: the client's clock
         while self.unacked and self.unacked[0].done and self.unacked[0].started is None:
             producer._released(len(self.unacked.popleft().pending))
         if not self.unacked or self.unacked[0].started is not None:
@@ -533,7 +534,7 @@ class _PartitionSender:
         elif session_lost:
             lost = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
             await self._restart_session(ClientError(lost, f"{self.topic}-{self.partition}"))
-        elif time.monotonic() - first.sealed_at >= producer.config.delivery_timeout_ms / 1000:
+        elif clock() - first.sealed_at >= producer.config.delivery_timeout_ms / 1000:
             await self._restart_session(self._delivery_timed_out())
         else:
             producer.stats["retries"] += 1

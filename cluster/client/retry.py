@@ -33,7 +33,9 @@ class RetryPolicy:
     timeout_s: float = 60.0
     backoff_s: float = 0.05
     backoff_max_s: float = 1.0
-    # Seconds on a monotonic clock: deadlines are read from it, so a test can drive them.
+    # Seconds on a monotonic clock, the client's: every deadline it judges (a call's, a
+    # batch's delivery timeout, how long a partition has stalled) is read from it, so a test
+    # can drive them. Waits (a long poll, a heartbeat's schedule) stay on the loop's time.
     clock: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)
 
     def __post_init__(self) -> None:

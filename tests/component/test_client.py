@@ -13,7 +13,7 @@ import time
 import pytest
 
 from cluster import native as p
-from cluster.client import CallTimeoutError, Client, RetryPolicy
+from cluster.client import CallTimeoutError, Client, Consumer, RetryPolicy
 from cluster.client.producer import Producer, ProducerConfig
 from cluster.config import Limits
 from statemachine.errors import ErrorCode
@@ -159,3 +159,23 @@ async def test_with_linger_0_a_send_is_written_before_send_returns() -> None:
         await cluster.close()
         broker.shutdown()
         broker.server_close()
+
+
+async def test_a_stall_lasts_as_long_as_the_clients_clock_says() -> None:
+    """How long a partition has had no leader answering is read from the client's clock
+    (RetryPolicy.clock), as a call's deadline is: the CLI's `consume` fails on it. Driven
+    here, it is judged 30 s old at once, with nothing listening and no real wait."""
+    now_s = [100.0]
+    client = Client([refused_address()], retry=RetryPolicy(timeout_s=0.5, clock=lambda: now_s[0]))
+    consumer = Consumer(client)
+    try:
+        await consumer.seek("orders", 0, 5)  # an absolute offset: nothing to ask a broker
+        assert await consumer.poll(0) == []
+        assert ("orders", 0) in consumer.stalled
+        assert consumer.stall_error(at_least_s=30) is None
+        now_s[0] += 30
+        error = consumer.stall_error(at_least_s=30)
+        assert isinstance(error, CallTimeoutError)
+        assert "no leader for orders-0 answered" in str(error)
+    finally:
+        await client.close()
