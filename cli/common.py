@@ -49,7 +49,14 @@ DataDirOption = typer.Option(
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
 # A local cluster's nodes (`cluster up`, the demo) create a topic a Kafka client names first,
 # as Kafka's own default: a newcomer's `kcat -P -t new-topic` works. Off elsewhere (Redpanda's).
-LOCAL_CLUSTER_TOML = "[topics]\nauto_create = true\n"
+# And a new consumer group forms at once, as with the server.properties Kafka ships for
+# development (group.initial.rebalance.delay.ms=0; the least ours takes is 1 ms): the 3 s wait
+# for more members is a production setting, and made a first `consume --group` wait for it.
+LOCAL_GROUP_INITIAL_REBALANCE_DELAY_MS = 1
+LOCAL_CLUSTER_TOML = (
+    "[topics]\nauto_create = true\n"
+    f"[timing]\ngroup_initial_rebalance_delay_ms = {LOCAL_GROUP_INITIAL_REBALANCE_DELAY_MS}\n"
+)
 # Before a command talks to a cluster, one of its bootstrap addresses must take a connection:
 # each is tried within CONNECT_TIMEOUT_S, all of them again every RETRY_S, for BOOTSTRAP_WAIT_S.
 BOOTSTRAP_WAIT_S = 5.0
