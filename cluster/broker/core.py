@@ -87,8 +87,7 @@ class Broker:
 
     def timeout_s(self, asked_ms: int) -> float:
         """A request's own timeout, at most request_timeout_ms (which a 0 or less means)."""
-        request_ms = self.node.config.timing.request_timeout_ms
-        return min(max(asked_ms, 0), request_ms) / 1000 or request_ms / 1000
+        return min(max(asked_ms, 0) / 1000, self.request_timeout_s) or self.request_timeout_s
 
     # -- partitions: where they are ----------------------------------------------------------
 
@@ -328,7 +327,9 @@ class Broker:
         topic, partition, spec = want
         handle = self._leading(topic, partition)
         if isinstance(handle, ErrorCode):
-            return OffsetFound(topic, partition, handle, -1, self.leader_hint(handle, *want[:2]))
+            return OffsetFound(
+                topic, partition, handle, -1, self.leader_hint(handle, topic, partition)
+            )
         replica = handle.replica
         if spec == EARLIEST:
             offset = replica.log_start_offset

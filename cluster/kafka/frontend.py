@@ -117,7 +117,7 @@ class KafkaFrontend:
         body = request.body
         if not isinstance(body, m.FetchRequest):
             return 0
-        topics = (t.topic for t in body.topics for fp in t.partitions if fp.partition >= 0)
+        topics = (want.topic for want in _wants(body))
         node = self.node
         return fetch_answer_bytes_bound(
             topics, max(body.max_bytes, 0), node.config.limits, node.limits
