@@ -44,7 +44,7 @@ class ClientKind(StrEnum):
 @one_line_errors
 def run_command(
     duration: float = typer.Option(
-        60.0, "--duration", min=10, metavar="S", help="Seconds of faults."
+        60.0, "--duration", min=3, metavar="S", help="Seconds of faults."
     ),
     seed: int = typer.Option(1, "--seed", help="Seeds the fault schedule (same seed, same run)."),
     out: Path = typer.Option(Path("chaos-run"), "--out", help="Directory for history and logs."),

@@ -8,11 +8,11 @@ The negative control runs the same command against nodes whose apply appends ret
 again: a checker that stayed green there would be worthless.
 
 The two negative controls (this one and the power cuts' without fsync, below) run by default,
-in a short form whose failure does not hang on chance: they prove the checker and the fault
-can fail a run, which a change to either must show again. Without deduplication the resender
-(which sends every batch twice, as if its acknowledgement were lost) and the sink's reruns
-duplicate with no fault at all; without fsync, a power cut of every node 1.5 s in loses what
-was acknowledged before it.
+side by side, in a short form whose failure does not hang on chance: they prove the checker
+and the fault can fail a run, which a change to either must show again. Without
+deduplication the resender (which sends every batch twice, as if its acknowledgement were
+lost) and the sink's reruns duplicate with no fault at all; without fsync, a power cut of
+every node 1.5 s in loses what was acknowledged before it.
 
 `--client kafka` runs the same workload through the Kafka listener (confluent-kafka, and our
 codec for the fenced zombie and the resender) for a short seeded schedule (20 s: two partition
@@ -29,6 +29,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,18 +53,43 @@ KAFKA_DURATION_S = 20
 KAFKA_INTERVAL_S = 4
 
 
+@dataclass(slots=True)
+class Run:
+    """`raftbroker chaos run` in a process of its own, writing into `out`."""
+
+    out: Path
+    proc: subprocess.Popen[str]
+
+    @classmethod
+    def start(cls, out: Path, *args: str) -> Run:
+        command = [sys.executable, "-m", "cli", "chaos", "run", "--out", str(out), "--json"]
+        proc = subprocess.Popen(
+            [*command, *args],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        return cls(out, proc)
+
+    def finish(self, timeout_s: float) -> tuple[int, dict[str, Any]]:
+        """Its exit status and report (the run is killed if it outlasts `timeout_s`)."""
+        try:
+            _, errors = self.proc.communicate(timeout=timeout_s)
+        finally:
+            self.stop()
+        assert (self.out / "report.json").exists(), errors[-3000:]
+        report: dict[str, Any] = json.loads((self.out / "report.json").read_text())
+        return self.proc.returncode, report
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def chaos_run(out: Path, *args: str, timeout_s: float) -> tuple[int, dict[str, Any]]:
-    done = subprocess.run(
-        [sys.executable, "-m", "cli", "chaos", "run", "--out", str(out), "--json", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-    assert (out / "report.json").exists(), done.stderr[-3000:]
-    report: dict[str, Any] = json.loads((out / "report.json").read_text())
-    return done.returncode, report
+    return Run.start(out, *args).finish(timeout_s)
 
 
 @pytest.mark.parametrize("network", [False, True])
@@ -105,33 +132,6 @@ def test_a_seeded_run_of_leader_kills_and_pauses_loses_and_duplicates_nothing(
     assert group["commits"]["ok"] > 0 and group["generations"] >= 2, group
 
 
-# The negative controls' short runs: the least duration the command takes.
-CONTROL_DURATION_S = 10
-
-
-@pytest.mark.timeout(200)
-def test_the_checker_catches_a_broker_that_does_not_deduplicate(tmp_path: Path) -> None:
-    code, report = chaos_run(
-        tmp_path,
-        "--duration",
-        str(CONTROL_DURATION_S),
-        "--seed",
-        "3",
-        "--fault-interval",
-        "3",
-        "--no-network",
-        "--unsafe-disable-deduplication",
-        timeout_s=180,
-    )
-    assert code == 1
-    assert report["anomalies_by_kind"]["duplicate"] > 0, report["figures"]
-    # Counted by writer, whatever the cap on examples: the resender's second sends and the
-    # sink's reruns (fenced writes, whose fence the fault also disables) duplicate with or
-    # without faults, so neither count depends on the schedule.
-    by_writer = report["figures"]["duplicates_by_writer"]
-    assert by_writer.get("r0", 0) > 0 and by_writer.get("s0", 0) > 0, by_writer
-
-
 # Power cuts (issue 22): every node at once at 1.5 s and 4.1 s, a pause, the leader of a
 # partition at 10.3 s, any one node at 12.7 s and again at 15.0 s. Faults run one after the
 # other, and one that is late when the run ends is not run: the second cut of one node, and
@@ -141,6 +141,61 @@ POWER_SEED = 4
 POWER_DURATION_S = 19
 POWER_INTERVAL_S = 3
 POWER_CUTS = {"lose-unsynced-all", "lose-unsynced-leader", "lose-unsynced"}
+
+
+# The negative controls' short runs. Deduplication's absence bites with no fault at all (a few
+# hundred duplicates in 4 s); the power control's first fault, every node's power cut at 1.5 s,
+# is in its schedule (test_the_control_schedule_cuts_every_node_first).
+CONTROL_DURATION_S = 4
+CONTROL_TIMEOUT_S = 180
+
+
+@pytest.fixture(scope="module")
+def controls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
+    """Both negative controls, started together at the first one's test: they run side by
+    side (their verdicts do not hang on timing: each fault bites whatever the load), so the
+    default run waits for the longer one only."""
+    runs = {
+        "no-dedup": Run.start(
+            tmp_path_factory.mktemp("no-dedup"),
+            "--duration", str(CONTROL_DURATION_S), "--seed", "3", "--fault-interval", "3",
+            "--no-network", "--unsafe-disable-deduplication",
+        ),
+        "no-fsync": Run.start(
+            tmp_path_factory.mktemp("no-fsync"),
+            "--duration", str(CONTROL_DURATION_S), "--seed", str(POWER_SEED),
+            "--fault-interval", str(POWER_INTERVAL_S), "--no-network", "--power-loss",
+            "--no-fsync",
+        ),
+    }  # fmt: skip
+    try:
+        yield runs
+    finally:
+        for run in runs.values():
+            run.stop()
+
+
+@pytest.mark.timeout(CONTROL_TIMEOUT_S + 20)
+def test_the_checker_catches_a_broker_that_does_not_deduplicate(controls: dict[str, Run]) -> None:
+    code, report = controls["no-dedup"].finish(CONTROL_TIMEOUT_S)
+    assert code == 1
+    assert report["anomalies_by_kind"]["duplicate"] > 0, report["figures"]
+    # Counted by writer, whatever the cap on examples: the resender's second sends and the
+    # sink's reruns (fenced writes, whose fence the fault also disables) duplicate with or
+    # without faults, so neither count depends on the schedule.
+    by_writer = report["figures"]["duplicates_by_writer"]
+    assert by_writer.get("r0", 0) > 0 and by_writer.get("s0", 0) > 0, by_writer
+
+
+@pytest.mark.timeout(CONTROL_TIMEOUT_S + 20)
+def test_without_fsync_power_cuts_lose_acknowledged_writes(controls: dict[str, Run]) -> None:
+    """The negative control: the power schedule, cut short, against nodes that do not fsync:
+    every node loses power 1.5 s in, with none of what it acknowledged synced. A fault that
+    did not bite here would prove nothing above."""
+    code, report = controls["no-fsync"].finish(CONTROL_TIMEOUT_S)
+    assert code == 1
+    assert report["figures"]["faults"].get("lose-unsynced-all", 0) >= 1, report["figures"]
+    assert report["anomalies_by_kind"]["lost"] > 0, report["figures"]
 
 
 def power_run(out: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -182,29 +237,6 @@ def test_with_fsync_power_cuts_lose_and_duplicate_nothing(tmp_path: Path) -> Non
 def test_the_control_schedule_cuts_every_node_first() -> None:
     faults = schedule(POWER_SEED, CONTROL_DURATION_S, 4, POWER_INTERVAL_S, power=True)
     assert faults[0].kind == "lose-unsynced-all" and faults[0].at_s < 2, faults
-
-
-@pytest.mark.timeout(200)
-def test_without_fsync_power_cuts_lose_acknowledged_writes(tmp_path: Path) -> None:
-    """The negative control: the power schedule, cut short, against nodes that do not fsync:
-    every node loses power 1.5 s in, with none of what it acknowledged synced. A fault that
-    did not bite here would prove nothing above."""
-    code, report = chaos_run(
-        tmp_path,
-        "--duration",
-        str(CONTROL_DURATION_S),
-        "--seed",
-        str(POWER_SEED),
-        "--fault-interval",
-        str(POWER_INTERVAL_S),
-        "--no-network",
-        "--power-loss",
-        "--no-fsync",
-        timeout_s=180,
-    )
-    assert code == 1
-    assert report["figures"]["faults"].get("lose-unsynced-all", 0) >= 1, report["figures"]
-    assert report["anomalies_by_kind"]["lost"] > 0, report["figures"]
 
 
 def test_the_kafka_schedule_has_the_faults_it_promises() -> None:

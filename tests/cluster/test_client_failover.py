@@ -32,13 +32,13 @@ from tests.polling import apoll_until
 
 METADATA_GROUP = "__metadata"
 TIMEOUT_MS = "30000"  # what the CLI calls may spend riding out the failover
-# Elections slower than a CLI process takes to start: a call meets metadata that still names
-# the dead leader (with the defaults, a new one is often elected before the call begins).
+# Elections five times slower than a CLI process takes to start (0.3 s): a call meets
+# metadata that still names the dead leader (with the defaults, 0.5-1 s, a new one is often
+# elected before the call begins).
 SLOW_ELECTIONS = """
 [timing]
-election_timeout_ms_min = 3000
-election_timeout_ms_max = 3500
-connection_timeout_ms = 3500
+election_timeout_ms_min = 1500
+election_timeout_ms_max = 1800
 """
 
 
