@@ -1,7 +1,10 @@
-"""`python -m bench`: raftbroker and NATS JetStream side by side, in one run, on this machine.
+"""`python -m bench`: raftbroker, Apache Kafka and NATS JetStream side by side, in one run, on
+this machine.
 
 Role: run the raftbroker cluster benchmark (`bench.cluster`), its Kafka-listener benchmark
-with librdkafka (`bench.kafka`), the JetStream one (`bench.jetstream`), and then consumer groups
+with librdkafka (`bench.kafka`), the same against Apache Kafka itself (`bench.kafka --broker
+apache-kafka`: 3 KRaft nodes from Maven Central's jars), the JetStream one (`bench.jetstream`),
+and then consumer groups
 on both (`bench.groups`), one after the other so none disturbs another, each in its own process
 (so each starts and stops its own servers by PID), then put their numbers side by side with
 the ratios the goals are stated in.
@@ -35,20 +38,29 @@ from bench import compare
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 SEQUENTIAL_ROUNDS = 3
-# Each side's compared sequential case alone: (side, module, its scenario).
-SEQUENTIAL_SIDES = (
-    ("raftbroker", "bench.cluster", "sequential"),
-    ("kafka", "bench.kafka", "sequential"),
-    ("jetstream", "bench.jetstream", "sequential_on_leader"),
+APACHE_KAFKA = ("--broker", "apache-kafka")
+# Each side's compared sequential case alone: (side, module, its scenario, its arguments).
+SEQUENTIAL_SIDES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("raftbroker", "bench.cluster", "sequential", ()),
+    ("kafka", "bench.kafka", "sequential", ()),
+    ("apache_kafka", "bench.kafka", "sequential", APACHE_KAFKA),
+    ("jetstream", "bench.jetstream", "sequential_on_leader", ()),
 )
 
 
 def run_side(
-    module: str, quick: bool, scratch: Path, scenario: str | None = None, tag: str = ""
+    module: str,
+    quick: bool,
+    scratch: Path,
+    scenario: str | None = None,
+    *,
+    tag: str = "",
+    args: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """One side's benchmark in its own process; its JSON (with `errors` if it failed)."""
     out = scratch / f"{module.rpartition('.')[2]}{tag}.json"
     argv = [sys.executable, "-m", module, "--out", str(out), *(["--quick"] if quick else [])]
+    argv += args
     if scenario is not None:
         argv += ["--scenarios", scenario]
     done = subprocess.run(argv, stdout=subprocess.DEVNULL, check=False)
@@ -65,8 +77,10 @@ def sequential_rounds(quick: bool, scratch: Path) -> list[dict[str, Any]]:
     for number in range(1 if quick else SEQUENTIAL_ROUNDS):
         shift = number % len(SEQUENTIAL_SIDES)
         row: dict[str, Any] = {}
-        for side, module, scenario in SEQUENTIAL_SIDES[shift:] + SEQUENTIAL_SIDES[:shift]:
-            report = run_side(module, quick, scratch, scenario, f"-round{number + 1}")
+        for side, module, scenario, args in SEQUENTIAL_SIDES[shift:] + SEQUENTIAL_SIDES[:shift]:
+            report = run_side(
+                module, quick, scratch, scenario, tag=f"-{side}-{number + 1}", args=args
+            )
             row[side] = {
                 "p50_ms": compare.dig(report, "sequential", "p50_ms"),
                 "errors": report.get("errors") or {},
@@ -87,17 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="raftbroker-bench-") as tmp:
         ours = run_side("bench.cluster", args.quick, Path(tmp))
         kafka = run_side("bench.kafka", args.quick, Path(tmp))
+        apache = run_side("bench.kafka", args.quick, Path(tmp), tag="-apache", args=APACHE_KAFKA)
         peer = run_side("bench.jetstream", args.quick, Path(tmp))
         groups = run_side("bench.groups", args.quick, Path(tmp))
         rounds = sequential_rounds(args.quick, Path(tmp))
-    combined = compare.combine(ours, peer, kafka, groups, rounds)
+    combined = compare.combine(ours, peer, kafka, groups, rounds, apache)
     text = json.dumps(combined, indent=2)
     if args.out is not None:
         args.out.write_text(text + "\n")
     if not args.quick:
         RESULTS.write_text(compare.markdown(combined))
     sys.stdout.write(text + "\n")
-    sides = (ours, peer, kafka, groups, *(s for row in rounds for s in row.values()))
+    sides = (ours, peer, kafka, apache, groups, *(s for row in rounds for s in row.values()))
     return 1 if any(side.get("errors") for side in sides) else 0
 
 

@@ -1,6 +1,8 @@
-"""Side by side: raftbroker's benchmark JSON and JetStream's, as ratios against the goals.
+"""Side by side: raftbroker's benchmark JSON, Apache Kafka's and JetStream's, as ratios against
+the goals.
 
-Role: pure functions from the two reports (`bench.cluster`, `bench.jetstream`) to one combined
+Role: pure functions from the reports (`bench.cluster`, `bench.kafka` against raftbroker's
+Kafka listener and against Apache Kafka, `bench.jetstream`, `bench.groups`) to one combined
 JSON object and its markdown rendering; no I/O. A figure one side did not produce is `None`
 and its goal is "not measured", never a guess.
 
@@ -44,6 +46,21 @@ GOALS = {
 }
 # Goals whose denominator is raftbroker's own figure (named here), not JetStream's.
 OWN_BASELINE = {"fsync_pipelined": "fsync_pipelined_without"}
+# Issue 36: the same librdkafka workloads (bench.kafka) against raftbroker's Kafka listener and
+# against Apache Kafka itself (3 KRaft nodes), as ratios of raftbroker's figure to Kafka's.
+GOALS_VS_KAFKA = {
+    "kafka_pipelined": ("pipelined acked records/s, 1 partition (kcat)", 1.0, "min"),
+    "kafka_pipelined_16": ("pipelined acked records/s, 16 partitions (kcat)", 1.0, "min"),
+    "kafka_consume": ("consume records/s, 1 partition (kcat)", 1.0, "min"),
+    "kafka_sequential_p50": ("sequential p50, ms (confluent-kafka, rounds)", 1.0, "max"),
+}
+# Issue 36's goals not measured yet: shown as such, never guessed.
+NOT_MEASURED_VS_KAFKA = (
+    "end-to-end p99 at a fixed rate (<= 1.0x)",
+    "failover, SIGKILL of a partition leader -> next ack (<= 0.3x)",
+    "pipelined with fsync before every ack on both sides (>= 1.0x)",
+    "idle CPU with 1,000 partitions (<= 1.0x; waits for the partition-scale issue)",
+)
 # Issue 23 (bench.groups): consumer groups, no goal stated; their ratios are shown beside.
 RATIOS_ONLY = ("groups_consume", "groups_takeover_median", "groups_takeover_max")
 # Which JetStream figure each Kafka-listener goal is measured against.
@@ -59,6 +76,7 @@ PEER_FIGURE = {
 ROUND_FIGURES = (
     ("raftbroker", "raftbroker", "sequential_p50", "raftbroker"),
     ("kafka", "raftbroker", "kafka_sequential_p50", "Kafka listener"),
+    ("apache_kafka", "apache_kafka", "kafka_sequential_p50", "Apache Kafka"),
     ("jetstream", "jetstream", "sequential_p50", "JetStream"),
 )
 
@@ -114,20 +132,22 @@ def ours_figures(ours: dict[str, Any]) -> dict[str, Any]:
 
 
 def kafka_figures(kafka: dict[str, Any]) -> dict[str, Any]:
-    """bench.kafka's figures: the one-partition cases for the goals, four beside them."""
+    """bench.kafka's figures (of either broker): the 1- and 16-partition cases."""
 
     def case(section: str, partitions: int) -> Any:
         cases = dig(kafka, section, "cases") or []
         found = [c["records_per_s"] for c in cases if c["partitions"] == partitions]
         return found[0] if found else None
 
+    pipelined = [c for c in dig(kafka, "pipelined", "cases") or [] if c["partitions"] == 1]
     return {
         "kafka_pipelined": case("pipelined", 1),
-        "kafka_pipelined_4": case("pipelined", 4),
+        "kafka_pipelined_16": case("pipelined", 16),
         "kafka_sequential_p50": dig(kafka, "sequential", "p50_ms"),
         "kafka_sequential_p99": dig(kafka, "sequential", "p99_ms"),
         "kafka_consume": case("consume", 1),
-        "kafka_consume_4": case("consume", 4),
+        "kafka_consume_16": case("consume", 16),
+        "kafka_pipelined_cpu": pipelined[0].get("cpu") if pipelined else None,
     }
 
 
@@ -186,8 +206,10 @@ def peer_figures(peer: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def goal(name: str, ours: float | None, peer: float | None) -> dict[str, Any]:
-    what, target, direction = GOALS[name]
+def goal(
+    name: str, ours: float | None, peer: float | None, goals: dict[str, Any] = GOALS
+) -> dict[str, Any]:
+    what, target, direction = goals[name]
     if ours is None or peer is None or peer == 0:
         return {"what": what, "ratio": None, "target": target, "met": None}
     ratio = ours / peer
@@ -195,26 +217,34 @@ def goal(name: str, ours: float | None, peer: float | None) -> dict[str, Any]:
     return {"what": what, "ratio": round(ratio, 2), "target": target, "met": met}
 
 
-def combine(
+def combine(  # noqa: PLR0917 - one report per side, in the order the run makes them
     ours: dict[str, Any],
     peer: dict[str, Any],
     kafka: dict[str, Any] | None = None,
     groups: dict[str, Any] | None = None,
     rounds: list[dict[str, Any]] | None = None,
+    apache: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     a = ours_figures(ours) | kafka_figures(kafka or {}) | group_figures(groups or {}, "raftbroker")
     b = peer_figures(peer) | group_figures(groups or {}, "jetstream")
-    medians = _with_rounds({"raftbroker": a, "jetstream": b}, rounds) if rounds else None
+    k = kafka_figures(apache or {})
+    sides = {"raftbroker": a, "jetstream": b, "apache_kafka": k}
+    medians = _with_rounds(sides, rounds) if rounds else None
     b |= {name: b[figure] for name, figure in PEER_FIGURE.items()}
     return {
-        "benchmark": "raftbroker vs NATS JetStream, same machine, same run",
+        "benchmark": "raftbroker vs Apache Kafka and NATS JetStream, same machine, same run",
         "machine": ours.get("machine") or peer.get("machine"),
         "raftbroker": {k: v for k, v in a.items() if not k.endswith("_case")},
         "jetstream": {k: v for k, v in b.items() if not k.endswith("_case")},
+        "apache_kafka": k,
         "goals": {
             name: goal(name, a[name], a[OWN_BASELINE[name]] if name in OWN_BASELINE else b[name])
             for name in GOALS
         },
+        "goals_vs_kafka": {
+            name: goal(name, a[name], k[name], GOALS_VS_KAFKA) for name in GOALS_VS_KAFKA
+        },
+        "not_measured_vs_kafka": list(NOT_MEASURED_VS_KAFKA),
         "ratios": {name: ratio(a[name], b[name]) for name in RATIOS_ONLY},
         "scaling": {
             str(p): (ours_pipelined(ours, p) or {}).get("records_per_s") for p in (1, 4, 16)
@@ -225,7 +255,11 @@ def combine(
             "jetstream": dig(b, "pipelined_case", "cpu"),
         },
         "sequential_rounds": {"rounds": rounds or [], "medians": medians},
-        "versions": {"jetstream": peer.get("versions"), "python": dig(ours, "machine", "python")},
+        "versions": {
+            "jetstream": peer.get("versions"),
+            "apache_kafka": (apache or {}).get("cluster"),
+            "python": dig(ours, "machine", "python"),
+        },
         "fsync_before_ack": {
             "raftbroker": "no (fsync = false, set for the comparison: an ack means a "
             "majority's page cache; the default fsync = true is in the fsync row and note)",
@@ -239,6 +273,7 @@ def combine(
             "raftbroker": ours.get("errors") or {},
             "jetstream": peer.get("errors") or {},
             "kafka": (kafka or {}).get("errors") or {},
+            "apache_kafka": (apache or {}).get("errors") or {},
             "groups": (groups or {}).get("errors") or {},
             "rounds": {
                 f"{number}-{side}": row[side]["errors"]
@@ -247,7 +282,13 @@ def combine(
                 if row[side].get("errors")
             },
         },
-        "reports": {"raftbroker": ours, "jetstream": peer, "kafka": kafka, "groups": groups},
+        "reports": {
+            "raftbroker": ours,
+            "jetstream": peer,
+            "kafka": kafka,
+            "apache_kafka": apache,
+            "groups": groups,
+        },
     }
 
 
@@ -302,10 +343,14 @@ def markdown(c: dict[str, Any]) -> str:
         ("consumer group: the same, max s", "groups_takeover_max", 2),
     ]
     lines = [
-        "# raftbroker vs NATS JetStream",
+        "# raftbroker vs Apache Kafka and NATS JetStream",
         "",
         "Generated by `python -m bench` (do not edit by hand). Same machine, one after the "
         "other, in one run.",
+        "",
+        *_kafka_table(c),
+        "",
+        "## raftbroker vs NATS JetStream",
         "",
         f"- Machine: {machine.get('cpu_count', '?')} CPUs, {machine.get('platform', '?')}, "
         f"Python {machine.get('python', '?')}.",
@@ -361,11 +406,12 @@ def markdown(c: dict[str, Any]) -> str:
         + f"; idle CPU per partition group per node: "
         f"{_n(dig(c, 'idle_cpu_percent_per_group', 'node1'), 2)}% of a core.",
         "",
-        "Kafka listener (librdkafka 2.x, `python -m bench.kafka`): pipelined with 4 partitions "
-        f"{_n(a.get('kafka_pipelined_4'))} acked records/s, consumed "
-        f"{_n(a.get('kafka_consume_4'))} records/s; sequential p99 "
-        f"{_n(a.get('kafka_sequential_p99'), 2)} ms. Its goals are ratios to the same "
-        "JetStream figures as above (one partition against one stream).",
+        "Kafka listener (librdkafka 2.x, `python -m bench.kafka`): pipelined with 16 "
+        f"partitions {_n(a.get('kafka_pipelined_16'))} acked records/s, consumed "
+        f"{_n(a.get('kafka_consume_16'))} records/s; sequential p99 "
+        f"{_n(a.get('kafka_sequential_p99'), 2)} ms. Its goals in this table are ratios to "
+        "the same JetStream figures as above (one partition against one stream); against "
+        "Apache Kafka, the table at the top.",
         "",
         _fsync_text(a, b, goals["fsync_pipelined"]),
         "",
@@ -375,6 +421,59 @@ def markdown(c: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+KAFKA_ROWS = (
+    ("pipelined, acked records/s, 1 partition (kcat)", "kafka_pipelined", 0),
+    ("pipelined, acked records/s, 16 partitions (kcat)", "kafka_pipelined_16", 0),
+    ("consume from the start, records/s, 1 partition (kcat)", "kafka_consume", 0),
+    ("consume from the start, records/s, 16 partitions (kcat)", "kafka_consume_16", 0),
+    ("sequential p50, ms (confluent-kafka, median of the rounds)", "kafka_sequential_p50", 2),
+    ("sequential p99, ms (confluent-kafka, scenario run)", "kafka_sequential_p99", 2),
+)
+
+
+def _kafka_table(c: dict[str, Any]) -> list[str]:
+    """Apache Kafka, the first peer: the same librdkafka workloads against both brokers."""
+    a, k, goals = c["raftbroker"], c["apache_kafka"], c["goals_vs_kafka"]
+    cluster = dig(c, "versions", "apache_kafka") or {}
+    lines = [
+        "## raftbroker vs Apache Kafka",
+        "",
+        f"- Apache Kafka {cluster.get('kafka', '?')} ({cluster.get('mode', '?')}; "
+        f"{cluster.get('java', '?')}, heap {cluster.get('heap_mb', '?')} MB per node, "
+        f"jars: {cluster.get('jars', '?')}); replication {cluster.get('replication', '?')}, "
+        f"`min.insync.replicas` {cluster.get('min.insync.replicas', '?')}, "
+        f"`log.flush.interval.messages` {cluster.get('log.flush.interval.messages', '?')}.",
+        "- raftbroker: the same 3 nodes as below, through its Kafka listener, fsync = false "
+        "(as Kafka's default, acknowledged from the page cache of a majority).",
+        "- The same client settings on both: librdkafka, `acks=all`, idempotence on, "
+        "`linger.ms` 5, 100-byte values, replication 3 (`python -m bench.kafka --broker ...`).",
+        "",
+        "| measure | raftbroker | Apache Kafka | ratio | goal | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, key, digits in KAFKA_ROWS:
+        g = goals.get(key)
+        goal_text = (
+            ""
+            if g is None
+            else f"{'>=' if GOALS_VS_KAFKA[key][2] == 'min' else '<='} {g['target']}x"
+        )
+        met = "" if g is None or g["met"] is None else ("yes" if g["met"] else "**no**")
+        shown = ratio(a.get(key), k.get(key)) if g is None else g["ratio"]
+        lines.append(
+            f"| {label} | {_n(a.get(key), digits)} | {_n(k.get(key), digits)} | "
+            f"{'' if shown is None else _n(shown, 2)} | {goal_text} | {met} |"
+        )
+    lines += [
+        "",
+        "Not measured against Apache Kafka yet: " + "; ".join(c["not_measured_vs_kafka"]) + ".",
+        "",
+        "CPU during the 1-partition pipelined run: raftbroker "
+        f"{_cpu(a.get('kafka_pipelined_cpu'))}; Apache Kafka {_cpu(k.get('kafka_pipelined_cpu'))}.",
+    ]
+    return lines
 
 
 def _rounds_text(c: dict[str, Any]) -> str:

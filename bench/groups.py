@@ -243,7 +243,9 @@ async def kafka_throughput(settings: Settings) -> dict[str, Any]:
     topic = "groups-throughput"
     async with fresh_cluster() as bench:
         await create_topic(bench, topic, PARTITIONS)
-        filled, _ = await kcat_produce(bench, topic, PARTITIONS, settings.kafka_fill_records)
+        filled, _ = await kcat_produce(
+            bench.local.kafka_bootstrap, topic, PARTITIONS, settings.kafka_fill_records
+        )
         async with running_group(kafka_argv(bench.local.kafka_bootstrap, topic)) as group:
             return await read_all(group, filled)
 
@@ -320,7 +322,9 @@ async def crash_cycles(
 
 async def steady_producer(bench: Any, topic: str, stop: asyncio.Event) -> int:
     failures = Failures()
-    producer = Producer({**producer_config(bench, 0), "on_delivery": failures})
+    producer = Producer(
+        {**producer_config(bench.local.kafka_bootstrap, 0), "on_delivery": failures}
+    )
     sent = 0
     while not stop.is_set():
         producer.produce(topic, value_of(sent))

@@ -39,20 +39,23 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import re
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from bench import apache_kafka, nodes
 from bench.harness import cpu_report, latency_summary_ms, reporter, sample_cpu, value_of
-from bench.nodes import BenchCluster, create_topic, fresh_cluster
+from bench.java import classpath
 
 VALUE_BYTES = 100
 BATCH_SIZE_BYTES = 1_000_000
@@ -73,23 +76,76 @@ class Settings:
     pipelined_records: int
     partitions: tuple[int, ...]
     sequential_records: int
+    broker: str = "raftbroker"
 
     @classmethod
-    def of(cls, quick: bool) -> Settings:
+    def of(cls, quick: bool, broker: str = "raftbroker") -> Settings:
         if quick:
-            return cls(True, 400_000, (1,), 200)
-        return cls(False, 6_000_000, (1, 4), 3_000)
+            return cls(True, 400_000, (1,), 200, broker)
+        return cls(False, 6_000_000, (1, 16), 3_000, broker)
 
 
 SCENARIOS = ("pipelined", "sequential")
+BROKERS = ("raftbroker", "apache-kafka")
+
+
+@dataclass(frozen=True, slots=True)
+class Brokers:
+    """A fresh cluster of either broker as the cases see it: Kafka's bootstrap addresses, the
+    processes whose CPU counts, and how a topic is created (replication 3, every partition led
+    and in sync when it returns)."""
+
+    name: str
+    bootstrap: tuple[str, ...]
+    pids: Callable[[], dict[str, int]]
+    create_topic: Callable[[str, int], Awaitable[None]]
+
+    def process_pids(self) -> dict[str, int]:
+        return {**self.pids(), "client": os.getpid()}
+
+
+@contextlib.asynccontextmanager
+async def fresh_brokers(name: str, *, fsync: bool = False) -> AsyncIterator[Brokers]:
+    """A new 3-node cluster of `name` (`BROKERS`), stopped by PID after."""
+    if name == "raftbroker":
+        extra = nodes.FSYNC_TOML if fsync else nodes.NO_FSYNC_TOML
+        async with nodes.fresh_cluster(extra) as ours:
+            yield Brokers(
+                name,
+                tuple(ours.local.kafka_bootstrap),
+                ours.node_pids,
+                lambda topic, partitions: nodes.create_topic(ours, topic, partitions),
+            )
+        return
+    assert name == "apache-kafka", name
+    async with apache_kafka.fresh_cluster(fsync=fsync) as kafka:
+        yield Brokers(
+            name,
+            tuple(kafka.bootstrap),
+            kafka.pids,
+            lambda topic, partitions: apache_kafka.create_topic(kafka, topic, partitions),
+        )
+
+
+def describe_brokers(name: str, *, fsync: bool = False) -> dict[str, Any]:
+    """What the report states of the cluster under test: versions and settings."""
+    if name == "apache-kafka":
+        return apache_kafka.describe(classpath(), fsync=fsync)
+    return {
+        "raftbroker": version("raftbroker"),
+        "nodes": nodes.NODES,
+        "replication": nodes.REPLICATION,
+        "fsync": fsync,
+        "python": sys.version.split()[0],
+    }
 
 
 progress = reporter("bench.kafka")
 
 
-def producer_config(bench: BenchCluster, linger_ms: float) -> dict[str, Any]:
+def producer_config(bootstrap: Sequence[str], linger_ms: float) -> dict[str, Any]:
     return {
-        "bootstrap.servers": ",".join(bench.local.kafka_bootstrap),
+        "bootstrap.servers": ",".join(bootstrap),
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": linger_ms,
@@ -112,9 +168,9 @@ class Failures:
             self.errors.append(str(error))
 
 
-def kcat_settings(bench: BenchCluster, linger_ms: float) -> list[str]:
+def kcat_settings(bootstrap: Sequence[str], linger_ms: float) -> list[str]:
     """librdkafka's settings for kcat: the producer's, as `-X` options."""
-    settings = {**producer_config(bench, linger_ms)}
+    settings = {**producer_config(bootstrap, linger_ms)}
     settings.pop("delivery.report.only.error")
     args = []
     for key, value in settings.items():
@@ -149,7 +205,7 @@ def lines_file(records: int) -> Iterator[Path]:
 
 
 async def kcat_produce(
-    bench: BenchCluster, topic: str, partitions: int, records: int
+    bootstrap: Sequence[str], topic: str, partitions: int, records: int
 ) -> tuple[int, float]:
     """kcat produces `records` records read from a file; (records, seconds from kcat's start
     until every record was acknowledged and kcat exited)."""
@@ -157,7 +213,7 @@ async def kcat_produce(
     with lines_file(records) as path, path.open("rb") as lines:
         start = time.monotonic()
         process = await asyncio.create_subprocess_exec(
-            "kcat", "-P", "-t", topic, "-p", partition, *kcat_settings(bench, LINGER_MS),
+            "kcat", "-P", "-t", topic, "-p", partition, *kcat_settings(bootstrap, LINGER_MS),
             stdin=lines,
             stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
@@ -173,13 +229,17 @@ async def kcat_produce(
     return records, elapsed
 
 
-async def pipelined_case(settings: Settings, partitions: int) -> tuple[dict[str, Any], Any]:
+async def pipelined_case(
+    settings: Settings, partitions: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
     topic = f"kafka-pipelined-{partitions}"
-    async with fresh_cluster() as bench:
-        await create_topic(bench, topic, partitions)
-        warm, _ = await kcat_produce(bench, topic, partitions, WARM_UP_RECORDS)
+    async with fresh_brokers(settings.broker) as bench:
+        await bench.create_topic(topic, partitions)
+        warm, _ = await kcat_produce(bench.bootstrap, topic, partitions, WARM_UP_RECORDS)
         before = sample_cpu(bench.process_pids())
-        sent, seconds = await kcat_produce(bench, topic, partitions, settings.pipelined_records)
+        sent, seconds = await kcat_produce(
+            bench.bootstrap, topic, partitions, settings.pipelined_records
+        )
         after = sample_cpu(bench.process_pids())
         report = {
             "partitions": partitions,
@@ -193,7 +253,7 @@ async def pipelined_case(settings: Settings, partitions: int) -> tuple[dict[str,
     return report, consume
 
 
-async def kcat_consume(bench: BenchCluster, topic: str, expected: int) -> float:
+async def kcat_consume(bench: Brokers, topic: str, expected: int) -> float:
     """Seconds for kcat to read `expected` records from the beginning of every partition (no
     group: it assigns them); it prints one byte a record, counted here. `-c`: kcat exits once
     it has read that many (and so flushes its buffered output); not `-e`, which stops at each
@@ -201,7 +261,7 @@ async def kcat_consume(bench: BenchCluster, topic: str, expected: int) -> float:
     election. Fewer records than expected: the read times out."""
     process = await asyncio.create_subprocess_exec(
         "kcat", "-C", "-q", "-o", "beginning", "-c", str(expected), "-t", topic, "-f", "x",
-        "-b", ",".join(bench.local.kafka_bootstrap),
+        "-b", ",".join(bench.bootstrap),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -222,7 +282,7 @@ async def kcat_consume(bench: BenchCluster, topic: str, expected: int) -> float:
 
 
 async def consume_case(
-    bench: BenchCluster, topic: str, partitions: int, expected: int
+    bench: Brokers, topic: str, partitions: int, expected: int
 ) -> dict[str, Any]:
     before = sample_cpu(bench.process_pids())
     seconds = await kcat_consume(bench, topic, expected)
@@ -254,10 +314,10 @@ def sequential_latencies(producer: Producer, topic: str, count: int) -> list[flo
 
 async def sequential_case(settings: Settings) -> dict[str, Any]:
     topic = "kafka-sequential"
-    async with fresh_cluster() as bench:
-        await create_topic(bench, topic, 1)
+    async with fresh_brokers(settings.broker) as bench:
+        await bench.create_topic(topic, 1)
         failures = Failures()
-        producer = Producer({**producer_config(bench, 0), "on_delivery": failures})
+        producer = Producer({**producer_config(bench.bootstrap, 0), "on_delivery": failures})
         await asyncio.to_thread(sequential_latencies, producer, topic, 100)  # warm-up
         latencies = await asyncio.to_thread(
             sequential_latencies, producer, topic, settings.sequential_records
@@ -268,7 +328,8 @@ async def sequential_case(settings: Settings) -> dict[str, Any]:
 
 
 async def run(settings: Settings, names: tuple[str, ...] = SCENARIOS) -> dict[str, Any]:
-    report: dict[str, Any] = {"quick": settings.quick, "errors": {}}
+    report: dict[str, Any] = {"quick": settings.quick, "broker": settings.broker, "errors": {}}
+    report["cluster"] = await asyncio.to_thread(describe_brokers, settings.broker)
     if "pipelined" in names:
         await pipelined_cases(settings, report)
     if "sequential" in names:
@@ -313,6 +374,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path)
     parser.add_argument(
+        "--broker",
+        choices=BROKERS,
+        default="raftbroker",
+        help="the cluster under test: raftbroker's Kafka listener, or Apache Kafka itself "
+        "(three KRaft nodes from Maven Central's jars: Java 17+ and Maven)",
+    )
+    parser.add_argument(
         "--scenarios",
         default=",".join(SCENARIOS),
         help=f"comma-separated subset of {','.join(SCENARIOS)} (default: all; pipelined "
@@ -323,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(names) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios: {sorted(unknown)}")
-    report = asyncio.run(run(Settings.of(args.quick), names))
+    report = asyncio.run(run(Settings.of(args.quick, args.broker), names))
     text = json.dumps(report, indent=2)
     if args.out:
         args.out.write_text(text + "\n")

@@ -1,4 +1,5 @@
-"""Topics through Kafka's protocol: CreateTopics, DeleteTopics, and creation on first use.
+"""Topics through Kafka's protocol: CreateTopics, DeleteTopics, creation on first use, and
+DescribeConfigs.
 
 Role: the topic administration of a node's Kafka listener (its frontend, frontend.py, hands
 these requests here), proposing through the broker core (`Broker.create_topic`) as every
@@ -18,6 +19,11 @@ Rules:
   valid topic name is answered INVALID_TOPIC_EXCEPTION, and nothing is created.
 - A topic's Kafka id (a UUID) is derived from the cluster id and its topic id, the same on
   every node.
+- DescribeConfigs shows a topic's configs and a node's as the broker core lists them
+  (cluster/broker/configs.py), for topics and brokers (this node: its id, or "" as Kafka's
+  default resource); other resource types are INVALID_REQUEST, a topic that does not exist
+  UNKNOWN_TOPIC_OR_PARTITION. `configuration_keys` picks some (an unknown key is left out, as
+  Kafka leaves it out); synonyms and documentation are not kept, so none are sent.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping
 
+from cluster.broker.configs import ConfigEntry, node_configs, topic_configs
 from cluster.broker.core import Broker
 from cluster.errors import RaftbrokerError, RequestRefusedError, quoted
 from cluster.kafka import messages as m
@@ -185,6 +192,33 @@ class KafkaTopics:
             results.append(await self._delete(one, topic))
         return m.DeleteTopicsResponse(tuple(results))
 
+    @serves(m.DescribeConfigsRequest)
+    async def describe_configs(
+        self, request: m.DescribeConfigsRequest, _call: Call
+    ) -> m.DescribeConfigsResponse:
+        topics, _registered = await self.broker.topics_and_brokers()
+        return m.DescribeConfigsResponse(tuple(self._configs(r, topics) for r in request.resources))
+
+    def _configs(
+        self, resource: m.DescribeConfigsResource, topics: Mapping[str, TopicInfo]
+    ) -> m.DescribeConfigsResult:
+        batch_bytes_max = self._limits.batch_bytes_max
+        name = resource.resource_name
+        if resource.resource_type == m.RESOURCE_TOPIC:
+            topic = topics.get(name)
+            if topic is None:
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                return _undescribed(resource, error, f"topic {quoted(name)} does not exist")
+            return _described(resource, topic_configs(topic, batch_bytes_max))
+        if resource.resource_type == m.RESOURCE_BROKER:
+            node_id = str(self.broker.node.config.node_id)
+            if name not in ("", node_id):
+                problem = f"this is broker {node_id}: ask broker {quoted(name)} for its configs"
+                return _undescribed(resource, ErrorCode.INVALID_REQUEST, problem)
+            return _described(resource, node_configs(self._defaults, batch_bytes_max))
+        problem = f"configs of resource type {resource.resource_type}: only topics and brokers"
+        return _undescribed(resource, ErrorCode.INVALID_REQUEST, problem)
+
     async def _delete(
         self, asked: m.DeleteTopicState, topic: TopicInfo | None
     ) -> m.DeletableTopicResult:
@@ -197,6 +231,28 @@ class KafkaTopics:
         except RaftbrokerError as exc:
             return m.DeletableTopicResult(topic.name, exc.error, topic_id, exc.message)
         return m.DeletableTopicResult(topic.name, ErrorCode.NONE, topic_id)
+
+
+def _described(
+    resource: m.DescribeConfigsResource, entries: tuple[ConfigEntry, ...]
+) -> m.DescribeConfigsResult:
+    keys = resource.configuration_keys
+    chosen = entries if keys is None else tuple(e for e in entries if e.name in keys)
+    configs = tuple(
+        m.DescribeConfigsResourceResult(
+            e.name, e.value, e.read_only, int(e.source), config_type=int(e.type)
+        )
+        for e in chosen
+    )
+    return m.DescribeConfigsResult(
+        ErrorCode.NONE, None, resource.resource_type, resource.resource_name, configs
+    )
+
+
+def _undescribed(
+    resource: m.DescribeConfigsResource, error: ErrorCode, message: str
+) -> m.DescribeConfigsResult:
+    return m.DescribeConfigsResult(error, message, resource.resource_type, resource.resource_name)
 
 
 def _created(name: str, error: ErrorCode, message: str) -> m.CreatableTopicResult:

@@ -54,6 +54,10 @@ NOT_RUN = {
     ("README.md", "make demo"): "CI runs both commands itself (.ci/run); make demo is the main job",
     ("README.md", "node_id = 1"): "the configuration reference: test_config_reference.py reads it",
     ("README.md", "client (Producer"): "a diagram",
+    ("README.md", "B=127.0.0.2:9092"): (
+        "Kafka's distribution (bin/kafka-*.sh) is not installed here: test_kafka_tools.py runs "
+        "each of these tools, as classes of kafka-tools, against a cluster"
+    ),
     ("README.md", "make test "): "the test suite itself",
     ("README.md", "raftbroker chaos run --duration 600"): "10 minutes long (CI: tests/chaos)",
     ("README.md", "raftbroker pipeline run audit merchant-totals"): (

@@ -84,13 +84,13 @@ def kafka() -> dict[str, Any]:
         "pipelined": {
             "cases": [
                 {"partitions": 1, "records_per_s": 600_000},
-                {"partitions": 4, "records_per_s": 700_000},
+                {"partitions": 16, "records_per_s": 700_000},
             ]
         },
         "consume": {
             "cases": [
                 {"partitions": 1, "records_per_s": 1_500_000},
-                {"partitions": 4, "records_per_s": 1_300_000},
+                {"partitions": 16, "records_per_s": 1_300_000},
             ]
         },
         "sequential": {"p50_ms": 0.6, "p99_ms": 1.5},
@@ -108,7 +108,47 @@ def test_the_kafka_listener_goals_pair_its_one_partition_with_jetstreams_one_str
     assert (
         "| Kafka listener, kcat: pipelined acked records/s (1 partition) | 600,000 | 15,000" in text
     )
-    assert "pipelined with 4 partitions 700,000" in text
+    assert "pipelined with 16 partitions 700,000" in text
+
+
+def apache_kafka() -> dict[str, Any]:
+    """bench.kafka's report against Apache Kafka: the same cases, its own figures."""
+    return {
+        "broker": "apache-kafka",
+        "cluster": {"kafka": "4.4.0", "mode": "KRaft combined", "heap_mb": 1024},
+        "pipelined": {
+            "cases": [
+                {"partitions": 1, "records_per_s": 500_000},
+                {"partitions": 16, "records_per_s": 1_000_000},
+            ]
+        },
+        "consume": {
+            "cases": [
+                {"partitions": 1, "records_per_s": 2_000_000},
+                {"partitions": 16, "records_per_s": 1_000_000},
+            ]
+        },
+        "sequential": {"p50_ms": 2.4, "p99_ms": 8.0},
+    }
+
+
+def test_apache_kafka_is_the_first_peer_its_goals_ratios_of_the_same_workloads() -> None:
+    combined = compare.combine(ours(), peer(), kafka(), apache=apache_kafka())
+    goals = combined["goals_vs_kafka"]
+    assert goals["kafka_pipelined"] == {**goals["kafka_pipelined"], "ratio": 1.2, "met": True}
+    assert goals["kafka_pipelined_16"] == {**goals["kafka_pipelined_16"], "ratio": 0.7}
+    assert goals["kafka_pipelined_16"]["met"] is False
+    assert goals["kafka_consume"]["ratio"] == 0.75 and goals["kafka_consume"]["met"] is False
+    assert goals["kafka_sequential_p50"]["ratio"] == 0.25
+    assert goals["kafka_sequential_p50"]["met"] is True
+    text = compare.markdown(combined)
+    assert text.index("## raftbroker vs Apache Kafka") < text.index("## raftbroker vs NATS")
+    assert "| pipelined, acked records/s, 1 partition (kcat) | 600,000 | 500,000 | 1.20 |" in text
+    assert "Apache Kafka 4.4.0 (KRaft combined;" in text
+    assert "Not measured against Apache Kafka yet: end-to-end p99" in text
+    # Without Apache Kafka's report, its goals are not measured, never guessed.
+    alone = compare.combine(ours(), peer(), kafka())["goals_vs_kafka"]
+    assert all(g["met"] is None for g in alone.values())
 
 
 def test_without_a_kafka_report_its_goals_are_not_measured() -> None:
@@ -189,6 +229,7 @@ def test_the_sequential_goals_compare_each_sides_median_over_the_rounds() -> Non
     assert combined["sequential_rounds"]["medians"] == {
         "raftbroker": 0.5,
         "kafka": 0.5,
+        "apache_kafka": None,  # these rounds did not run it
         "jetstream": 0.5,
     }
     goals = combined["goals"]
@@ -201,7 +242,8 @@ def test_the_sequential_goals_compare_each_sides_median_over_the_rounds() -> Non
     )
     assert ours_side["kafka_sequential_p50_scenario"] == 0.9
     text = compare.markdown(combined)
-    assert "round 2: raftbroker 0.700, Kafka listener 0.500, JetStream 0.400" in text
+    round_2 = "round 2: raftbroker 0.700, Kafka listener 0.500, Apache Kafka -, JetStream 0.400"
+    assert round_2 in text
     assert "In the scenario runs, minutes apart: raftbroker 1.20" in text
 
 
@@ -211,6 +253,7 @@ def test_a_side_that_failed_a_round_is_judged_on_the_rounds_it_ran() -> None:
     assert combined["sequential_rounds"]["medians"] == {
         "raftbroker": 0.6,
         "kafka": None,
+        "apache_kafka": None,
         "jetstream": 0.6,
     }
     assert combined["goals"]["kafka_sequential_p50"]["met"] is None  # not measured, not 0.9

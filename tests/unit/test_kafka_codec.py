@@ -45,6 +45,14 @@ REQUESTS: dict[m.Api, m.RequestBody] = {
         allow_auto_topic_creation=False,
     ),
     m.Api.DESCRIBE_CLUSTER: m.DescribeClusterRequest(True, 1, True),
+    m.Api.DESCRIBE_CONFIGS: m.DescribeConfigsRequest(
+        (
+            m.DescribeConfigsResource(m.RESOURCE_TOPIC, "orders", ("retention.ms",)),
+            m.DescribeConfigsResource(m.RESOURCE_BROKER, "1"),
+        ),
+        True,
+        True,
+    ),
     m.Api.CREATE_TOPICS: m.CreateTopicsRequest(
         (
             m.CreatableTopic(
@@ -153,6 +161,19 @@ RESPONSES: dict[m.Api, m.ResponseBody] = {
     ),
     m.Api.DESCRIBE_CLUSTER: m.DescribeClusterResponse(
         0, "raftbroker", (m.DescribeClusterBroker(1, "127.0.0.2", 9092),), 1
+    ),
+    m.Api.DESCRIBE_CONFIGS: m.DescribeConfigsResponse(
+        (
+            m.DescribeConfigsResult(
+                0,
+                None,
+                m.RESOURCE_TOPIC,
+                "orders",
+                (m.DescribeConfigsResourceResult("retention.ms", "60000", False, 1, False, (), 5),),
+            ),
+            m.DescribeConfigsResult(3, "no such topic", m.RESOURCE_TOPIC, "gone"),
+        ),
+        7,
     ),
     m.Api.CREATE_TOPICS: m.CreateTopicsResponse(
         (

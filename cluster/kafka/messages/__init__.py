@@ -4,8 +4,8 @@ its fields the union of every version we support.
 Role: the vocabulary shared by the codec (cluster/kafka/codec/, the only package that knows
 kio, which has one generated class per message *and version*) and the frontend, which reads
 requests and builds responses without knowing which version is on the wire. One module per
-family of APIs (as aiokafka's protocol/): `cluster`, `topics`, `records`, `producers`,
-`groups`; this package gathers them, and builds the table of every request served
+family of APIs (as aiokafka's protocol/): `cluster`, `configs`, `topics`, `records`,
+`producers`, `groups`; this package gathers them, and builds the table of every request served
 (`REQUESTS`) from the request classes themselves (cluster/kafka/messages/base.py).
 
 Rules:
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
 
-from cluster.kafka.messages import cluster, groups, producers, records, topics
+from cluster.kafka.messages import cluster, configs, groups, producers, records, topics
 from cluster.kafka.messages.base import (
     NO_TOPIC_ID,
     Api,
@@ -50,6 +50,16 @@ from cluster.kafka.messages.cluster import (
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
+)
+from cluster.kafka.messages.configs import (
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    DescribeConfigsSynonym,
 )
 from cluster.kafka.messages.groups import (
     NO_GENERATION,
@@ -170,7 +180,7 @@ def _requests(*modules: ModuleType) -> MappingProxyType[Api, type[Request]]:
 
 # Every request this listener serves, by API: the one table (the codec's versions, the
 # dispatch, the messages of each API are read from it).
-REQUESTS = _requests(cluster, topics, records, producers, groups)
+REQUESTS = _requests(cluster, configs, topics, records, producers, groups)
 MESSAGES: MappingProxyType[Api, tuple[type[Request], type[Response]]] = MappingProxyType(
     {api: (cls, cls.RESPONSE) for api, cls in REQUESTS.items()}
 )
@@ -200,6 +210,8 @@ __all__ = [
     "NO_LEADER",
     "NO_TOPIC_ID",
     "REQUESTS",
+    "RESOURCE_BROKER",
+    "RESOURCE_TOPIC",
     "UNKNOWN_MEMBER_ID",
     "AbortedTransaction",
     "AddOffsetsToTxnRequest",
@@ -232,6 +244,12 @@ __all__ = [
     "DescribeClusterBroker",
     "DescribeClusterRequest",
     "DescribeClusterResponse",
+    "DescribeConfigsRequest",
+    "DescribeConfigsResource",
+    "DescribeConfigsResourceResult",
+    "DescribeConfigsResponse",
+    "DescribeConfigsResult",
+    "DescribeConfigsSynonym",
     "DescribeGroupsRequest",
     "DescribeGroupsResponse",
     "DescribeProducersRequest",

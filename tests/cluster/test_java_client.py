@@ -1,0 +1,209 @@
+"""Kafka's reference Java client (kafka-clients 4.x) against the Kafka listener.
+
+The strictest Kafka client there is: it validates what it negotiates and what it is sent. Its
+idempotent producer rides out a SIGKILL of the partition leader (every record once, in the
+order sent); a consumer group of two members with commits loses nothing when one of them is
+killed; the AdminClient creates, describes and deletes topics, describes the cluster, lists
+and describes groups and lists offsets. The API versions it was offered are read from its log
+(`NetworkClient` at DEBUG): exactly what the listener serves, and of each it uses our newest
+(README's table: the Java client's column is each API's newest version).
+
+One JVM per client (`tests.kafka_java`), started from `java/ClientDriver.java`; the module is
+skipped with the reason where Java or Maven is missing (required in CI).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cluster.client import Client
+from cluster.kafka.codec.headers import SUPPORTED
+from cluster.local import launcher
+from tests.kafka_java import REPO, Event, JavaClient, JavaClients, java_clients
+from tests.polling import apoll_until, poll_until
+
+RECORDS = 1_000
+PACE_MS = 2  # about 2 s of sending: the kill, after the first 100 acks, falls inside it
+GROUP_RECORDS = 200  # per partition
+# NetworkClient's DEBUG line on each node's ApiVersions answer: "API versions: (Produce(0): 3
+# to 12 [usable: 12], ..., SaslHandshake(17): UNSUPPORTED, ..., DescribeProducers(61): 0
+# [usable: 0], ...)".
+OFFERED = re.compile(r"\w+\((\d+)\): (\d+)(?: to (\d+))? \[usable: (\d+)\]")
+
+
+@pytest.fixture(scope="module")
+def java(group_cluster: launcher.LocalCluster) -> Iterator[JavaClients]:
+    assert group_cluster.kafka_bootstrap
+    yield from java_clients(group_cluster.kafka_bootstrap)
+
+
+async def _leader(cluster: launcher.LocalCluster, topic: str, partition: int) -> int:
+    client = Client(cluster.bootstrap, request_timeout_s=5)
+
+    async def known() -> int:  # 0 (falsy) while there is none: node ids start at 1
+        partitions = (await client.refresh([topic])).topics[0].partitions
+        return max(0, partitions[partition].leader_id) if len(partitions) > partition else 0
+
+    try:
+        return await apoll_until(known, 30, f"a leader for {topic}-{partition}")
+    finally:
+        await client.close()
+
+
+def restart_dead(cluster: launcher.LocalCluster) -> None:
+    current = cluster.current()
+    for node in current.nodes:
+        if not launcher.alive(node.pid):
+            current = launcher.restart_node(current, node.node_id)
+    asyncio.run(launcher.wait_ready(current, 60))
+
+
+def test_the_idempotent_producer_rides_out_a_leader_kill_every_record_once_in_order(
+    group_cluster: launcher.LocalCluster, java: JavaClients
+) -> None:
+    client = java.start()
+    client.call({"op": "admin", "action": "create_topic", "topic": "java-kill", "partitions": 1})
+    leader = asyncio.run(_leader(group_cluster, "java-kill", 0))
+    killed: list[int] = []
+
+    def on_event(event: Event) -> None:
+        if event["event"] == "acked" and not killed:  # the first hundred are in: kill now
+            node = next(n for n in group_cluster.current().nodes if n.node_id == leader)
+            launcher.kill(node.pid, signal.SIGKILL, wait_s=10)
+            killed.append(node.node_id)
+
+    try:
+        request = {"op": "produce", "topic": "java-kill", "count": RECORDS, "prefix": "k"}
+        answer = client.call({**request, "pace_ms": PACE_MS}, on_event)
+    finally:
+        restart_dead(group_cluster)
+    assert killed == [leader]
+    assert answer["errors"] == [] and answer["acked"] == RECORDS, answer
+    assert answer["offsets"] == [0, RECORDS - 1], answer
+    read = client.call({"op": "consume", "topic": "java-kill", "count": RECORDS + 1,
+                        "group": None, "timeout_ms": 5_000})  # fmt: skip
+    assert read["values"] == [f"k-{i}" for i in range(RECORDS)]
+
+
+def test_a_group_of_two_loses_nothing_when_a_member_is_killed(
+    group_cluster: launcher.LocalCluster, java: JavaClients
+) -> None:
+    """Two members share 4 partitions (the client's default assignors: range first) and
+    commit what they read; one is SIGKILLed (no LeaveGroup: its session must expire) and the
+    survivor reads on from the killed one's last commits."""
+    admin = java.start()
+    topic, group = "java-group", "java-members"
+    admin.call({"op": "admin", "action": "create_topic", "topic": topic, "partitions": 4})
+    first, second = java.start(), java.start()
+    seen: dict[JavaClient, list[Event]] = {first: [], second: []}
+    for member in (first, second):
+        member.send({"op": "member", "topic": topic, "group": group})
+
+    def split() -> bool:
+        described = admin.call({"op": "admin", "action": "describe_group", "group": group})
+        return described["members"] == 2 and len(described["assigned"]) == 4
+
+    poll_until(split, 60, "two members sharing the 4 partitions")
+    produce_each(admin, topic, "a")
+
+    def both_read() -> bool:
+        for member, events in seen.items():
+            drain(member, events)
+        return all(seen.values())
+
+    poll_until(both_read, 60, "both members reading")
+    first.kill()
+    produce_each(admin, topic, "b")
+    expected = {f"{prefix}-{p}-{i}" for prefix in "ab" for p in range(4)
+                for i in range(GROUP_RECORDS)}  # fmt: skip
+
+    def survivor_read_the_rest() -> bool:
+        drain(second, seen[second])
+        return {e["value"] for events in seen.values() for e in events} >= expected
+
+    poll_until(survivor_read_the_rest, 60, "the survivor reading the killed member's partitions")
+    described = admin.call({"op": "admin", "action": "describe_group", "group": group})
+    assert described["members"] == 1 and len(described["assigned"]) == 4, described
+    assert sorted(described["committed"].values()) == [2 * GROUP_RECORDS] * 4, described
+    read_by = Counter(e["value"] for events in seen.values() for e in events)
+    assert set(read_by) == expected  # nothing else; a record read twice is at-least-once
+    assert group in admin.call({"op": "admin", "action": "list_groups"})["groups"]
+    second.send({"op": "stop"})
+
+
+def produce_each(client: JavaClient, topic: str, prefix: str) -> None:
+    for partition in range(4):
+        request = {"op": "produce", "topic": topic, "partition": partition,
+                   "count": GROUP_RECORDS, "prefix": f"{prefix}-{partition}"}  # fmt: skip
+        answer = client.call(request)
+        assert answer["errors"] == [] and answer["acked"] == GROUP_RECORDS, answer
+
+
+def drain(member: JavaClient, events: list[Event]) -> None:
+    """The record events the member has sent so far, into `events`."""
+    while not member.lines.empty():
+        event = member.next_line(1.0)
+        assert event.get("event") == "record", event
+        events.append(event)
+
+
+def test_the_admin_client_manages_topics_and_reads_the_cluster(
+    group_cluster: launcher.LocalCluster, java: JavaClients
+) -> None:
+    admin = java.start()
+
+    def call(**request: Any) -> Event:
+        return admin.call({"op": "admin", **request})
+
+    call(action="create_topic", topic="java-admin", partitions=3)
+
+    def led() -> Event | None:
+        # As with Kafka, a topic is created before its partitions are led and their replicas
+        # in sync (its AdminClient's documentation: it may take a while).
+        described = call(action="describe_topic", topic="java-admin")
+        parts = described["partitions"]
+        return described if all(p["leader"] > 0 and len(p["isr"]) == 3 for p in parts) else None
+
+    described = poll_until(led, 30, "java-admin's partitions led, every replica in sync")
+    assert [p["partition"] for p in described["partitions"]] == [0, 1, 2]
+    for part in described["partitions"]:
+        assert part["leader"] in part["replicas"] and sorted(part["isr"]) == [1, 2, 3], part
+    cluster = call(action="describe_cluster")
+    assert sorted(n["id"] for n in cluster["nodes"]) == [1, 2, 3]
+    assert cluster["controller"] in (1, 2, 3) and cluster["cluster_id"]
+    admin.call({"op": "produce", "topic": "java-admin", "partition": 1, "count": 5})
+    offsets = call(action="list_offsets", topic="java-admin", partitions=3)
+    assert offsets == {"earliest": {"0": 0, "1": 0, "2": 0},
+                       "latest": {"0": 0, "1": 5, "2": 0}, "ok": True}  # fmt: skip
+    call(action="delete_topic", topic="java-admin")
+    admin.send({"op": "admin", "action": "describe_topic", "topic": "java-admin"})
+    answer = admin.answer()
+    assert "UnknownTopicOrPartitionException" in answer.get("cause", ""), answer
+    assert_newest_versions_used(admin.log)
+
+
+def assert_newest_versions_used(log: str) -> None:
+    """The client saw exactly what the listener serves (`SUPPORTED`: README's table) and
+    chose our newest version of every API: it knows newer ones of each."""
+    line = next((x for x in log.splitlines() if "API versions: (" in x), None)
+    assert line is not None, log[-2000:]
+    offered = {int(key): (int(low), int(high or low), int(usable))
+               for key, low, high, usable in OFFERED.findall(line)}  # fmt: skip
+    served = {key: (v.min_version, v.max_version) for key, v in SUPPORTED.items()}
+    assert {key: (low, high) for key, (low, high, _) in offered.items()} == served
+    assert all(usable == high for _, high, usable in offered.values()), offered
+    assert readme_java_column() == {key: high for key, (_, high) in served.items()}
+
+
+def readme_java_column() -> dict[int, int]:
+    """README's table of the Kafka listener's APIs: the Java client's column, by API key."""
+    text = (REPO / "README.md").read_text()
+    rows = re.findall(r"^\| [A-Za-z]+ \((\d+)\) \|.*\| (\d+) \|$", text, re.M)
+    return {int(key): int(version) for key, version in rows}

@@ -1,0 +1,120 @@
+"""Kafka's own command-line tools (kafka-tools 4.x, from Maven Central) against the Kafka
+listener, as README's "Using Kafka's own tools" shows them: kafka-topics, the console producer
+and consumer, kafka-consumer-groups, kafka-get-offsets and kafka-producer-perf-test.
+
+Each tool runs as its class on the classpath `bench.java` resolves (`tests.kafka_java`), one JVM
+a call, against the module's cluster; skipped with the reason where Java or Maven is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
+from confluent_kafka.cimpl import NewTopic
+
+from bench.java import Jars
+from cluster.local import launcher
+from tests.kafka_java import jars_or_skip, kafka_tool
+from tests.polling import poll_until
+
+TOPICS = "org.apache.kafka.tools.TopicCommand"
+PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
+CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
+PERF = "org.apache.kafka.tools.ProducerPerformance"
+TIMEOUT_S = 30
+
+
+@pytest.fixture(scope="module")
+def jars() -> Jars:
+    return jars_or_skip()
+
+
+@pytest.fixture(scope="module")
+def bootstrap(three_nodes: launcher.LocalCluster) -> str:
+    return ",".join(three_nodes.kafka_bootstrap)
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-3000:]}"
+    return done.stdout
+
+
+def test_topics_console_producer_and_consumer_groups_and_offsets(
+    jars: Jars, bootstrap: str
+) -> None:
+    b = ("--bootstrap-server", bootstrap)
+    ok(kafka_tool(jars, TOPICS, *b, "--create", "--topic", "tools", "--partitions", "3",
+                  "--replication-factor", "3"))  # fmt: skip
+    assert "tools" in ok(kafka_tool(jars, TOPICS, *b, "--list")).split()
+    described = ok(kafka_tool(jars, TOPICS, *b, "--describe", "--topic", "tools"))
+    assert re.search(r"Topic: tools\s+TopicId: \S+\s+PartitionCount: 3\s+ReplicationFactor: 3",
+                     described), described  # fmt: skip
+    lines = [f"key-{i}:value-{i}" for i in range(30)]
+    ok(kafka_tool(jars, PRODUCER, *b, "--topic", "tools", "--reader-property",
+                  "parse.key=true", "--reader-property", "key.separator=:",
+                  stdin="\n".join(lines) + "\n"))  # fmt: skip
+    consumed = ok(kafka_tool(jars, CONSUMER, *b, "--topic", "tools", "--from-beginning",
+                             "--max-messages", "30", "--group", "tools-group",
+                             "--formatter-property", "print.key=true",
+                             "--formatter-property", "key.separator=:",
+                             "--timeout-ms", "30000"))  # fmt: skip
+    assert sorted(consumed.split()) == sorted(lines)
+    assert "tools-group" in ok(kafka_tool(jars, GROUPS, *b, "--list")).split()
+    group = ok(kafka_tool(jars, GROUPS, *b, "--describe", "--group", "tools-group"))
+    rows = [line.split() for line in group.splitlines() if line.startswith("tools-group")]
+    # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...: every record committed.
+    assert sorted(int(r[3]) for r in rows) == sorted(int(r[4]) for r in rows), group
+    assert sum(int(r[4]) for r in rows) == 30 and all(r[5] == "0" for r in rows), group
+    offsets = ok(kafka_tool(jars, OFFSETS, *b, "--topic", "tools"))  # "tools:P:END" a line
+    assert sorted(line.rsplit(":", 2)[1] for line in offsets.split()) == ["0", "1", "2"]
+    assert sum(int(line.rsplit(":", 1)[1]) for line in offsets.split()) == 30, offsets
+    ok(kafka_tool(jars, TOPICS, *b, "--delete", "--topic", "tools"))
+
+
+def test_describe_configs_shows_what_the_topic_and_node_do(bootstrap: str) -> None:
+    """DescribeConfigs (kafka-topics --describe and kafka-configs read it): the retention set
+    at creation as the topic's own, the rest as raftbroker does it, read-only."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic("configured", 1, 3, config={"retention.ms": "60000"})
+    admin.create_topics([new])["configured"].result(TIMEOUT_S)
+    topic = ConfigResource(ResourceType.TOPIC, "configured")
+    broker = ConfigResource(ResourceType.BROKER, "1")
+
+    def described() -> dict[str, Any] | None:
+        # Every node knows of the topic a moment after its creation (as with Kafka).
+        with contextlib.suppress(KafkaException):
+            found: dict[str, Any] = admin.describe_configs([topic])[topic].result(TIMEOUT_S)
+            return found
+        return None
+
+    configs = poll_until(described, TIMEOUT_S, "the new topic's configs")
+    assert configs["retention.ms"].value == "60000" and not configs["retention.ms"].is_default
+    assert configs["retention.bytes"].value == "-1" and configs["retention.bytes"].is_default
+    assert (
+        configs["min.insync.replicas"].value == "2" and configs["min.insync.replicas"].is_read_only
+    )
+    assert configs["cleanup.policy"].value == "delete"
+    assert configs["max.message.bytes"].value == str(1024 * 1024)
+    node = admin.describe_configs([broker])[broker].result(TIMEOUT_S)
+    assert node["default.replication.factor"].value == "3"
+    missing = ConfigResource(ResourceType.TOPIC, "no-such-topic")
+    with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
+        admin.describe_configs([missing])[missing].result(TIMEOUT_S)
+
+
+def test_producer_perf_test_acks_every_record(jars: Jars, bootstrap: str) -> None:
+    ok(kafka_tool(jars, TOPICS, "--bootstrap-server", bootstrap, "--create", "--topic", "perf"))
+    out = ok(kafka_tool(jars, PERF, "--topic", "perf", "--num-records", "20000",
+                        "--record-size", "100", "--throughput", "-1", "--producer-props",
+                        f"bootstrap.servers={bootstrap}", "acks=all",
+                        "enable.idempotence=true"))  # fmt: skip
+    # Its last line: "20000 records sent, N records/sec (...), ... ms avg latency, ..."
+    assert re.search(r"^20000 records sent, [\d.]+ records/sec", out, re.M), out
