@@ -183,8 +183,14 @@ def test_the_admin_client_manages_topics_and_reads_the_cluster(
     assert offsets == {"earliest": {"0": 0, "1": 0, "2": 0},
                        "latest": {"0": 0, "1": 5, "2": 0}, "ok": True}  # fmt: skip
     call(action="delete_topic", topic="java-admin")
-    admin.send({"op": "admin", "action": "describe_topic", "topic": "java-admin"})
-    answer = admin.answer()
+
+    def gone() -> Event | None:
+        # Every node applies the deletion a moment after it is committed (as with Kafka).
+        admin.send({"op": "admin", "action": "describe_topic", "topic": "java-admin"})
+        answer = admin.answer()
+        return answer if "error" in answer else None
+
+    answer = poll_until(gone, 30, "java-admin gone from every node")
     assert "UnknownTopicOrPartitionException" in answer.get("cause", ""), answer
     assert_newest_versions_used(admin.log)
 

@@ -53,8 +53,15 @@ def test_topics_console_producer_and_consumer_groups_and_offsets(
     b = ("--bootstrap-server", bootstrap)
     ok(kafka_tool(jars, TOPICS, *b, "--create", "--topic", "tools", "--partitions", "3",
                   "--replication-factor", "3"))  # fmt: skip
-    assert "tools" in ok(kafka_tool(jars, TOPICS, *b, "--list")).split()
-    described = ok(kafka_tool(jars, TOPICS, *b, "--describe", "--topic", "tools"))
+
+    def listed() -> bool:
+        # Every node knows of a new topic a moment after its creation (as with Kafka): each
+        # tool asks whichever node it reaches first.
+        done = kafka_tool(jars, TOPICS, *b, "--list")
+        return done.returncode == 0 and "tools" in done.stdout.split()
+
+    poll_until(listed, TIMEOUT_S, "the new topic listed")
+    described = poll_until(lambda: _described(jars, b), TIMEOUT_S, "the new topic described")
     assert re.search(r"Topic: tools\s+TopicId: \S+\s+PartitionCount: 3\s+ReplicationFactor: 3",
                      described), described  # fmt: skip
     lines = [f"key-{i}:value-{i}" for i in range(30)]
@@ -77,6 +84,11 @@ def test_topics_console_producer_and_consumer_groups_and_offsets(
     assert sorted(line.rsplit(":", 2)[1] for line in offsets.split()) == ["0", "1", "2"]
     assert sum(int(line.rsplit(":", 1)[1]) for line in offsets.split()) == 30, offsets
     ok(kafka_tool(jars, TOPICS, *b, "--delete", "--topic", "tools"))
+
+
+def _described(jars: Jars, b: tuple[str, ...]) -> str | None:
+    done = kafka_tool(jars, TOPICS, *b, "--describe", "--topic", "tools")
+    return done.stdout if done.returncode == 0 and "Leader: " in done.stdout else None
 
 
 def test_describe_configs_shows_what_the_topic_and_node_do(bootstrap: str) -> None:
