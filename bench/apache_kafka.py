@@ -34,6 +34,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from bench.harness import log_tails as harness_log_tails
 from bench.harness import poll_until, reporter
 from bench.java import Jars, classpath
 from cluster.local import launcher
@@ -207,12 +208,7 @@ async def fresh_cluster(*, fsync: bool = False) -> AsyncIterator[ApacheKafkaClus
 
 
 def log_tails(brokers: Sequence[Broker]) -> str:
-    tails = []
-    for broker in brokers:
-        with contextlib.suppress(OSError):
-            lines = broker.log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
-            tails.append(f"--- {broker.log.name}\n" + "\n".join(lines))
-    return "\n".join(tails)
+    return harness_log_tails((b.log for b in brokers), LOG_TAIL_LINES)
 
 
 def _registered(cluster: ApacheKafkaCluster) -> int:

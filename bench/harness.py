@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +45,17 @@ def reporter(source: str) -> Callable[[str], None]:
         print(f"[{source} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
     return progress
+
+
+def log_tails(logs: Iterable[Path], lines: int) -> str:
+    """The last `lines` lines of each log (a failed cluster's notes), each under its name; a
+    log that cannot be read is left out."""
+    tails = []
+    for log in logs:
+        with contextlib.suppress(OSError):
+            last = log.read_text(errors="replace").splitlines()[-lines:]
+            tails.append(f"--- {log.name}\n" + "\n".join(last))
+    return "\n".join(tails)
 
 
 # -- numbers --------------------------------------------------------------------------------------

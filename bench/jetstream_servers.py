@@ -31,6 +31,7 @@ import nats
 import nats.errors
 from nats.js import api as js_api
 
+from bench.harness import log_tails as harness_log_tails
 from bench.harness import poll_until, reporter, value_of
 from cluster.local import launcher
 
@@ -210,12 +211,7 @@ async def fresh_cluster(*, sync_always: bool = False) -> AsyncIterator[JetStream
 
 
 def log_tails(servers: Sequence[Server]) -> str:
-    tails = []
-    for server in servers:
-        with contextlib.suppress(OSError):
-            lines = server.log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
-            tails.append(f"--- {server.log.name}\n" + "\n".join(lines))
-    return "\n".join(tails)
+    return harness_log_tails((s.log for s in servers), LOG_TAIL_LINES)
 
 
 async def accepts(host: str, port: int) -> bool:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import apply as apply_bench
+from bench.harness import log_tails as harness_log_tails
 from bench.harness import poll_until, reporter
 from cluster.client import Admin, Client, ProducerConfig
 from cluster.local import launcher
@@ -135,11 +136,7 @@ async def fresh_cluster(
 
 
 def log_tails(data_dir: Path) -> str:
-    tails = []
-    for path in sorted(data_dir.glob("node*.log")):
-        lines = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
-        tails.append(f"--- {path.name}\n" + "\n".join(lines))
-    return "\n".join(tails)
+    return harness_log_tails(sorted(data_dir.glob("node*.log")), LOG_TAIL_LINES)
 
 
 async def wait_ready(bench: BenchCluster) -> None:

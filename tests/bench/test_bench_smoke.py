@@ -1,7 +1,8 @@
 """The side-by-side benchmark suite still runs end to end (numbers come from full runs only).
 
 `python -m bench --quick` runs raftbroker's scenarios (native, and librdkafka through the Kafka
-listener) and JetStream's for a few seconds each, one after the other; this checks that every
+listener), the same librdkafka cases against Apache Kafka and JetStream's for a few seconds
+each, one after the other; this checks that every
 side produced every figure the comparison needs, that neither lost or duplicated anything in
 its failover, that consumer groups were measured on both sides, that the sequential round
 ran every side's compared case, and that no server is left running. Under `-m slow` (about
@@ -42,12 +43,14 @@ def test_the_quick_comparison_produces_every_figure_on_both_sides(tmp_path: Path
         "raftbroker": {},
         "jetstream": {},
         "kafka": {},
+        "apache_kafka": {},
         "groups": {},
         "rounds": {},
     }, report["errors"]
     # The compared sequential latencies come from the alternating rounds (one when quick).
     (row,) = report["sequential_rounds"]["rounds"]
-    assert all(row[side]["p50_ms"] > 0 for side in ("raftbroker", "kafka", "jetstream")), row
+    sides = ("raftbroker", "kafka", "apache_kafka", "jetstream")
+    assert all(row[side]["p50_ms"] > 0 for side in sides), row
     assert report["raftbroker"]["sequential_p50"] == row["raftbroker"]["p50_ms"]
     assert report["jetstream"]["sequential_p50"] == row["jetstream"]["p50_ms"]
     for side in ("raftbroker", "jetstream"):
@@ -56,8 +59,12 @@ def test_the_quick_comparison_produces_every_figure_on_both_sides(tmp_path: Path
             assert figures[name] is not None and figures[name] > 0, (side, name, figures)
         assert (figures["failover_lost"], figures["failover_duplicated"]) == (0, 0), side
     for name in ("kafka_pipelined", "kafka_sequential_p50", "kafka_consume"):
-        assert report["raftbroker"][name] > 0, name
+        assert report["raftbroker"][name] > 0 and report["apache_kafka"][name] > 0, name
+    assert report["apache_kafka"]["kafka_sequential_p50"] == row["apache_kafka"]["p50_ms"]
     for name in ("groups_consume", "groups_takeover_median", "groups_takeover_max"):
         assert report["raftbroker"][name] > 0 and report["jetstream"][name] > 0, name
     assert all(g["ratio"] is not None for g in report["goals"].values())
+    quick = ("kafka_pipelined", "kafka_consume", "kafka_sequential_p50")  # no 16 partitions
+    assert all(report["goals_vs_kafka"][name]["ratio"] is not None for name in quick)
+    assert subprocess.run(["pgrep", "-f", "kafka.Kafka"], check=False).returncode == 1
     assert subprocess.run(["pgrep", "-x", "nats-server"], check=False).returncode == 1
