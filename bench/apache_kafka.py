@@ -203,7 +203,8 @@ async def fresh_cluster(*, fsync: bool = False) -> AsyncIterator[ApacheKafkaClus
         exc.add_note(log_tails(brokers))
         raise
     finally:
-        await asyncio.gather(*(asyncio.to_thread(b.stop) for b in brokers))
+        # Every node is stopped and the directory removed even if one stop fails.
+        await asyncio.gather(*(asyncio.to_thread(b.stop) for b in brokers), return_exceptions=True)
         shutil.rmtree(root, ignore_errors=True)
 
 

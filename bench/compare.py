@@ -227,8 +227,8 @@ def combine(  # noqa: PLR0917 - one report per side, in the order the run makes 
 ) -> dict[str, Any]:
     a = ours_figures(ours) | kafka_figures(kafka or {}) | group_figures(groups or {}, "raftbroker")
     b = peer_figures(peer) | group_figures(groups or {}, "jetstream")
-    k = kafka_figures(apache or {})
-    sides = {"raftbroker": a, "jetstream": b, "apache_kafka": k}
+    theirs = kafka_figures(apache or {})
+    sides = {"raftbroker": a, "jetstream": b, "apache_kafka": theirs}
     medians = _with_rounds(sides, rounds) if rounds else None
     b |= {name: b[figure] for name, figure in PEER_FIGURE.items()}
     return {
@@ -236,13 +236,13 @@ def combine(  # noqa: PLR0917 - one report per side, in the order the run makes 
         "machine": ours.get("machine") or peer.get("machine"),
         "raftbroker": {k: v for k, v in a.items() if not k.endswith("_case")},
         "jetstream": {k: v for k, v in b.items() if not k.endswith("_case")},
-        "apache_kafka": k,
+        "apache_kafka": theirs,
         "goals": {
             name: goal(name, a[name], a[OWN_BASELINE[name]] if name in OWN_BASELINE else b[name])
             for name in GOALS
         },
         "goals_vs_kafka": {
-            name: goal(name, a[name], k[name], GOALS_VS_KAFKA) for name in GOALS_VS_KAFKA
+            name: goal(name, a[name], theirs[name], GOALS_VS_KAFKA) for name in GOALS_VS_KAFKA
         },
         "not_measured_vs_kafka": list(NOT_MEASURED_VS_KAFKA),
         "ratios": {name: ratio(a[name], b[name]) for name in RATIOS_ONLY},

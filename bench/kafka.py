@@ -1,4 +1,5 @@
-"""Kafka-protocol benchmark: librdkafka against raftbroker's Kafka listener.
+"""Kafka-protocol benchmark: librdkafka against raftbroker's Kafka listener, or against Apache
+Kafka itself (`--broker apache-kafka`: `bench.apache_kafka`'s 3 KRaft nodes), the same cases.
 
 Role: the measured answer to issue 21's speed goals: the broker's cost per Kafka batch should not
 grow with its records. A real 3-node cluster (replication 3) on loopback, started fresh per case
@@ -17,7 +18,7 @@ must also run three nodes: it would measure the binding, not the broker.
 Cases:
 - pipelined: an idempotent producer (`enable.idempotence`, `acks=all`), 100-byte values
   (`bench.harness.value_of`: an index and random letters, 4,096 distinct, repeated), librdkafka's
-  batching (`linger.ms` 5, `batch.size` 1,000,000), 1 and 4 partitions. kcat reads a fixed
+  batching (`linger.ms` 5, `batch.size` 1,000,000), 1 and 16 partitions. kcat reads a fixed
   number of records, one a line, from a file written beforehand (in /dev/shm where there is
   one), about 10 s of them, then flushes and exits: the rate is records / (kcat's start to its
   exit), every record acknowledged (kcat exits 0 and reports no delivery failure on stderr;

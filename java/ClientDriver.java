@@ -44,6 +44,7 @@ import org.apache.kafka.clients.admin.MemberDescription;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -56,6 +57,7 @@ import org.apache.kafka.common.Node;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.errors.RebalanceInProgressException;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
@@ -219,7 +221,13 @@ public class ClientDriver {
                 if (records.isEmpty()) {
                     continue;
                 }
-                consumer.commitSync(Duration.ofSeconds(CALL_TIMEOUT_S));
+                try {
+                    consumer.commitSync(Duration.ofSeconds(CALL_TIMEOUT_S));
+                } catch (RebalanceInProgressException | CommitFailedException e) {
+                    // A rebalance took the partitions meanwhile: their new owner reads on
+                    // from the last commit, so these records are not reported as read here.
+                    continue;
+                }
                 for (ConsumerRecord<String, String> record : records) {
                     read++;
                     emit(JSON.createObjectNode().put("event", "record").put("value", record.value())

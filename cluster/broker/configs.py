@@ -5,7 +5,8 @@ Role: the broker core's one list of the configs a topic has, each a value as tex
 value comes from and whether it can be changed; the Kafka listener's DescribeConfigs only
 translates it. The rules:
 - `retention.ms` and `retention.bytes` are the topic's own (set when it was created) or the
-  default, -1 (keep everything), as Kafka's.
+  default, -1: keep everything (Kafka's `retention.ms` defaults to 7 days; raftbroker keeps
+  a topic's records unless it is given a retention).
 - The rest is what raftbroker does for every topic, shown so that tools which read them see
   the truth, and read-only: `cleanup.policy` is `delete` (no compaction); `min.insync.replicas`
   is a majority of the topic's replicas (a write is acknowledged once a Raft majority holds
@@ -42,6 +43,7 @@ class ConfigType(IntEnum):
     STRING = 2
     INT = 3
     LONG = 5
+    LIST = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,23 +55,20 @@ class ConfigEntry:
     type: ConfigType
 
 
-# The configs a topic may be given (at creation: CreateTopics' configs).
-TOPIC_SETTABLE = ("retention.ms", "retention.bytes")
-
-
 def topic_configs(topic: TopicInfo, batch_bytes_max: int) -> tuple[ConfigEntry, ...]:
     """Every config of `topic`, in Kafka's names (see the module's rules)."""
 
     def retention(name: str, value: int) -> ConfigEntry:
         source = ConfigSource.DEFAULT if value == NO_RETENTION else ConfigSource.TOPIC
-        return ConfigEntry(name, str(value), source, False, ConfigType.LONG)
+        # Read-only until a topic's configs can be altered after its creation.
+        return ConfigEntry(name, str(value), source, True, ConfigType.LONG)
 
     majority = len(topic.replicas[0]) // 2 + 1 if topic.replicas else 1
     fixed = ConfigSource.DEFAULT
     return (
         retention("retention.ms", topic.retention_ms),
         retention("retention.bytes", topic.retention_bytes),
-        ConfigEntry("cleanup.policy", "delete", fixed, True, ConfigType.STRING),
+        ConfigEntry("cleanup.policy", "delete", fixed, True, ConfigType.LIST),
         ConfigEntry("min.insync.replicas", str(majority), fixed, True, ConfigType.INT),
         ConfigEntry(
             "max.message.bytes",
@@ -103,5 +102,5 @@ def node_configs(topics: Topics, batch_bytes_max: int) -> tuple[ConfigEntry, ...
             ConfigType.INT,
         ),
         ConfigEntry("message.max.bytes", str(batch_bytes_max), static, True, ConfigType.INT),
-        ConfigEntry("log.cleanup.policy", "delete", ConfigSource.DEFAULT, True, ConfigType.STRING),
+        ConfigEntry("log.cleanup.policy", "delete", ConfigSource.DEFAULT, True, ConfigType.LIST),
     )

@@ -23,7 +23,8 @@ Rules:
   (cluster/broker/configs.py), for topics and brokers (this node: its id, or "" as Kafka's
   default resource); other resource types are INVALID_REQUEST, a topic that does not exist
   UNKNOWN_TOPIC_OR_PARTITION. `configuration_keys` picks some (an unknown key is left out, as
-  Kafka leaves it out); synonyms and documentation are not kept, so none are sent.
+  Kafka leaves it out; null or empty: all, as Kafka's); synonyms and documentation are not
+  kept, so none are sent.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def by_uuid(cluster_id: str, topics: Mapping[str, TopicInfo]) -> dict[uuid.UUID,
 
 
 class KafkaTopics:
-    """CreateTopics, DeleteTopics and creation on first use, for one node's Kafka listener."""
+    """CreateTopics, DeleteTopics, creation on first use and DescribeConfigs, for one node's
+    Kafka listener."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -237,7 +239,7 @@ def _described(
     resource: m.DescribeConfigsResource, entries: tuple[ConfigEntry, ...]
 ) -> m.DescribeConfigsResult:
     keys = resource.configuration_keys
-    chosen = entries if keys is None else tuple(e for e in entries if e.name in keys)
+    chosen = tuple(e for e in entries if e.name in keys) if keys else entries  # none: all
     configs = tuple(
         m.DescribeConfigsResourceResult(
             e.name, e.value, e.read_only, int(e.source), config_type=int(e.type)

@@ -83,9 +83,15 @@ class Run:
         return self.proc.returncode, report
 
     def stop(self) -> None:
+        """SIGTERM first (the run stops its cluster's nodes, which live in sessions of their
+        own), SIGKILL if it has not ended in 30 s."""
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def chaos_run(out: Path, *args: str, timeout_s: float) -> tuple[int, dict[str, Any]]:
