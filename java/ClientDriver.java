@@ -12,8 +12,8 @@
 //       reads from the beginning (assigned partitions without G; as member of G with manual
 //       commits otherwise) until N records or M ms: {"values": [...], "partitions": [...]}
 //   {"op": "member", "topic": T, "group": G}: consume as a group member until the next line
-//       of stdin (any: "stop") or the process's death: an event per record read, sent once
-//       its offset is committed
+//       of stdin (any: "stop") or the process's death: an event per record read, sent before
+//       its offset is committed (a record may be reported twice, never committed unreported)
 //   {"op": "admin", "action": A, ...}: create_topic, describe_topic, delete_topic,
 //       describe_cluster, list_groups, describe_group, list_offsets
 //   {"op": "quit"}
@@ -221,17 +221,22 @@ public class ClientDriver {
                 if (records.isEmpty()) {
                     continue;
                 }
-                try {
-                    consumer.commitSync(Duration.ofSeconds(CALL_TIMEOUT_S));
-                } catch (RebalanceInProgressException | CommitFailedException e) {
-                    // A rebalance took the partitions meanwhile: their new owner reads on
-                    // from the last commit, so these records are not reported as read here.
-                    continue;
-                }
+                // Printed before the commit: whatever was committed was printed, so a member
+                // killed in between leaves records read twice at worst, never unreported.
                 for (ConsumerRecord<String, String> record : records) {
                     read++;
                     emit(JSON.createObjectNode().put("event", "record").put("value", record.value())
                             .put("partition", record.partition()).put("offset", record.offset()));
+                }
+                try {
+                    consumer.commitSync(Duration.ofSeconds(CALL_TIMEOUT_S));
+                } catch (RebalanceInProgressException | CommitFailedException e) {
+                    // A rebalance refused the commit: back to the first record of each batch,
+                    // read again by this member if it keeps the partition, else by the new
+                    // owner from the last commit.
+                    for (TopicPartition tp : records.partitions()) {
+                        consumer.seek(tp, records.records(tp).get(0).offset());
+                    }
                 }
             }
         }
