@@ -32,7 +32,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping
 
-from cluster.broker.configs import ConfigEntry, node_configs, topic_configs
+from cluster.broker.configs import (
+    NO_RETENTION,
+    ConfigEntry,
+    ConfigSource,
+    node_configs,
+    topic_configs,
+)
 from cluster.broker.core import Broker
 from cluster.errors import RaftbrokerError, RequestRefusedError, quoted
 from cluster.kafka import messages as m
@@ -41,9 +47,6 @@ from statemachine.errors import ErrorCode
 from statemachine.metadata import BrokerInfo, TopicInfo, topic_name_error
 
 RETENTION_CONFIGS = ("retention.ms", "retention.bytes")
-NO_RETENTION = -1
-# DescribeConfigs' ConfigSource, as CreateTopics v5+ reports each config of a new topic.
-CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_DEFAULT = 1, 5
 
 
 def topic_uuid(cluster_id: str, topic_id: int) -> uuid.UUID:
@@ -131,7 +134,8 @@ class KafkaTopics:
             m.CreatableTopicConfigs(
                 name,
                 str(value),
-                config_source=CONFIG_SOURCE_TOPIC if name in given else CONFIG_SOURCE_DEFAULT,
+                # As DescribeConfigs' sources, which CreateTopics v5+ reports of a new topic.
+                config_source=ConfigSource.TOPIC if name in given else ConfigSource.DEFAULT,
             )
             for name, value in zip(RETENTION_CONFIGS, (retention_ms, retention_bytes), strict=True)
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -10,7 +11,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from cluster.client import Client
 from cluster.local import launcher
+from tests.polling import apoll_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,3 +54,27 @@ def running(procs: list[subprocess.Popen[bytes]]) -> Iterator[list[subprocess.Po
     finally:
         for proc in procs:
             stop(proc, signal.SIGKILL)
+
+
+def restore(cluster: launcher.LocalCluster) -> None:
+    """Restart every dead node of `cluster` (as cluster.json has it now) and wait until it is
+    whole again."""
+    current = cluster.current()
+    for node in current.nodes:
+        if not launcher.alive(node.pid):
+            current = launcher.restart_node(current, node.node_id)
+    asyncio.run(launcher.wait_ready(current, 60))
+
+
+async def partition_leader(bootstrap: list[str], topic: str, partition: int) -> int:
+    """The node leading `topic`-`partition`, once one does (and the topic is known)."""
+    client = Client(bootstrap, request_timeout_s=5)
+
+    async def known() -> int:  # 0 (falsy) while there is none: node ids start at 1
+        partitions = (await client.refresh([topic])).topics[0].partitions
+        return max(0, partitions[partition].leader_id) if len(partitions) > partition else 0
+
+    try:
+        return await apoll_until(known, 30, f"a leader for {topic}-{partition}")
+    finally:
+        await client.close()

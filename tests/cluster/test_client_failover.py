@@ -27,8 +27,8 @@ from cluster.client.fenced import FencedWriter, SinkRecord
 from cluster.client.sync import SyncClient
 from cluster.local import launcher
 from tests.cluster.conftest import running_cluster
+from tests.cluster.procs import partition_leader, restore
 from tests.cluster.test_cli import ok, raftbroker
-from tests.polling import apoll_until
 
 METADATA_GROUP = "__metadata"
 TIMEOUT_MS = "30000"  # what the CLI calls may spend riding out the failover
@@ -60,15 +60,6 @@ def kill(three: launcher.LocalCluster, *node_ids: int) -> None:
             launcher.kill(node.pid, signal.SIGKILL, wait_s=10)
 
 
-def restore(three: launcher.LocalCluster) -> None:
-    """Restart every dead node and wait until the cluster is whole again."""
-    cluster = current(three)
-    for node in cluster.nodes:
-        if not launcher.alive(node.pid):
-            cluster = launcher.restart_node(cluster, node.node_id)
-    asyncio.run(launcher.wait_ready(cluster, 60))
-
-
 @contextlib.contextmanager
 def killed(three: launcher.LocalCluster, *node_ids: int) -> Iterator[None]:
     """The block runs with the nodes SIGKILLed; the cluster is whole again after it."""
@@ -79,20 +70,8 @@ def killed(three: launcher.LocalCluster, *node_ids: int) -> Iterator[None]:
         restore(three)
 
 
-async def _leader(bootstrap: list[str], topic: str, partition: int) -> int:
-    client = Client(bootstrap, request_timeout_s=5)
-
-    async def known() -> int:  # 0 (falsy) while there is none: node ids start at 1
-        return max(0, (await client.refresh([topic])).topics[0].partitions[partition].leader_id)
-
-    try:
-        return await apoll_until(known, 30, f"a leader for {topic}-{partition}")
-    finally:
-        await client.close()
-
-
 def leader_of(three: launcher.LocalCluster, topic: str, partition: int) -> int:
-    return asyncio.run(_leader(current(three).bootstrap, topic, partition))
+    return asyncio.run(partition_leader(current(three).bootstrap, topic, partition))
 
 
 def metadata_leader(three: launcher.LocalCluster) -> int:
@@ -286,7 +265,7 @@ def test_fenced_writer_rides_out_a_leader_kill_before_the_write(
         client = Client(current(three_nodes).bootstrap)
         try:
             await client.partitions("fo-fenced")  # metadata cached: it names the dead leader
-            kill(three_nodes, await _leader(client.bootstrap, "fo-fenced", 0))
+            kill(three_nodes, await partition_leader(client.bootstrap, "fo-fenced", 0))
             report = await FencedWriter(client, "fo-sink", 0).write(0, records)
         finally:
             await client.close()

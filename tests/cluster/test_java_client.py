@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from cluster.client import Client
 from cluster.kafka.codec.headers import SUPPORTED
 from cluster.local import launcher
+from tests.cluster.procs import partition_leader, restore
 from tests.kafka_java import REPO, Event, JavaClient, JavaClients, java_clients
-from tests.polling import apoll_until, poll_until
+from tests.polling import poll_until
 
 RECORDS = 1_000
 PACE_MS = 2  # about 2 s of sending: the kill, after the first 100 acks, falls inside it
@@ -45,33 +45,12 @@ def java(group_cluster: launcher.LocalCluster) -> Iterator[JavaClients]:
     yield from java_clients(group_cluster.kafka_bootstrap)
 
 
-async def _leader(cluster: launcher.LocalCluster, topic: str, partition: int) -> int:
-    client = Client(cluster.bootstrap, request_timeout_s=5)
-
-    async def known() -> int:  # 0 (falsy) while there is none: node ids start at 1
-        partitions = (await client.refresh([topic])).topics[0].partitions
-        return max(0, partitions[partition].leader_id) if len(partitions) > partition else 0
-
-    try:
-        return await apoll_until(known, 30, f"a leader for {topic}-{partition}")
-    finally:
-        await client.close()
-
-
-def restart_dead(cluster: launcher.LocalCluster) -> None:
-    current = cluster.current()
-    for node in current.nodes:
-        if not launcher.alive(node.pid):
-            current = launcher.restart_node(current, node.node_id)
-    asyncio.run(launcher.wait_ready(current, 60))
-
-
 def test_the_idempotent_producer_rides_out_a_leader_kill_every_record_once_in_order(
     group_cluster: launcher.LocalCluster, java: JavaClients
 ) -> None:
     client = java.start()
     client.call({"op": "admin", "action": "create_topic", "topic": "java-kill", "partitions": 1})
-    leader = asyncio.run(_leader(group_cluster, "java-kill", 0))
+    leader = asyncio.run(partition_leader(group_cluster.bootstrap, "java-kill", 0))
     killed: list[int] = []
 
     def on_event(event: Event) -> None:
@@ -84,7 +63,7 @@ def test_the_idempotent_producer_rides_out_a_leader_kill_every_record_once_in_or
         request = {"op": "produce", "topic": "java-kill", "count": RECORDS, "prefix": "k"}
         answer = client.call({**request, "pace_ms": PACE_MS}, on_event)
     finally:
-        restart_dead(group_cluster)
+        restore(group_cluster)
     assert killed == [leader]
     assert answer["errors"] == [] and answer["acked"] == RECORDS, answer
     assert answer["offsets"] == [0, RECORDS - 1], answer
@@ -121,7 +100,7 @@ def test_a_group_of_two_loses_nothing_when_a_member_is_killed(
 
     poll_until(both_read, 60, "both members reading")
     first.kill()
-    drain_to_end(first, seen[first])  # what it printed before it died: read, and committed
+    drain_to_end(first, seen[first])  # what it printed before it died (all it committed)
     produce_each(admin, topic, "b")
     expected = {f"{prefix}-{p}-{i}" for prefix in "ab" for p in range(4)
                 for i in range(GROUP_RECORDS)}  # fmt: skip

@@ -26,6 +26,7 @@ from confluent_kafka import Producer as CkProducer
 from cluster.client import Admin, Client, Consumer, ConsumerConfig
 from cluster.local import launcher
 from tests.cluster.conftest import running_cluster
+from tests.cluster.procs import partition_leader
 from tests.kafka_wire import Captured
 from tests.polling import apoll_until
 
@@ -56,22 +57,9 @@ def current(three: launcher.LocalCluster) -> launcher.LocalCluster:
     return three.current()
 
 
-async def _leader(cluster: launcher.LocalCluster, partition: int) -> int:
-    client = Client(cluster.bootstrap, request_timeout_s=5)
-
-    async def known() -> int:  # 0 (falsy) while there is none: node ids start at 1
-        topic = (await client.refresh([TOPIC])).topics[0]
-        return max(0, topic.partitions[partition].leader_id)
-
-    try:
-        return await apoll_until(known, 30, f"a leader for {TOPIC}-{partition}")
-    finally:
-        await client.close()
-
-
 def kill_leader(three: launcher.LocalCluster, partition: int) -> int:
     cluster = current(three)
-    node_id = asyncio.run(_leader(cluster, partition))
+    node_id = asyncio.run(partition_leader(cluster.bootstrap, TOPIC, partition))
     node = next(n for n in cluster.nodes if n.node_id == node_id)
     launcher.kill(node.pid, signal.SIGKILL, wait_s=10)
     return node_id
@@ -177,6 +165,6 @@ async def _create(cluster: launcher.LocalCluster) -> None:
     try:
         await Admin(client).create_topic(TOPIC, PARTITIONS, 3)
         for partition in range(PARTITIONS):
-            await _leader(cluster, partition)
+            await partition_leader(cluster.bootstrap, TOPIC, partition)
     finally:
         await client.close()
