@@ -10,7 +10,13 @@
 //       then flushes: {"acked": N, "errors": [...], "offsets": [first, last]}
 //   {"op": "consume", "topic": T, "count": N, "group": G or null, "timeout_ms": M}
 //       reads from the beginning (assigned partitions without G; as member of G with manual
-//       commits otherwise) until N records or M ms: {"values": [...], "partitions": [...]}
+//       commits otherwise) until N records or M ms: {"values": [...], "partitions": [...],
+//       "epochs": [...]} (each record's leader epoch, -1 for none)
+//   {"op": "seek", "topic": T, "partition": P, "offset": O, "epoch": E, "count": N,
+//       "timeout_ms": M}: seek to O as read in leader epoch E (the client validates that with
+//       OffsetForLeaderEpoch first, KIP-320; auto.offset.reset=none) and read until N records
+//       or M ms: {"values": [...]} or, when the client finds the log diverged from the
+//       position, {"truncated": {"offset": O', "epoch": E'}} (LogTruncationException's)
 //   {"op": "member", "topic": T, "group": G}: consume as a group member until the next line
 //       of stdin (any: "stop") or the process's death: an event per record read, sent before
 //       its offset is committed (a record may be reported twice, never committed unreported)
@@ -30,6 +36,7 @@ import java.util.Collections;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
@@ -49,6 +56,7 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.LogTruncationException;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
@@ -109,6 +117,10 @@ public class ClientDriver {
             case "consume":
                 return consume(r.path("topic").asText(), r.path("count").asInt(),
                         r.hasNonNull("group") ? r.get("group").asText() : null,
+                        r.path("timeout_ms").asLong(30_000));
+            case "seek":
+                return seek(r.path("topic").asText(), r.path("partition").asInt(),
+                        r.path("offset").asLong(), r.path("epoch").asInt(), r.path("count").asInt(),
                         r.path("timeout_ms").asLong(30_000));
             case "member":
                 return member(r.path("topic").asText(), r.path("group").asText(), in);
@@ -184,6 +196,7 @@ public class ClientDriver {
         ObjectNode answer = JSON.createObjectNode();
         ArrayNode values = answer.putArray("values");
         ArrayNode partitions = answer.putArray("partitions");
+        ArrayNode epochs = answer.putArray("epochs");
         try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(consumerProps(group))) {
             if (group == null) {
                 List<TopicPartition> tps = new ArrayList<>();
@@ -201,9 +214,36 @@ public class ClientDriver {
                 for (ConsumerRecord<String, String> record : records) {
                     values.add(record.value());
                     partitions.add(record.partition());
+                    epochs.add(record.leaderEpoch().orElse(-1));
                 }
                 if (group != null && !records.isEmpty()) {
                     consumer.commitSync(Duration.ofSeconds(CALL_TIMEOUT_S));
+                }
+            }
+        }
+        return answer;
+    }
+
+    ObjectNode seek(String topic, int partition, long offset, int epoch, int count, long timeoutMs) {
+        ObjectNode answer = JSON.createObjectNode();
+        ArrayNode values = answer.putArray("values");
+        Properties props = consumerProps(null);
+        props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "none");
+        TopicPartition tp = new TopicPartition(topic, partition);
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props)) {
+            consumer.assign(Collections.singletonList(tp));
+            consumer.seek(tp, new OffsetAndMetadata(offset, Optional.of(epoch), ""));
+            long deadline = System.currentTimeMillis() + timeoutMs;
+            while (values.size() < count && System.currentTimeMillis() < deadline) {
+                try {
+                    for (ConsumerRecord<String, String> record : consumer.poll(Duration.ofMillis(200))) {
+                        values.add(record.value());
+                    }
+                } catch (LogTruncationException e) {
+                    OffsetAndMetadata diverged = e.divergentOffsets().get(tp);
+                    answer.putObject("truncated").put("offset", diverged.offset())
+                            .put("epoch", diverged.leaderEpoch().orElse(-1));
+                    break;
                 }
             }
         }

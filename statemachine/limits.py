@@ -29,6 +29,7 @@ class StateLimits:
     decompressed_batch_bytes_max: int = 64 * MIB  # what a reader inflates one batch to
     producers_per_partition_max: int = 20_000
     sink_writers_per_partition_max: int = 10_000
+    leader_epochs_per_partition_max: int = 1_024  # Raft terms in which records were appended
     brokers_max: int = 256
     topics_max: int = 10_000
     partitions_per_topic_max: int = 1_024

@@ -33,12 +33,19 @@ from statemachine.commands import (
     decode_fields,
 )
 from statemachine.errors import ErrorCode, Rejected
+from statemachine.leader_epochs import LeaderEpochs
 from statemachine.limits import DEFAULT_LIMITS, StateLimits
 from statemachine.producer_state import ProducerTable
-from statemachine.records import NO_PRODUCER_ID, BatchFormatError, BatchHeader, read_header
+from statemachine.records import (
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_ID,
+    BatchFormatError,
+    BatchHeader,
+    read_header,
+)
 from statemachine.sink_fences import SinkFenceTable
 
-SNAPSHOT_VERSION = 2  # 2 added the sink fences; a version-1 snapshot restores with none
+SNAPSHOT_VERSION = 3  # 2 added the sink fences, 3 the leader epochs; older ones restore without
 _new_result = tuple.__new__  # a NamedTuple's own __new__ is a Python function: skip its frame
 
 
@@ -49,6 +56,7 @@ class Appended(NamedTuple):
     last_offset: int
     append_time_ms: int
     batch: bytes
+    leader_epoch: int = -1  # the term of its entry, which storage writes into the batch
 
 
 class Duplicate(NamedTuple):
@@ -89,6 +97,7 @@ class PartitionStateMachine:
         "_limits",
         "_log_end_offset",
         "_log_start_offset",
+        "epochs",
         "producers",
         "sinks",
     )
@@ -105,6 +114,7 @@ class PartitionStateMachine:
         self._clock_ms = 0
         self.producers = ProducerTable(limits.producers_per_partition_max)
         self.sinks = SinkFenceTable(limits.sink_writers_per_partition_max)
+        self.epochs = LeaderEpochs(limits.leader_epochs_per_partition_max)
 
     @property
     def log_start_offset(self) -> int:
@@ -126,19 +136,21 @@ class PartitionStateMachine:
             now_ms, expiration_ms
         )
 
-    def apply(self, entry: bytes | memoryview) -> PartitionResult:
+    def apply(
+        self, entry: bytes | memoryview, term: int = NO_PARTITION_LEADER_EPOCH
+    ) -> PartitionResult:
+        """Apply one entry; `term` is its Raft term, the leader epoch of what it appends (by
+        default unknown: nothing is recorded in the leader epochs)."""
         try:
             cls, values = decode_fields(entry, self._limits)
         except CommandDecodeError:
             return Rejected(ErrorCode.INVALID_REQUEST)
         if cls is AppendBatch:  # the hot path: no command object
             now_ms, batch = values
-            return self._append(now_ms, batch)
+            return self._append(now_ms, batch, term)
         match cls(*values):
-            case AppendBatch(now_ms=now_ms, batch=batch):
-                return self._append(now_ms, batch)
             case AppendFencedBatch(now_ms, batch, sink, writer, batch_id, part):
-                return self._append_fenced(now_ms, batch, (sink, writer, batch_id, part))
+                return self._append_fenced(now_ms, batch, (sink, writer, batch_id, part), term)
             case ExpireProducers(now_ms=now_ms, producer_id_expiration_ms=expiration_ms):
                 self._advance_clock(now_ms)
                 self.sinks.expire(self._clock_ms, expiration_ms)
@@ -146,6 +158,7 @@ class PartitionStateMachine:
             case AdvanceLogStart(log_start_offset=offset):
                 target = min(max(self._log_start_offset, offset), self._log_end_offset)
                 self._log_start_offset = target
+                self.epochs.start_moved(target)
                 return LogStartAdvanced(target)
             case Noop(marker=marker):
                 return NoopApplied(marker)
@@ -154,7 +167,7 @@ class PartitionStateMachine:
     def _advance_clock(self, now_ms: int) -> None:
         self._clock_ms = max(self._clock_ms, now_ms)
 
-    def _append(self, now_ms: int, batch: bytes) -> PartitionResult:
+    def _append(self, now_ms: int, batch: bytes, term: int) -> PartitionResult:
         try:
             header = read_header(batch, self._limits)
         except BatchFormatError:
@@ -165,17 +178,20 @@ class PartitionStateMachine:
             verdict = self.producers.admit(header, base_offset, clock_ms)
             if verdict is None:
                 self._log_end_offset = end = base_offset + header.record_count
-                return _new_result(Appended, (base_offset, end - 1, clock_ms, batch))
+                if term > self.epochs.latest:
+                    self.epochs.appended(term, base_offset)
+                return _new_result(Appended, (base_offset, end - 1, clock_ms, batch, term))
             if isinstance(verdict, ErrorCode):
                 return Rejected(verdict)
             if not self._deduplicate:  # the injected fault: a duplicate goes into the log
                 self._log_end_offset = end = base_offset + header.record_count
-                return Appended(base_offset, end - 1, clock_ms, batch)
+                self.epochs.appended(term, base_offset)
+                return Appended(base_offset, end - 1, clock_ms, batch, term)
             return Duplicate(verdict.base_offset, verdict.last_offset, verdict.timestamp_ms)
-        return self._assign_offsets(header, batch)
+        return self._assign_offsets(header, batch, term)
 
     def _append_fenced(
-        self, now_ms: int, batch: bytes, fence: tuple[str, int, int, int]
+        self, now_ms: int, batch: bytes, fence: tuple[str, int, int, int], term: int
     ) -> PartitionResult:
         """The producer table first (a retry of an appended part is its duplicate, with offsets),
         then the fence (a replay by a later run: a duplicate without offsets), then append."""
@@ -202,14 +218,15 @@ class PartitionStateMachine:
             return Duplicate(-1, -1, stored.last_update_ms)
         if not seen:
             self.sinks.record(sink, writer, batch_id, part, self._clock_ms)
-        return self._assign_offsets(header, batch)
+        return self._assign_offsets(header, batch, term)
 
-    def _assign_offsets(self, header: BatchHeader, batch: bytes) -> Appended:
+    def _assign_offsets(self, header: BatchHeader, batch: bytes, term: int) -> Appended:
         base_offset = self._log_end_offset
         self._log_end_offset = base_offset + header.record_count
         if header.idempotent:
             self.producers.record(header, base_offset, self._clock_ms)
-        return Appended(base_offset, self._log_end_offset - 1, self._clock_ms, batch)
+        self.epochs.appended(term, base_offset)
+        return Appended(base_offset, self._log_end_offset - 1, self._clock_ms, batch, term)
 
     # -- snapshots -------------------------------------------------------------------------------
 
@@ -223,6 +240,7 @@ class PartitionStateMachine:
                 self._clock_ms,
                 self.producers.to_data(),
                 self.sinks.to_data(),
+                self.epochs.to_data(),
             ]
         )
 
@@ -238,15 +256,24 @@ class PartitionStateMachine:
         machine._clock_ms = clock_ms
         machine.producers = ProducerTable.from_data(fields[3], limits.producers_per_partition_max)
         machine.sinks = SinkFenceTable.from_data(fields[4], limits.sink_writers_per_partition_max)
+        try:
+            epochs_max = limits.leader_epochs_per_partition_max
+            machine.epochs = LeaderEpochs.from_data(fields[5], epochs_max)
+        except ValueError as exc:
+            raise SnapshotError(f"partition snapshot: {exc}") from exc
         return machine
 
 
 def _snapshot_fields(data: bytes) -> tuple[object, ...]:
-    """A version-2 snapshot's five fields; a version-1 one's four and no sink fences."""
+    """A version-3 snapshot's six fields; a version-2 one's five and no leader epochs (what
+    it holds was appended before epochs were kept: a reader's question about an epoch before
+    the first one kept is answered with that one's start, after everything it holds)."""
     try:
         raw = unpack(data, size_max=len(data))
     except CodecError as exc:
         raise SnapshotError(f"partition snapshot: {exc}") from exc
     if isinstance(raw, tuple) and raw[:1] == (1,):
-        return (*unpack_snapshot(data, 1, 4, "partition"), ())
-    return unpack_snapshot(data, SNAPSHOT_VERSION, 5, "partition")
+        return (*unpack_snapshot(data, 1, 4, "partition"), (), ())
+    if isinstance(raw, tuple) and raw[:1] == (2,):
+        return (*unpack_snapshot(data, 2, 5, "partition"), ())
+    return unpack_snapshot(data, SNAPSHOT_VERSION, 6, "partition")

@@ -12,7 +12,7 @@ encoding is Kafka's (magic 2, KIP-98), big-endian:
 
 `batch_length` counts the bytes after itself. The CRC is CRC-32C (Castagnoli) over every byte
 from `attributes` on; it does not cover the first three fields, so storage assigns offsets by
-patching `base_offset` (`with_base_offset`, which also sets the leader epoch to -1; a writer
+patching `base_offset` (`with_base_offset`, which also sets the leader epoch; a writer
 puts `stored_head` before the rest of the batch instead of copying it) without touching the
 CRC, and relies on it for the rest of a stored batch (`stored_intact`). The low three bits of
 `attributes` name the records' compression (none, gzip, snappy, lz4, zstd): a compressed batch
@@ -294,21 +294,25 @@ def stored_intact(data: bytes | memoryview) -> bool:
     )
 
 
-def with_base_offset(data: bytes, base_offset: int) -> bytes:
-    """The batch as storage keeps it: its first record at `base_offset`, and its partition
-    leader epoch unknown (-1: a producer's value means nothing to a reader, and apply does not
-    know the term of an entry). The CRC covers neither field."""
-    head = stored_head(data, base_offset)
+def with_base_offset(
+    data: bytes, base_offset: int, leader_epoch: int = NO_PARTITION_LEADER_EPOCH
+) -> bytes:
+    """The batch as storage keeps it: its first record at `base_offset`, and as its partition
+    leader epoch the term of the entry that appended it (a producer's value means nothing to a
+    reader; -1, unknown, where none is given). The CRC covers neither field."""
+    head = stored_head(data, base_offset, leader_epoch)
     if data[:STORED_HEAD_BYTES] == head:
         return data
     return head + data[STORED_HEAD_BYTES:]
 
 
-def stored_head(data: bytes, base_offset: int) -> bytes:
-    """The first `STORED_HEAD_BYTES` of `with_base_offset(data, base_offset)`: what a writer
-    puts before the rest of the batch as it is, with no copy of the whole."""
+def stored_head(
+    data: bytes, base_offset: int, leader_epoch: int = NO_PARTITION_LEADER_EPOCH
+) -> bytes:
+    """The first `STORED_HEAD_BYTES` of `with_base_offset(data, base_offset, leader_epoch)`:
+    what a writer puts before the rest of the batch as it is, with no copy of the whole."""
     length = _HEAD.unpack_from(data)[1]
-    return _STORED_HEAD.pack(base_offset, length, NO_PARTITION_LEADER_EPOCH)
+    return _STORED_HEAD.pack(base_offset, length, leader_epoch)
 
 
 _STORED_HEAD = struct.Struct(">qii")  # base_offset, batch_length, partition_leader_epoch
@@ -317,6 +321,12 @@ STORED_HEAD_BYTES = _STORED_HEAD.size
 
 def base_offset_of(data: bytes) -> int:
     return int.from_bytes(data[:8], "big", signed=True)
+
+
+def leader_epoch_of(data: bytes) -> int:
+    """A stored batch's partition leader epoch (`with_base_offset`)."""
+    epoch: int = _STORED_HEAD.unpack_from(data)[2]
+    return epoch
 
 
 # -- records ---------------------------------------------------------------------------------

@@ -67,6 +67,28 @@ class OffsetFound(NamedTuple):
     leader: str
 
 
+class EpochWant(NamedTuple):
+    """OffsetForLeaderEpoch's question: where `leader_epoch` ends, asked of the leader whose
+    epoch the asker believes is `current_leader_epoch` (-1: unchecked)."""
+
+    topic: str
+    partition: int
+    current_leader_epoch: int
+    leader_epoch: int
+
+
+class EpochFound(NamedTuple):
+    """The epoch found (the one asked or the last before it with records) and its end offset,
+    both -1 when it is undefined, or why not (`leader`: where to ask, or "")."""
+
+    topic: str
+    partition: int
+    error: ErrorCode
+    leader_epoch: int
+    end_offset: int
+    leader: str
+
+
 class ProducerView(NamedTuple):
     """A producer as a partition's table holds it, with its deduplication window."""
 

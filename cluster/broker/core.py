@@ -23,6 +23,8 @@ from functools import partial
 from cluster.broker.calls import (
     EARLIEST,
     LATEST,
+    EpochFound,
+    EpochWant,
     Fence,
     Fetched,
     FetchWant,
@@ -340,6 +342,28 @@ class Broker:
         else:
             offset = replica.offset_for_time(spec)
         return OffsetFound(topic, partition, ErrorCode.NONE, offset, "")
+
+    def epoch_end_offsets(self, wants: Iterable[EpochWant]) -> list[EpochFound]:
+        return [self._epoch_end(want) for want in wants]
+
+    def _epoch_end(self, want: EpochWant) -> EpochFound:
+        """From the serving leader alone (its log end is the high watermark; a replica that
+        has not applied its predecessors' entries yet would answer short), after the asker's
+        view of the epoch is checked as Kafka checks it."""
+        topic, partition, current, epoch = want
+        handle = self._leading(topic, partition)
+        if isinstance(handle, ErrorCode):
+            hint = self.leader_hint(handle, topic, partition)
+            return EpochFound(topic, partition, handle, -1, -1, hint)
+        term = handle.group.term
+        if 0 <= current != term:
+            error = (
+                ErrorCode.FENCED_LEADER_EPOCH if current < term else ErrorCode.UNKNOWN_LEADER_EPOCH
+            )
+            return EpochFound(topic, partition, error, -1, -1, "")
+        replica = handle.replica
+        found, end = replica.machine.epochs.end_offset(epoch, term, replica.high_watermark)
+        return EpochFound(topic, partition, ErrorCode.NONE, found, end, "")
 
     async def describe_producers(
         self, topic: str, partitions: Iterable[int]

@@ -35,7 +35,7 @@ from statemachine.commands import (
     RegisterBroker,
 )
 from statemachine.pid_allocator import PidBlock
-from statemachine.records import BatchFormatError, verify_batch
+from statemachine.records import BatchFormatError, leader_epoch_of, verify_batch
 
 log = logging.getLogger(__name__)
 DUTY_INTERVAL_S = 0.5
@@ -152,7 +152,13 @@ class NodeDuties:
                 for batch in await self._fetch_missed(handle, side.next_offset):
                     if side.next_offset <= batch.base_offset < end:
                         count = verify_batch(batch.batch).record_count
-                        side.append(batch.base_offset, count, batch.append_time_ms, batch.batch)
+                        side.append(
+                            batch.base_offset,
+                            count,
+                            batch.append_time_ms,
+                            batch.batch,
+                            leader_epoch_of(batch.batch),  # the epoch its peer stored
+                        )
             await handle.group.read(lambda: replica.adopt_backfill(side))
             adopted = True
             log.info("%s-%d: restored offsets %d..%d", *handle.key, wanted, end)

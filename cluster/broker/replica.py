@@ -77,12 +77,12 @@ class PartitionReplica(_Notifying[PartitionResult]):
         self._fatal = fatal
         self._unsettled: list[PartitionResult] = []  # applied, effects not yet carried out
 
-    def apply(self, command: bytes | memoryview) -> PartitionResult:
+    def apply(self, command: bytes | memoryview, term: int) -> PartitionResult:
         """Apply to the machine; its effect follows in `settle`, once this run of applies has
         told its proposers: an answer does not wait for a file write it does not need (the
         entry is committed, in the Raft journal, and a restart applies it again from there;
         with `fsync = true` the journal is on disk before the entry is acknowledged)."""
-        result = self.machine.apply(command)
+        result = self.machine.apply(command, term)
         self._unsettled.append(result)
         return result
 
@@ -94,7 +94,11 @@ class PartitionReplica(_Notifying[PartitionResult]):
                 if isinstance(result, Appended):
                     count = result.last_offset - result.base_offset + 1
                     self.store.append(
-                        result.base_offset, count, result.append_time_ms, result.batch
+                        result.base_offset,
+                        count,
+                        result.append_time_ms,
+                        result.batch,
+                        result.leader_epoch,
                     )
                 elif isinstance(result, LogStartAdvanced):
                     self.store.delete_before(result.log_start_offset)
@@ -194,8 +198,8 @@ class _PlainReplica(_Notifying[R], Generic[M, R]):
         self.machine = machine_type(limits)
         self._limits = limits
 
-    def apply(self, command: bytes | memoryview) -> R:
-        result: R = self.machine.apply(command)
+    def apply(self, command: bytes | memoryview, term: int) -> R:  # noqa: ARG002
+        result: R = self.machine.apply(command)  # (terms matter to partitions only)
         self._notify(result)
         return result
 

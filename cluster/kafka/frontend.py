@@ -32,6 +32,7 @@ from functools import partial
 from cluster.addresses import parse_address
 from cluster.broker.calls import (
     EARLIEST,
+    EpochWant,
     Fetched,
     FetchWant,
     OffsetFound,
@@ -242,7 +243,7 @@ class KafkaFrontend:
             self.broker.controller_id(),
         )
 
-    # -- ListOffsets, DescribeProducers ------------------------------------------------------
+    # -- ListOffsets, OffsetForLeaderEpoch, DescribeProducers -----------------------------
 
     @serves(m.ListOffsetsRequest)
     async def list_offsets(
@@ -286,6 +287,32 @@ class KafkaFrontend:
             return m.ListOffsetsPartitionResponse(index, result.error)
         epoch = self.broker.leader_and_term(topic, index)[1] if topic is not None else -1
         return m.ListOffsetsPartitionResponse(index, ErrorCode.NONE, NO_TIME, result.offset, epoch)
+
+    @serves(m.OffsetForLeaderEpochRequest)
+    async def offset_for_leader_epoch(
+        self, request: m.OffsetForLeaderEpochRequest, _call: Call
+    ) -> m.OffsetForLeaderEpochResponse:
+        """Where each asked epoch ends (KIP-320: a consumer checks its position after a leader
+        change): the leader epochs are Raft terms, recorded as records are appended
+        (statemachine/leader_epochs.py)."""
+        wants = [
+            EpochWant(t.topic, p.partition, p.current_leader_epoch, p.leader_epoch)
+            for t in request.topics
+            for p in t.partitions
+        ]
+        found = iter(self.broker.epoch_end_offsets(wants))
+        return m.OffsetForLeaderEpochResponse(
+            tuple(
+                m.OffsetForLeaderTopicResult(
+                    t.topic,
+                    tuple(
+                        m.EpochEndOffset(f.error, f.partition, f.leader_epoch, f.end_offset)
+                        for f in (next(found) for _ in t.partitions)
+                    ),
+                )
+                for t in request.topics
+            )
+        )
 
     @serves(m.DescribeProducersRequest)
     async def describe_producers(

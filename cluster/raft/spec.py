@@ -21,9 +21,10 @@ from statemachine.errors import ErrorCode
 class ReplicatedMachine(Protocol):
     """What a Raft group applies: deterministic, called only by the driver, on its loop."""
 
-    def apply(self, command: bytes | memoryview) -> object:
+    def apply(self, command: bytes | memoryview, term: int) -> object:
         """`command` may be a view into the log's entry (no copy of a large batch): read it
-        within the call, never keep it."""
+        within the call, never keep it. `term` is the entry's: the term of the leader that
+        appended it, the same on every replica (a partition's leader epoch)."""
 
     def settle(self) -> None:
         """After a run of applies, once their proposers heard: carry out what they left."""

@@ -27,7 +27,7 @@ class HashChain:
         self.count = 0
         self.digest = b"\x00" * 32
 
-    def apply(self, command: bytes | memoryview) -> object:
+    def apply(self, command: bytes | memoryview, term: int) -> object:  # noqa: ARG002
         self.count += 1
         self.digest = hashlib.sha256(self.digest + command).digest()
         return self.count

@@ -70,6 +70,28 @@ def test_the_idempotent_producer_rides_out_a_leader_kill_every_record_once_in_or
     read = client.call({"op": "consume", "topic": "java-kill", "count": RECORDS + 1,
                         "group": None, "timeout_ms": 5_000})  # fmt: skip
     assert read["values"] == [f"k-{i}" for i in range(RECORDS)]
+    check_positions_by_epoch(client, read["epochs"])
+
+
+def check_positions_by_epoch(client: JavaClient, epochs: list[int]) -> None:
+    """The records of the kill's two leaders carry two leader epochs; a position read in the
+    first is validated by the client with OffsetForLeaderEpoch (KIP-320) before it fetches:
+    one at the first epoch's end holds, one past it is the log truncation the client reports
+    (auto.offset.reset=none), at the offset and epoch the listener answered."""
+    first = epochs[0]
+    boundary = next((i for i, e in enumerate(epochs) if e != first), None)
+    assert boundary is not None and first >= 0 and epochs[boundary] > first, epochs
+    assert epochs == sorted(epochs), "epochs never go back"
+
+    def seek(offset: int) -> dict[str, Any]:
+        request = {"op": "seek", "topic": "java-kill", "partition": 0, "offset": offset,
+                   "epoch": first, "count": 5, "timeout_ms": 10_000}  # fmt: skip
+        return client.call(request)
+
+    held = seek(boundary)
+    assert held["values"][:5] == [f"k-{i}" for i in range(boundary, boundary + 5)], held
+    diverged = seek(boundary + 10)
+    assert diverged.get("truncated") == {"offset": boundary, "epoch": first}, diverged
 
 
 def test_a_group_of_two_loses_nothing_when_a_member_is_killed(

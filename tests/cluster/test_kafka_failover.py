@@ -7,6 +7,11 @@ violations (a sequence gap, an epoch it did not expect), so besides its delivery
 test reads its error callbacks and its log lines. Every delivery report must be a success, no
 fatal or idempotence error may be reported or logged, and each partition must hold each of its
 records exactly once, in the order the producer sent them, at the offsets reported.
+
+The kills change leaders while records arrive, so the log then holds batches of several leader
+epochs (Raft terms): every stored batch carries its epoch, and OffsetForLeaderEpoch (KIP-320)
+answers where each one ends, as Kafka's leader-epoch cache would, checked against the batches
+a Fetch returns.
 """
 
 from __future__ import annotations
@@ -15,19 +20,23 @@ import asyncio
 import logging
 import re
 import signal
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from confluent_kafka import KafkaError, Message
 from confluent_kafka import Producer as CkProducer
 
 from cluster.client import Admin, Client, Consumer, ConsumerConfig
+from cluster.kafka import messages as m
 from cluster.local import launcher
+from statemachine.errors import ErrorCode
 from tests.cluster.conftest import running_cluster
 from tests.cluster.procs import partition_leader
-from tests.kafka_wire import Captured
+from tests.kafka_wire import Captured, kafka_call
 from tests.polling import apoll_until
 
 TOPIC = "kafka-leader-kills"
@@ -158,6 +167,92 @@ def test_librdkafka_rides_out_two_leader_kills_exactly_once_in_order(
         logged = asyncio.run(read_partition(current(three_nodes), partition))
         assert logged == delivered, f"partition {partition}: the log"
         assert [offset for _, offset in logged] == list(range(len(sent)))
+    starts = [asyncio.run(check_leader_epochs(kafka_bootstrap[0], p)) for p in range(PARTITIONS)]
+    assert max(len(s) for s in starts) >= 2, f"no partition took records in two epochs: {starts}"
+
+
+class Leader(NamedTuple):
+    address: str  # its Kafka listener
+    epoch: int
+    follower: str  # a follower's Kafka listener
+
+
+async def leader_of(bootstrap: str, partition: int) -> Leader | None:
+    meta = await kafka_call(
+        bootstrap, m.Api.METADATA, 9, m.MetadataRequest((m.MetadataRequestTopic(TOPIC),), False)
+    )
+    assert isinstance(meta, m.MetadataResponse)
+    found = meta.topics[0].partitions[partition]
+    addresses = {b.node_id: f"{b.host}:{b.port}" for b in meta.brokers}
+    if found.leader_id not in addresses:
+        return None
+    follower = next(n for n in found.replica_nodes if n != found.leader_id)
+    return Leader(addresses[found.leader_id], found.leader_epoch, addresses[follower])
+
+
+async def epoch_starts(address: str, partition: int) -> tuple[list[tuple[int, int]], int]:
+    """Each leader epoch's first offset, read from the batches a Fetch returns; the HW."""
+    starts: list[tuple[int, int]] = []
+    offset, high_watermark = 0, 1
+    while offset < high_watermark:
+        want = m.FetchPartition(partition, offset, 1 << 20)
+        fetch = m.FetchRequest(0, 0, (m.FetchTopic(TOPIC, (want,)),))
+        answer = await kafka_call(address, m.Api.FETCH, 12, fetch)
+        assert isinstance(answer, m.FetchResponse)
+        data = answer.responses[0].partitions[0]
+        assert data.error_code == ErrorCode.NONE and data.records
+        high_watermark, records = data.high_watermark, bytes(data.records)
+        while len(records) >= 61:  # each whole batch: base offset, length, epoch, ...
+            base, length, epoch = struct.unpack_from(">qii", records)
+            (last_delta,) = struct.unpack_from(">i", records, 23)
+            assert not starts or epoch >= starts[-1][0], "epochs never go back"
+            if not starts or epoch > starts[-1][0]:
+                starts.append((epoch, base))
+            offset, records = base + last_delta + 1, records[12 + length :]
+    return starts, high_watermark
+
+
+def asked(partition: int, epoch: int, current: int = -1) -> m.OffsetForLeaderEpochRequest:
+    wanted = m.OffsetForLeaderPartition(partition, epoch, current)
+    return m.OffsetForLeaderEpochRequest((m.OffsetForLeaderTopic(TOPIC, (wanted,)),), -1)
+
+
+async def epoch_end(address: str, request: m.OffsetForLeaderEpochRequest) -> m.EpochEndOffset:
+    answer = await kafka_call(address, m.Api.OFFSET_FOR_LEADER_EPOCH, 4, request)
+    assert isinstance(answer, m.OffsetForLeaderEpochResponse)
+    return answer.topics[0].partitions[0]
+
+
+async def check_leader_epochs(bootstrap: str, partition: int) -> list[tuple[int, int]]:
+    """Every epoch of the partition's batches ends where the next begins (the last at the high
+    watermark); a stale or future epoch of the leader is fenced; a follower does not answer."""
+
+    async def settled() -> Leader | None:  # a leader whose epoch is what Metadata says
+        leader = await leader_of(bootstrap, partition)
+        if leader is None:
+            return None
+        answer = await epoch_end(leader.address, asked(partition, leader.epoch, leader.epoch))
+        return leader if answer.error_code == ErrorCode.NONE else None
+
+    leader = await apoll_until(settled, 30, f"a settled leader of partition {partition}")
+    starts, high_watermark = await epoch_starts(leader.address, partition)
+    assert starts and starts[-1][0] <= leader.epoch
+    ends = [start for _, start in starts[1:]] + [high_watermark]
+    for (epoch, _), end in zip(starts, ends, strict=True):
+        answer = await epoch_end(leader.address, asked(partition, epoch, leader.epoch))
+        assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (0, epoch, end)
+        between = await epoch_end(leader.address, asked(partition, epoch + 1))
+        if all(e != epoch + 1 for e, _ in starts) and epoch + 1 < leader.epoch:
+            assert (between.leader_epoch, between.end_offset) == (epoch, end), "a gap's epoch"
+    for current, error in (
+        (leader.epoch - 1, ErrorCode.FENCED_LEADER_EPOCH),
+        (leader.epoch + 1, ErrorCode.UNKNOWN_LEADER_EPOCH),
+    ):
+        answer = await epoch_end(leader.address, asked(partition, starts[0][0], current))
+        assert answer.error_code == error
+    answer = await epoch_end(leader.follower, asked(partition, starts[0][0]))
+    assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return starts
 
 
 async def _create(cluster: launcher.LocalCluster) -> None:

@@ -462,6 +462,7 @@ async def test_fetch_waits_for_max_wait_and_min_bytes(
     first = batch(-1, -1, -1, 1, "a")
     answer = await kafka_call(leader, m.Api.PRODUCE, 9, produce(topic, first))
     assert partition_result(answer).error_code == ErrorCode.NONE
+    epoch = await leader_epoch(kafka_bootstrap, topic)  # no leader changes in this test
 
     def fetch(offset: int, max_wait: int, min_bytes: int) -> m.FetchRequest:
         partition = m.FetchPartition(0, offset, 1 << 20)
@@ -478,7 +479,7 @@ async def test_fetch_waits_for_max_wait_and_min_bytes(
     short = await kafka_call(leader, m.Api.FETCH, 4, fetch(0, 400, 10_000))
     assert time.monotonic() - started >= 0.35
     assert isinstance(short, m.FetchResponse)
-    assert short.responses[0].partitions[0].records == with_offset(first, 0)
+    assert short.responses[0].partitions[0].records == with_offset(first, 0, epoch)
     # a batch arriving meanwhile ends the wait at once
     reader, writer = await open_kafka(leader)
     try:
@@ -501,7 +502,7 @@ async def test_fetch_waits_for_max_wait_and_min_bytes(
     # With its error code: an empty answer across a leader change (seen once, on two loaded
     # test workers) then says so, where the records alone could not tell it from a lost wakeup.
     (data,) = woken.responses[0].partitions
-    assert (data.error_code, data.records) == (ErrorCode.NONE, with_offset(second, 1))
+    assert (data.error_code, data.records) == (ErrorCode.NONE, with_offset(second, 1, epoch))
 
 
 def sealed(data: bytes) -> bytes:
@@ -509,6 +510,15 @@ def sealed(data: bytes) -> bytes:
     return data[:17] + crc32c(data[21:]).to_bytes(4, "big") + data[21:]
 
 
-def with_offset(data: bytes, offset: int) -> bytes:
-    """A batch as the log stores it: its base offset assigned, its leader epoch -1."""
-    return offset.to_bytes(8, "big") + data[8:12] + b"\xff\xff\xff\xff" + data[16:]
+def with_offset(data: bytes, offset: int, epoch: int) -> bytes:
+    """A batch as the log stores it: its base offset assigned, and as its partition leader
+    epoch the term of the entry that appended it."""
+    return offset.to_bytes(8, "big") + data[8:12] + epoch.to_bytes(4, "big") + data[16:]
+
+
+async def leader_epoch(kafka_bootstrap: list[str], topic: str) -> int:
+    answer = await kafka_call(
+        kafka_bootstrap[0], m.Api.METADATA, 12, m.MetadataRequest((m.MetadataRequestTopic(topic),))
+    )
+    assert isinstance(answer, m.MetadataResponse)
+    return answer.topics[0].partitions[0].leader_epoch

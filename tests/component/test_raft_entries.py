@@ -102,7 +102,7 @@ COMMANDS = [bytes([i % 251]) * (100 + 37 * i) for i in range(200)]  # ~750 KiB i
 def digest_of(commands: list[bytes]) -> bytes:
     expected = HashChain()
     for command in commands:
-        expected.apply(command)
+        expected.apply(command, 0)
     return expected.digest
 
 

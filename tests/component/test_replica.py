@@ -36,14 +36,14 @@ def test_settle_stores_what_was_applied_in_log_order_then_notifies(tmp_path: Pat
     replica = PartitionReplica(open_store, tmp_path, fatal=pytest.fail)
     replica.on_applied = lambda result: seen.append((result, replica.store.next_offset))
 
-    results = [replica.apply(append(i)) for i in range(6)]  # crosses segment boundaries
+    results = [replica.apply(append(i), 1) for i in range(6)]  # crosses segments; term 1
 
     assert [r.base_offset for r in results if isinstance(r, Appended)] == [0, 2, 4, 6, 8, 10]
     assert replica.store.next_offset == 0 and seen == [], "nothing written before settle"
     replica.settle()
     stored = replica.store.read(0, 1 << 20)
     assert [(s.base_offset, s.append_time_ms, s.batch) for s in stored] == [
-        (2 * i, 5_000 + i, with_base_offset(batch(i), 2 * i)) for i in range(6)
+        (2 * i, 5_000 + i, with_base_offset(batch(i), 2 * i, 1)) for i in range(6)
     ]
     assert [result for result, _ in seen] == results
     assert all(
@@ -64,7 +64,7 @@ def stored_after_a_power_cut(directory: Path, *, durable: bool) -> int:
     try:
         replica = PartitionReplica(open_store, data, fatal=pytest.fail, durable=durable)
         for i in range(6):  # crosses segment boundaries
-            replica.apply(append(i))
+            replica.apply(append(i), 1)
         replica.snapshot()  # settles what was applied first
         replica.store.close()
     finally:
@@ -86,7 +86,7 @@ def test_with_fsync_a_snapshot_leaves_every_record_before_it_on_disk(tmp_path: P
 def test_a_store_that_fails_while_settling_stops_the_node(tmp_path: Path) -> None:
     reasons: list[str] = []
     replica = PartitionReplica(open_store, tmp_path, fatal=reasons.append)
-    replica.apply(append(0))
+    replica.apply(append(0), 1)
     replica.store.close()
 
     with pytest.raises(StorageError):

@@ -691,7 +691,11 @@ def apply_fixed_history() -> FixedHistory:
     partition, metadata = PartitionStateMachine(), MetadataStateMachine()
     return FixedHistory(
         partition,
-        [partition.apply(e) for e in partition_log(list(FIXED_PARTITION_OPS))],
+        # A new term every seventh entry: the leader epochs are part of the pinned state.
+        [
+            partition.apply(e, 1 + i // 7)
+            for i, e in enumerate(partition_log(list(FIXED_PARTITION_OPS)))
+        ],
         metadata,
         [metadata.apply(e) for e in metadata_log(list(FIXED_METADATA_OPS))],
     )

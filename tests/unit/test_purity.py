@@ -29,6 +29,7 @@ ALLOWED_MODULES = {
     "re",
     "msgpack",
     "heapq",  # pure functions on a list: the producer table's recency heap
+    "bisect",  # pure functions on a sorted list: the leader epochs' lookups
     "operator",  # attrgetter: a command's fields read in one call when it is encoded
     "crc32c",  # CRC-32C of record batch v2 (C): a pure function of bytes
     "cramjam",  # the codecs of compressed batches, for readers (Rust): pure functions of bytes

@@ -8,8 +8,9 @@ the frame's own header. Each batch is one frame:
 `length` counts the batch bytes; its top bit is the frame's kind (`HEAD_CHECKED`). The batch
 (Kafka's record batch v2, with a CRC-32C of its own over everything from its `attributes` on)
 is stored as given but for its `base_offset` and partition leader epoch, which the batch's CRC
-does not cover (`records.with_base_offset`: the offset of its first record, so that a Kafka
-Fetch answers with the stored bytes as they are). The frame's CRC:
+does not cover (`records.with_base_offset`: the offset of its first record and the term of
+the entry that appended it, so that a Kafka Fetch answers with the stored bytes as they
+are). The frame's CRC:
 - `HEAD_CHECKED` (every frame written since data format 3): a CRC-32C of the frame's header
   after the crc field and of the batch's first 21 bytes, the ones its own CRC leaves out. The
   batch's own CRC covers the rest: every batch was verified whole at the edge before it could
@@ -35,6 +36,7 @@ from crc32c import crc32c
 from statemachine.limits import MIB
 from statemachine.records import (
     CRC_COVERED_FROM,
+    NO_PARTITION_LEADER_EPOCH,
     STORED_HEAD_BYTES,
     stored_head,
     stored_intact,
@@ -88,7 +90,11 @@ class Frame(NamedTuple):
 
 
 def frame_parts(
-    base_offset: int, record_count: int, append_time_ms: int, batch: bytes
+    base_offset: int,
+    record_count: int,
+    append_time_ms: int,
+    batch: bytes,
+    leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
 ) -> tuple[bytes, bytes, memoryview]:
     """A `HEAD_CHECKED` frame of `batch` as stored (`with_base_offset`), in three parts.
 
@@ -97,7 +103,7 @@ def frame_parts(
     batch.
     """
     tail = FRAME_TAIL.pack(base_offset, record_count, append_time_ms)
-    head = stored_head(batch, base_offset)
+    head = stored_head(batch, base_offset, leader_epoch)
     crc = crc32c(batch[STORED_HEAD_BYTES:CRC_COVERED_FROM], crc32c(head, crc32c(tail)))
     header = FRAME_HEAD.pack(len(batch) | HEAD_CHECKED, crc) + tail
     return header, head, memoryview(batch)[STORED_HEAD_BYTES:]

@@ -39,7 +39,7 @@ from cluster.broker.storage.segments import (
 )
 from cluster.config import Limits
 from cluster.files import sync_directory
-from statemachine.records import HEADER_BYTES, with_base_offset
+from statemachine.records import HEADER_BYTES, NO_PARTITION_LEADER_EPOCH, with_base_offset
 
 _DEFAULTS = Limits()
 
@@ -167,9 +167,15 @@ class PartitionStore:
     # -- appending ---------------------------------------------------------------------------
 
     def append(
-        self, base_offset: int, record_count: int, append_time_ms: int, batch: bytes
+        self,
+        base_offset: int,
+        record_count: int,
+        append_time_ms: int,
+        batch: bytes,
+        leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
     ) -> None:
-        """Store `batch` so that its first record has `base_offset`; a replay is a no-op.
+        """Store `batch` so that its first record has `base_offset` and its partition leader
+        epoch is `leader_epoch`; a replay is a no-op.
 
         `batch` was verified whole (`records.verify_batch`, at the edge): recovery relies on its
         CRC-32C for all of it but its head, so a batch whose CRC does not hold would be cut off
@@ -181,10 +187,10 @@ class PartitionStore:
             raise ValueError(f"bad batch: {record_count} records, {len(batch)} bytes")
         self._check_open()
         if base_offset != self._next_offset:
-            stored = with_base_offset(batch, base_offset)
+            stored = with_base_offset(batch, base_offset, leader_epoch)
             if self._already_stored(StoredBatch(base_offset, record_count, append_time_ms, stored)):
                 return
-        self._write(base_offset, record_count, append_time_ms, batch)
+        self._write(base_offset, record_count, append_time_ms, batch, leader_epoch)
 
     def _already_stored(self, wanted: StoredBatch) -> bool:
         """Whether a replayed batch is stored as is; if it is not, make room for it."""
@@ -213,11 +219,16 @@ class PartitionStore:
         return False
 
     def _write(
-        self, base_offset: int, record_count: int, append_time_ms: int, batch: bytes
+        self,
+        base_offset: int,
+        record_count: int,
+        append_time_ms: int,
+        batch: bytes,
+        leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
     ) -> None:
         """Append a frame of `batch` as stored (`with_base_offset`) at the log end."""
         assert base_offset == self._next_offset, "append must extend the log"
-        parts = frame_parts(base_offset, record_count, append_time_ms, batch)
+        parts = frame_parts(base_offset, record_count, append_time_ms, batch, leader_epoch)
         frame_size = FRAME_HEADER_BYTES + len(batch)
         segment = self._segments[-1]
         if segment.size and segment.size + frame_size > self._segment_bytes_max:

@@ -1,4 +1,4 @@
-"""Records: Produce (0), Fetch (1), ListOffsets (2).
+"""Records: Produce (0), Fetch (1), ListOffsets (2), OffsetForLeaderEpoch (23).
 
 Part of the Kafka messages (cluster/kafka/messages/__init__.py has their rules): each request
 class names its API, the versions served, its response and how it is refused whole.
@@ -246,6 +246,64 @@ class ListOffsetsRequest(Request):
                     tuple(
                         ListOffsetsPartitionResponse(p.partition_index, code) for p in t.partitions
                     ),
+                )
+                for t in self.topics
+            )
+        )
+
+
+# -- OffsetForLeaderEpoch (23) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderPartition:
+    partition: int
+    leader_epoch: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderTopic:
+    topic: str
+    partitions: tuple[OffsetForLeaderPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffset:
+    error_code: int
+    partition: int
+    leader_epoch: int = -1
+    end_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderTopicResult:
+    topic: str
+    partitions: tuple[EpochEndOffset, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderEpochResponse(Response):
+    topics: tuple[OffsetForLeaderTopicResult, ...]
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderEpochRequest(Request):
+    """v2-v4 (Kafka 4 removed v0-v1); `replica_id` -1 is a consumer, -2 (v2's) too."""
+
+    API = Api.OFFSET_FOR_LEADER_EPOCH
+    VERSIONS = VersionRange(2, 4)
+    RESPONSE = OffsetForLeaderEpochResponse
+
+    topics: tuple[OffsetForLeaderTopic, ...]
+    replica_id: int = -2
+
+    def refusal(self, code: int, message: str) -> OffsetForLeaderEpochResponse:  # noqa: ARG002
+        return OffsetForLeaderEpochResponse(
+            tuple(
+                OffsetForLeaderTopicResult(
+                    t.topic, tuple(EpochEndOffset(code, p.partition) for p in t.partitions)
                 )
                 for t in self.topics
             )

@@ -167,6 +167,13 @@ OVERRIDES: tuple[Override, ...] = (
     ),
     Override(
         _SYNC,
+        "_SyncObj__raftLastApplied",
+        "reads",
+        "the index of the entry being applied (one past it), whose term goes to the machine",
+        "applies pass the command alone",
+    ),
+    Override(
+        _SYNC,
         "_SyncObj__otherNodes",
         "reads",
         "the followers a new entry goes to",

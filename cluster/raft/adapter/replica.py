@@ -245,7 +245,11 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         # so the group reports unhealthy. Skipping it would leave the machine past a command
         # it never applied and its proposer without an answer.
         if entry[:2] == ENTRY_PREFIX:
-            return self.raftbroker_machine.apply(memoryview(entry)[2:])  # no copy of a batch
+            # The entry's term (the epoch of the leader that appended it) goes with it: stock
+            # applies pass only the command, from the entry `__raftLastApplied` is one short of.
+            log: Any = self._SyncObj__raftLog
+            term: int = log[self._SyncObj__raftLastApplied + 1 - log[0][1]][2]
+            return self.raftbroker_machine.apply(memoryview(entry)[2:], term)  # no batch copy
         assert entry == NO_OP_ENTRY, f"a log entry that is not ours: {entry[:16]!r}"
         return None
 
