@@ -157,6 +157,16 @@ class DeleteTopic(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class AlterTopicConfigs(Command):
+    """A topic's retention changed after its creation (the configs a topic may change)."""
+
+    TAG: ClassVar[int] = 16
+    name: str = _str()
+    retention_ms: int = _int(-1, INT64_MAX)
+    retention_bytes: int = _int(-1, INT64_MAX)
+
+
+@dataclass(frozen=True, slots=True)
 class AllocatePidBlock(Command):
     """Reserve the next `block_size` producer ids for one broker, before any is handed out."""
 
@@ -237,6 +247,16 @@ class DeleteTopicOffsets(Command):
     topic: str = _str()
 
 
+@dataclass(frozen=True, slots=True)
+class DeleteOffsets(Command):
+    """OffsetDelete: some of a group's committed offsets go. `partitions` is the msgpack list
+    of `[topic, partition]`; the coordinator checked that the group does not read them."""
+
+    TAG: ClassVar[int] = 25
+    group_id: str = _str()
+    partitions: bytes = _bytes()
+
+
 COMMAND_TYPES: tuple[type[Command], ...] = (
     Noop,
     AppendBatch,
@@ -249,11 +269,13 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     AllocatePidBlock,
     InitTransactionalProducer,
     ExpireTransactionalIds,
+    AlterTopicConfigs,
     CommitOffsets,
     StoreGroup,
     DeleteGroup,
     ExpireOffsets,
     DeleteTopicOffsets,
+    DeleteOffsets,
 )
 
 

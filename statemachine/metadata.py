@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from statemachine.codec import SnapshotError, expect_int, pack, unpack_snapshot
 from statemachine.commands import (
     AllocatePidBlock,
+    AlterTopicConfigs,
     CommandDecodeError,
     CreateTopic,
     DeleteTopic,
@@ -110,6 +111,10 @@ class TopicDeleted(NamedTuple):
     topic: TopicInfo
 
 
+class TopicAltered(NamedTuple):
+    topic: TopicInfo  # as it is now
+
+
 class TransactionalIdsExpired(NamedTuple):
     transactional_ids: tuple[str, ...]
 
@@ -118,6 +123,7 @@ MetadataResult = (
     BrokerRegistered
     | TopicCreated
     | TopicDeleted
+    | TopicAltered
     | PidBlock
     | ProducerIdAndEpoch
     | TransactionalIdsExpired
@@ -186,6 +192,12 @@ class MetadataStateMachine:
                     if topic is None
                     else TopicDeleted(topic)
                 )
+            case AlterTopicConfigs(name=name, retention_ms=ms, retention_bytes=size):
+                topic = self.topics.get(name)
+                if topic is None:
+                    return Rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                topic = self.topics[name] = replace(topic, retention_ms=ms, retention_bytes=size)
+                return TopicAltered(topic)
             case AllocatePidBlock():
                 return self._allocate_pid_block(command)
             case InitTransactionalProducer():

@@ -28,6 +28,7 @@ from statemachine.commands import (
     CommandDecodeError,
     CommitOffsets,
     DeleteGroup,
+    DeleteOffsets,
     DeleteTopicOffsets,
     ExpireOffsets,
     Noop,
@@ -128,6 +129,15 @@ class OffsetsStateMachine:
                 return self._expire(retention_ms)
             case DeleteTopicOffsets(topic=topic):
                 return self._remove(lambda _entry, c: c.topic == topic)
+            case DeleteOffsets(group_id=group_id, partitions=data):
+                doomed = self._decode_partitions(data)
+                if doomed is None:
+                    return Rejected(ErrorCode.INVALID_REQUEST)
+                return self._remove(
+                    lambda entry, c: (
+                        entry is self.groups.get(group_id) and (c.topic, c.partition) in doomed
+                    )
+                )
             case Noop(marker=marker):
                 return NoopApplied(marker)
         return Rejected(ErrorCode.INVALID_REQUEST)  # another group kind's command
@@ -188,6 +198,23 @@ class OffsetsStateMachine:
                 return None
             decoded.append(((topic, partition), (offset, epoch, metadata)))
         return decoded
+
+    def _decode_partitions(self, data: bytes) -> frozenset[TopicPartition] | None:
+        try:
+            value = unpack(data, size_max=self._limits.entry_bytes_max)
+        except CodecError:
+            return None
+        if not isinstance(value, tuple) or len(value) > self._limits.group_offsets_max:
+            return None
+        found: set[TopicPartition] = set()
+        for item in value:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                return None
+            topic, partition = item
+            if not (type(topic) is str and type(partition) is int and 0 <= partition <= INT32_MAX):
+                return None
+            found.add((topic, partition))
+        return frozenset(found)
 
     def _store(self, cmd: StoreGroup) -> OffsetsResult:
         if group_id_error(cmd.group_id, self._limits):

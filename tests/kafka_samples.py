@@ -54,6 +54,30 @@ REQUESTS: dict[m.Api, m.RequestBody] = {
     m.Api.OFFSET_FOR_LEADER_EPOCH: m.OffsetForLeaderEpochRequest(
         (m.OffsetForLeaderTopic("orders", (m.OffsetForLeaderPartition(0, 3, 5),)),), -1
     ),
+    m.Api.DELETE_RECORDS: m.DeleteRecordsRequest(
+        (
+            m.DeleteRecordsTopic(
+                "orders", (m.DeleteRecordsPartition(0, 42), m.DeleteRecordsPartition(1, -1))
+            ),
+        ),
+        5_000,
+    ),
+    m.Api.INCREMENTAL_ALTER_CONFIGS: m.IncrementalAlterConfigsRequest(
+        (
+            m.AlterConfigsResource(
+                m.RESOURCE_TOPIC,
+                "orders",
+                (
+                    m.AlterableConfig("retention.ms", 0, "60000"),
+                    m.AlterableConfig("retention.bytes", 1, None),
+                ),
+            ),
+        ),
+        True,
+    ),
+    m.Api.OFFSET_DELETE: m.OffsetDeleteRequest(
+        "g", (m.OffsetDeleteRequestTopic("orders", (m.OffsetDeleteRequestPartition(0),)),)
+    ),
     m.Api.INIT_PRODUCER_ID: m.InitProducerIdRequest("txn", 60_000, 1_000, 3),
     m.Api.DESCRIBE_PRODUCERS: m.DescribeProducersRequest((m.TopicRequest("orders", (0, 1)),)),
     m.Api.ADD_PARTITIONS_TO_TXN: m.AddPartitionsToTxnRequest(
@@ -182,6 +206,32 @@ RESPONSES: dict[m.Api, m.ResponseBody] = {
                 ),
             ),
         )
+    ),
+    m.Api.DELETE_RECORDS: m.DeleteRecordsResponse(
+        (
+            m.DeleteRecordsTopicResult(
+                "orders",
+                (
+                    m.DeleteRecordsPartitionResult(0, 42, 0),
+                    m.DeleteRecordsPartitionResult(1, -1, ErrorCode.OFFSET_OUT_OF_RANGE),
+                ),
+            ),
+        )
+    ),
+    m.Api.INCREMENTAL_ALTER_CONFIGS: m.IncrementalAlterConfigsResponse(
+        (
+            m.AlterConfigsResourceResponse(0, None, m.RESOURCE_TOPIC, "orders"),
+            m.AlterConfigsResourceResponse(ErrorCode.INVALID_CONFIG, "no", m.RESOURCE_TOPIC, "b"),
+        )
+    ),
+    m.Api.OFFSET_DELETE: m.OffsetDeleteResponse(
+        0,
+        (
+            m.OffsetDeleteResponseTopic(
+                "orders",
+                (m.OffsetDeleteResponsePartition(0, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC),),
+            ),
+        ),
     ),
     m.Api.INIT_PRODUCER_ID: m.InitProducerIdResponse(0, 1_000, 4),
     m.Api.DESCRIBE_PRODUCERS: m.DescribeProducersResponse(

@@ -15,14 +15,22 @@ translates it. The rules:
   timestamps; the store indexes its own append time besides); `compression.type` is
   `producer` (batches are stored as they come).
 - A node's own: the topic defaults of its `[topics]` table and the same batch limit.
+
+Changes (IncrementalAlterConfigs, `altered`): a topic's retention may be set or deleted (back
+to the default, -1); every other config may be "set" to the value it has or deleted (no
+change), and any other value is INVALID_CONFIG naming what raftbroker does instead (e.g.
+`cleanup.policy=compact`: no compaction). APPEND and SUBTRACT apply to `cleanup.policy`, the
+one list, on the same terms. A config named twice, or one unknown, refuses the whole change.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from cluster.config import Topics
+from statemachine.errors import ErrorCode
 from statemachine.metadata import TopicInfo
 
 NO_RETENTION = -1
@@ -34,6 +42,15 @@ class ConfigSource(IntEnum):
     TOPIC = 1  # set on the topic
     STATIC_BROKER = 4  # the node's configuration file
     DEFAULT = 5  # the default
+
+
+class ConfigOperation(IntEnum):
+    """IncrementalAlterConfigs' operations (Kafka's AlterConfigOp.OpType numbers)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
 
 
 class ConfigType(IntEnum):
@@ -60,8 +77,7 @@ def topic_configs(topic: TopicInfo, batch_bytes_max: int) -> tuple[ConfigEntry, 
 
     def retention(name: str, value: int) -> ConfigEntry:
         source = ConfigSource.DEFAULT if value == NO_RETENTION else ConfigSource.TOPIC
-        # Read-only until a topic's configs can be altered after its creation.
-        return ConfigEntry(name, str(value), source, True, ConfigType.LONG)
+        return ConfigEntry(name, str(value), source, False, ConfigType.LONG)
 
     majority = len(topic.replicas[0]) // 2 + 1 if topic.replicas else 1
     fixed = ConfigSource.DEFAULT
@@ -104,3 +120,63 @@ def node_configs(topics: Topics, batch_bytes_max: int) -> tuple[ConfigEntry, ...
         ConfigEntry("message.max.bytes", str(batch_bytes_max), static, True, ConfigType.INT),
         ConfigEntry("log.cleanup.policy", "delete", ConfigSource.DEFAULT, True, ConfigType.LIST),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    name: str
+    operation: int  # a ConfigOperation, as the client sent it
+    value: str | None
+
+
+def altered(
+    topic: TopicInfo, changes: Sequence[ConfigChange], batch_bytes_max: int
+) -> TopicInfo | tuple[ErrorCode, str]:
+    """`topic` with `changes` made (see the module's rules), or why not."""
+    names = [c.name for c in changes]
+    if len(set(names)) != len(names):
+        return ErrorCode.INVALID_REQUEST, "a config is named more than once"
+    current = {e.name: e for e in topic_configs(topic, batch_bytes_max)}
+    retention = {"retention.ms": topic.retention_ms, "retention.bytes": topic.retention_bytes}
+    for change in changes:
+        entry = current.get(change.name)
+        if entry is None:
+            return ErrorCode.INVALID_CONFIG, f"unknown topic config {change.name!r}"
+        value = _changed(entry, change)
+        if isinstance(value, str):  # why not
+            return ErrorCode.INVALID_CONFIG, value
+        if value is not None:  # only a retention has a new value
+            retention[change.name] = value
+    return replace(
+        topic, retention_ms=retention["retention.ms"], retention_bytes=retention["retention.bytes"]
+    )
+
+
+def _changed(entry: ConfigEntry, change: ConfigChange) -> int | str | None:
+    """A retention's new value (an int), None for a config left as it is, or why not (a
+    str)."""
+    op, value, name = change.operation, change.value, entry.name
+    if op not in tuple(ConfigOperation):
+        return f"unknown config operation {op}"
+    if op in (ConfigOperation.APPEND, ConfigOperation.SUBTRACT) and entry.type != ConfigType.LIST:
+        return f"{name} is not a list: APPEND and SUBTRACT apply to lists only"
+    if not entry.read_only:  # a retention
+        if op == ConfigOperation.DELETE:
+            return NO_RETENTION
+        try:
+            number = int(value or "")
+        except ValueError:
+            return f"{name} must be an integer, -1 for no limit, got {value!r}"
+        return number if number >= NO_RETENTION else f"{name} must be -1 or more, got {number}"
+    if op == ConfigOperation.DELETE or (value == entry.value) != (op == ConfigOperation.SUBTRACT):
+        return None  # what raftbroker does already (a SUBTRACT of another value: nothing)
+    return f"{name} is always {entry.value} in raftbroker: {_WHY.get(name, 'fixed')}"
+
+
+_WHY = {
+    "cleanup.policy": "records are deleted by retention, never compacted",
+    "min.insync.replicas": "a write is acknowledged once a Raft majority of the replicas holds it",
+    "max.message.bytes": "the nodes' batch_bytes_max limit",
+    "message.timestamp.type": "records keep their producers' timestamps",
+    "compression.type": "batches are stored as their producers compressed them",
+}

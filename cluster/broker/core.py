@@ -18,27 +18,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
 
 from cluster.broker.calls import (
-    EARLIEST,
-    LATEST,
-    EpochFound,
-    EpochWant,
     Fence,
     Fetched,
     FetchWant,
     NodeSeen,
-    OffsetFound,
-    OffsetWant,
-    PartitionProducers,
     Produced,
-    ProducerView,
     RaftGroupReport,
     Where,
 )
+from cluster.broker.configs import ConfigChange, altered
 from cluster.broker.metrics import Metrics
 from cluster.broker.node import OFFSETS_TOPIC, Node, PartitionHandle, client_topics
+from cluster.broker.partition_admin import PartitionAdmin
 from cluster.broker.peers import PeerWatcher
 from cluster.broker.storage import StorageError, StoredBatch
 from cluster.clock import wall_ms
@@ -46,6 +39,7 @@ from cluster.config import Limits
 from cluster.errors import RequestRefusedError
 from cluster.raft import ProposalError
 from statemachine.commands import (
+    AlterTopicConfigs,
     CreateTopic,
     DeleteTopic,
     InitTransactionalProducer,
@@ -55,6 +49,7 @@ from statemachine.errors import ErrorCode, Rejected
 from statemachine.limits import DEFAULT_LIMITS, StateLimits
 from statemachine.metadata import (
     BrokerInfo,
+    TopicAltered,
     TopicCreated,
     TopicDeleted,
     TopicInfo,
@@ -75,7 +70,7 @@ assert FETCHED_BATCH_OVERHEAD_BYTES < HEADER_BYTES
 UTF8_BYTES_PER_CHAR_MAX = 4
 
 
-class Broker:
+class Broker(PartitionAdmin):
     """The core both listeners of a node call."""
 
     def __init__(self, node: Node, peers: PeerWatcher, metrics: Metrics) -> None:
@@ -320,65 +315,6 @@ class Broker:
         self.metrics.fetched_bytes.inc(sum(len(b.batch) for b in stored))
         return answer(ErrorCode.NONE, tuple(b for b in stored if b.base_offset < high))
 
-    # -- offsets and producers ---------------------------------------------------------------
-
-    def list_offsets(self, wants: Iterable[OffsetWant]) -> list[OffsetFound]:
-        return [self._offset(want) for want in wants]
-
-    def _offset(self, want: OffsetWant) -> OffsetFound:
-        topic, partition, spec = want
-        handle = self._leading(topic, partition)
-        if isinstance(handle, ErrorCode):
-            return OffsetFound(
-                topic, partition, handle, -1, self.leader_hint(handle, topic, partition)
-            )
-        replica = handle.replica
-        if spec == EARLIEST:
-            offset = replica.log_start_offset
-        elif spec == LATEST:
-            offset = replica.high_watermark
-        elif replica.restoring:  # batches below the local log may match: not known yet
-            return OffsetFound(topic, partition, ErrorCode.LEADER_NOT_AVAILABLE, -1, "")
-        else:
-            offset = replica.offset_for_time(spec)
-        return OffsetFound(topic, partition, ErrorCode.NONE, offset, "")
-
-    def epoch_end_offsets(self, wants: Iterable[EpochWant]) -> list[EpochFound]:
-        return [self._epoch_end(want) for want in wants]
-
-    def _epoch_end(self, want: EpochWant) -> EpochFound:
-        """From the serving leader alone (its log end is the high watermark; a replica that
-        has not applied its predecessors' entries yet would answer short), after the asker's
-        view of the epoch is checked as Kafka checks it."""
-        topic, partition, current, epoch = want
-        handle = self._leading(topic, partition)
-        if isinstance(handle, ErrorCode):
-            hint = self.leader_hint(handle, topic, partition)
-            return EpochFound(topic, partition, handle, -1, -1, hint)
-        term = handle.group.term
-        if 0 <= current != term:
-            error = (
-                ErrorCode.FENCED_LEADER_EPOCH if current < term else ErrorCode.UNKNOWN_LEADER_EPOCH
-            )
-            return EpochFound(topic, partition, error, -1, -1, "")
-        replica = handle.replica
-        found, end = replica.machine.epochs.end_offset(epoch, term, replica.high_watermark)
-        return EpochFound(topic, partition, ErrorCode.NONE, found, end, "")
-
-    async def describe_producers(
-        self, topic: str, partitions: Iterable[int]
-    ) -> list[PartitionProducers]:
-        results = []
-        for partition in partitions:
-            handle = self._leading(topic, partition)
-            if isinstance(handle, ErrorCode):
-                hint = self.leader_hint(handle, topic, partition)
-                results.append(PartitionProducers(partition, handle, hint, ()))
-                continue
-            producers = await handle.group.read(partial(_describe, handle))
-            results.append(PartitionProducers(partition, ErrorCode.NONE, "", producers))
-        return results
-
     # -- the metadata group ------------------------------------------------------------------
 
     async def _propose_metadata(self, command: bytes) -> object:
@@ -415,6 +351,26 @@ class Broker:
         if isinstance(result, Rejected):
             raise RequestRefusedError(result.error)
         assert isinstance(result, TopicDeleted), result
+
+    async def alter_topic_configs(
+        self, name: str, changes: Sequence[ConfigChange], *, validate_only: bool = False
+    ) -> None:
+        """Make `changes` to a topic's configs (cluster/broker/configs.py: `altered` says which
+        may change), once committed; with `validate_only`, only check them."""
+        problem = _internal(name)
+        topic = self.node.metadata_replica.machine.topics.get(name)
+        if problem or topic is None:
+            raise RequestRefusedError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, problem or "")
+        new = altered(topic, changes, self.node.limits.batch_bytes_max)
+        if isinstance(new, tuple):
+            raise RequestRefusedError(*new)
+        if validate_only or new == topic:
+            return
+        command = AlterTopicConfigs(name, new.retention_ms, new.retention_bytes)
+        result = await self._propose_metadata(command.encode())
+        if isinstance(result, Rejected):
+            raise RequestRefusedError(result.error)
+        assert isinstance(result, TopicAltered), result
 
     async def init_producer_id(
         self,
@@ -489,20 +445,6 @@ class Broker:
                 )
             )
         return reports
-
-
-def _describe(handle: PartitionHandle) -> tuple[ProducerView, ...]:
-    """Between applies: the producer table as DescribeProducers shows it."""
-    return tuple(
-        ProducerView(
-            pid,
-            entry.epoch,
-            entry.last_sequence,
-            entry.last_timestamp_ms,
-            tuple(entry.window),
-        )
-        for pid, entry in handle.replica.machine.producers
-    )
 
 
 # -- fetch bounds --------------------------------------------------------------------------------

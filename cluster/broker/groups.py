@@ -33,15 +33,12 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from cluster.broker.coordinator import (
     Coordinator,
     CoordinatorLimits,
     Effect,
-    GroupState,
-    GroupView,
     JoinRequest,
     JoinResult,
     MemberRef,
@@ -50,6 +47,7 @@ from cluster.broker.coordinator import (
     SyncRequest,
     SyncResult,
 )
+from cluster.broker.group_admin import GroupAdmin, Seat
 from cluster.broker.node import OFFSETS_TOPIC, Node, OffsetsHandle
 from cluster.broker.peers import PeerWatcher
 from cluster.clock import wall_ms
@@ -58,7 +56,6 @@ from statemachine.codec import pack
 from statemachine.commands import (
     CommitOffsets,
     CreateTopic,
-    DeleteGroup,
     DeleteTopicOffsets,
     ExpireOffsets,
     StoreGroup,
@@ -100,26 +97,7 @@ class FetchedOffset(NamedTuple):
     error: ErrorCode = ErrorCode.NONE
 
 
-class Listing(NamedTuple):
-    group_id: str
-    protocol_type: str
-    state: GroupState
-
-
-_Parked = asyncio.Future[JoinResult | SyncResult]
-
-
-@dataclass
-class _Seat:
-    """One offsets partition hosted here, and its coordinator while this node leads it."""
-
-    handle: OffsetsHandle
-    coordinator: Coordinator | None = None
-    term: int = -1
-    waiting: dict[int, _Parked] = field(default_factory=dict)
-
-
-class GroupService:
+class GroupService(GroupAdmin):
     """Every consumer-group request this node answers."""
 
     def __init__(
@@ -139,7 +117,7 @@ class GroupService:
             groups_max=node.limits.groups_per_partition_max,
         )
         self._timeout_s = timing.request_timeout_ms / 1000
-        self._seats: dict[int, _Seat] = {}
+        self._seats: dict[int, Seat] = {}
         self._tokens = 0
         self._wake = asyncio.Event()
 
@@ -197,7 +175,7 @@ class GroupService:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1
         return ErrorCode.NONE, node_id
 
-    def _seat_for(self, group_id: str) -> _Seat | ErrorCode:
+    def _seat_for(self, group_id: str) -> Seat | ErrorCode:
         if group_id_error(group_id, self.node.limits):
             return ErrorCode.INVALID_GROUP_ID
         partition = self.offsets_partition(group_id)
@@ -215,13 +193,13 @@ class GroupService:
             )
         return seat
 
-    def _refresh(self, partition: int, handle: OffsetsHandle) -> _Seat:
+    def _refresh(self, partition: int, handle: OffsetsHandle) -> Seat:
         """The seat of `partition`, its coordinator loaded or dropped as its leadership is."""
         seat = self._seats.get(partition)
         if seat is None or seat.handle is not handle:
             if seat is not None:
                 self._drop(seat)
-            seat = self._seats[partition] = _Seat(handle)
+            seat = self._seats[partition] = Seat(handle)
         group = handle.group
         if not group.serving:
             self._drop(seat)
@@ -235,7 +213,7 @@ class GroupService:
             log.info("coordinating the groups of %s-%d (term %d)", OFFSETS_TOPIC, partition, term)
         return seat
 
-    def _drop(self, seat: _Seat) -> None:
+    def _drop(self, seat: Seat) -> None:
         if seat.coordinator is None:
             return
         self._settle(seat, seat.coordinator.abandon())
@@ -247,7 +225,7 @@ class GroupService:
 
     # -- the coordinator's effects -------------------------------------------------------------
 
-    def _settle(self, seat: _Seat, effects: Iterable[Effect]) -> None:
+    def _settle(self, seat: Seat, effects: Iterable[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, Reply):
                 future = seat.waiting.pop(effect.token, None)
@@ -257,7 +235,7 @@ class GroupService:
                 self._persist(seat, effect)
         self._wake.set()  # the next deadline may have moved
 
-    def _persist(self, seat: _Seat, persist: Persist) -> None:
+    def _persist(self, seat: Seat, persist: Persist) -> None:
         coordinator = seat.coordinator
         assert coordinator is not None, "a record to persist without a coordinator"
         seq = persist.seq
@@ -279,7 +257,7 @@ class GroupService:
         except ProposalError as exc:
             asyncio.get_running_loop().call_soon(done, None, exc)
 
-    def _park(self, seat: _Seat) -> tuple[int, asyncio.Future[JoinResult | SyncResult]]:
+    def _park(self, seat: Seat) -> tuple[int, asyncio.Future[JoinResult | SyncResult]]:
         self._tokens += 1
         future: asyncio.Future[JoinResult | SyncResult] = asyncio.get_running_loop().create_future()
         seat.waiting[self._tokens] = future
@@ -287,7 +265,7 @@ class GroupService:
 
     async def _await(
         self,
-        seat: _Seat,
+        seat: Seat,
         token: int,
         future: asyncio.Future[JoinResult | SyncResult],
         wait_s: float,
@@ -417,7 +395,7 @@ class GroupService:
             return ErrorCode.OFFSET_METADATA_TOO_LARGE
         return ErrorCode.NONE
 
-    async def _propose(self, seat: _Seat, command: bytes) -> ErrorCode:
+    async def _propose(self, seat: Seat, command: bytes) -> ErrorCode:
         try:
             result = await seat.handle.group.propose(command, self._timeout_s)
         except ProposalError as exc:
@@ -448,47 +426,6 @@ class GroupService:
                 fetched.append(FetchedOffset(topic, partition, c.offset, c.leader_epoch,
                                              c.metadata))  # fmt: skip
         return ErrorCode.NONE, fetched
-
-    # -- administration ----------------------------------------------------------------------
-
-    def describe(self, group_id: str) -> tuple[ErrorCode, GroupView]:
-        seat = self._seat_for(group_id)
-        if isinstance(seat, ErrorCode):
-            return seat, GroupView(group_id, GroupState.DEAD, "", "", ())
-        assert seat.coordinator is not None
-        view = seat.coordinator.describe(group_id)
-        if view.state is GroupState.DEAD and group_id in seat.handle.replica.machine.groups:
-            view = view._replace(state=GroupState.EMPTY)  # offsets, no members
-        return ErrorCode.NONE, view
-
-    def listing(self) -> list[Listing]:
-        """Every group whose coordinator is this node (ListGroups asks each broker)."""
-        found: dict[str, Listing] = {}
-        for partition, handle in self._hosted():
-            seat = self._refresh(partition, handle)
-            if seat.coordinator is None:
-                continue
-            for group_id in handle.replica.machine.groups:
-                found[group_id] = Listing(group_id, "", GroupState.EMPTY)
-            for group_id, protocol_type, state in seat.coordinator.listing():
-                found[group_id] = Listing(group_id, protocol_type, state)
-        return [found[g] for g in sorted(found)]
-
-    async def delete(self, group_id: str) -> ErrorCode:
-        seat = self._seat_for(group_id)
-        if isinstance(seat, ErrorCode):
-            return seat
-        assert seat.coordinator is not None
-        state = seat.coordinator.state(group_id)
-        if state not in (GroupState.EMPTY, GroupState.DEAD):
-            return ErrorCode.NON_EMPTY_GROUP
-        if group_id not in seat.handle.replica.machine.groups:
-            seat.coordinator.forget(group_id)
-            return ErrorCode.GROUP_ID_NOT_FOUND if state is GroupState.DEAD else ErrorCode.NONE
-        error = await self._propose(seat, DeleteGroup(group_id).encode())
-        if error is ErrorCode.NONE and seat.coordinator is not None:
-            seat.coordinator.forget(group_id)
-        return error
 
     # -- timers and housekeeping -------------------------------------------------------------
 

@@ -32,7 +32,13 @@ from cluster.config import NodeConfig, Peer
 from cluster.raft import GroupSpec, GroupStatus, RaftDriver, RaftGroup
 from cluster.raft.mesh import MeshSettings, PeerSources
 from statemachine.limits import DEFAULT_LIMITS
-from statemachine.metadata import MetadataResult, TopicCreated, TopicDeleted, TopicInfo
+from statemachine.metadata import (
+    MetadataResult,
+    TopicAltered,
+    TopicCreated,
+    TopicDeleted,
+    TopicInfo,
+)
 from statemachine.partition import Appended, PartitionResult
 from statemachine.pid_allocator import PidBlockLease
 
@@ -220,9 +226,12 @@ class Node:
             **self.partitions,
             **self.offsets,
         }
-        for key in [k for k, h in hosted.items() if wanted.get(k) != h.topic]:
+        for key in [k for k, h in hosted.items() if not _same_topic(wanted.get(k), h.topic)]:
             await self._stop_partition(key, delete=True)
             await asyncio.sleep(0)  # see below
+        for key, handle in hosted.items():  # a topic's configs changed: the handle takes them
+            if key in wanted and _same_topic(wanted[key], handle.topic):
+                handle.topic = wanted[key]
         self._start_failures = {
             k: f for k, f in self._start_failures.items() if wanted.get(k) == f.topic
         }
@@ -348,7 +357,7 @@ class Node:
         return on_applied
 
     def _on_metadata_applied(self, result: MetadataResult) -> None:  # in a Raft tick
-        if isinstance(result, TopicCreated | TopicDeleted):
+        if isinstance(result, TopicCreated | TopicDeleted | TopicAltered):
             self._reconcile_now.set()
 
     # -- views for the server --------------------------------------------------------------------
@@ -386,3 +395,9 @@ class Node:
     def metadata_leader(self) -> Peer | None:
         address = self.metadata.leader_address
         return next((p for p in self.config.peers if p.raft_address == address), None)
+
+
+def _same_topic(wanted: TopicInfo | None, hosted: TopicInfo) -> bool:
+    """Whether a hosted replica still belongs to the topic the metadata has (the same topic,
+    not one deleted and created again under its name), whatever its configs are now."""
+    return wanted is not None and wanted.topic_id == hosted.topic_id

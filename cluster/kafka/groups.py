@@ -247,6 +247,30 @@ class KafkaGroups:
             results.append(m.DeletableGroupResult(group_id, int(error)))
         return m.DeleteGroupsResponse(tuple(results))
 
+    @serves(m.OffsetDeleteRequest)
+    async def offset_delete(
+        self, request: m.OffsetDeleteRequest, _call: Call
+    ) -> m.OffsetDeleteResponse:
+        asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+        error, errors = await self.groups.delete_offsets(request.group_id, asked)
+        if error is not ErrorCode.NONE:
+            return m.OffsetDeleteResponse(error)
+        return m.OffsetDeleteResponse(
+            ErrorCode.NONE,
+            tuple(
+                m.OffsetDeleteResponseTopic(
+                    t.name,
+                    tuple(
+                        m.OffsetDeleteResponsePartition(
+                            p.partition_index, errors[t.name, p.partition_index]
+                        )
+                        for p in t.partitions
+                    ),
+                )
+                for t in request.topics
+            ),
+        )
+
 
 def _rebalance_timeout_ms(request: m.JoinGroupRequest) -> int:
     """JoinGroup v0 has no rebalance timeout: Kafka takes the session timeout."""

@@ -1,5 +1,5 @@
-"""Topics through Kafka's protocol: CreateTopics, DeleteTopics, creation on first use, and
-DescribeConfigs.
+"""Topics through Kafka's protocol: CreateTopics, DeleteTopics, creation on first use,
+DeleteRecords, DescribeConfigs and IncrementalAlterConfigs.
 
 Role: the topic administration of a node's Kafka listener (its frontend, frontend.py, hands
 these requests here), proposing through the broker core (`Broker.create_topic`) as every
@@ -29,11 +29,13 @@ Rules:
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterable, Mapping
 
 from cluster.broker.configs import (
     NO_RETENTION,
+    ConfigChange,
     ConfigEntry,
     ConfigSource,
     node_configs,
@@ -61,8 +63,8 @@ def by_uuid(cluster_id: str, topics: Mapping[str, TopicInfo]) -> dict[uuid.UUID,
 
 
 class KafkaTopics:
-    """CreateTopics, DeleteTopics, creation on first use and DescribeConfigs, for one node's
-    Kafka listener."""
+    """CreateTopics, DeleteTopics, creation on first use, DeleteRecords, DescribeConfigs and
+    IncrementalAlterConfigs, for one node's Kafka listener."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -198,6 +200,71 @@ class KafkaTopics:
             results.append(await self._delete(one, topic))
         return m.DeleteTopicsResponse(tuple(results))
 
+    @serves(m.DeleteRecordsRequest)
+    async def delete_records(
+        self, request: m.DeleteRecordsRequest, _call: Call
+    ) -> m.DeleteRecordsResponse:
+        """Each partition's log start moved by its leader (`Broker.delete_records`), all of
+        them at once, each within the request's timeout."""
+        timeout_s = self.broker.timeout_s(request.timeout)
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                [
+                    group.create_task(
+                        self.broker.delete_records(t.name, p.partition_index, p.offset, timeout_s)
+                    )
+                    for p in t.partitions
+                ]
+                for t in request.topics
+            ]
+        return m.DeleteRecordsResponse(
+            tuple(
+                m.DeleteRecordsTopicResult(
+                    t.name,
+                    tuple(
+                        m.DeleteRecordsPartitionResult(p.partition_index, *_low_watermark(task))
+                        for p, task in zip(t.partitions, row, strict=True)
+                    ),
+                )
+                for t, row in zip(request.topics, tasks, strict=True)
+            )
+        )
+
+    @serves(m.IncrementalAlterConfigsRequest)
+    async def alter_configs(
+        self, request: m.IncrementalAlterConfigsRequest, _call: Call
+    ) -> m.IncrementalAlterConfigsResponse:
+        """Each resource's changes, one after the other: a topic's through the broker core
+        (`Broker.alter_topic_configs`: which configs may change); a node's configs are its
+        configuration file's, refused."""
+        answers = []
+        for resource in request.resources:
+            error, message = ErrorCode.NONE, None
+            try:
+                await self._alter(resource, request.validate_only)
+            except RaftbrokerError as exc:
+                error, message = exc.error, exc.message
+            answers.append(
+                m.AlterConfigsResourceResponse(
+                    error, message, resource.resource_type, resource.resource_name
+                )
+            )
+        return m.IncrementalAlterConfigsResponse(tuple(answers))
+
+    async def _alter(self, resource: m.AlterConfigsResource, validate_only: bool) -> None:
+        if resource.resource_type == m.RESOURCE_BROKER:
+            raise RequestRefusedError(
+                ErrorCode.INVALID_REQUEST, "a node's configs are set in its configuration file"
+            )
+        if resource.resource_type != m.RESOURCE_TOPIC:
+            raise RequestRefusedError(
+                ErrorCode.INVALID_REQUEST, "only topics have configs to alter"
+            )
+        changes = [ConfigChange(c.name, c.config_operation, c.value) for c in resource.configs]
+        await self.broker.alter_topic_configs(
+            resource.resource_name, changes, validate_only=validate_only
+        )
+
     @serves(m.DescribeConfigsRequest)
     async def describe_configs(
         self, request: m.DescribeConfigsRequest, _call: Call
@@ -285,3 +352,9 @@ def _retention(configs: tuple[m.CreatableTopicConfig, ...]) -> tuple[int, int]:
             )
         values[config.name] = value
     return values["retention.ms"], values["retention.bytes"]
+
+
+def _low_watermark(task: asyncio.Task[tuple[ErrorCode, int, str]]) -> tuple[int, ErrorCode]:
+    """A DeleteRecords partition's new log start and error (Kafka sends no leader hint)."""
+    error, log_start, _hint = task.result()
+    return log_start, error

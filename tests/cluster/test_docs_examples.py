@@ -59,6 +59,10 @@ NOT_RUN = {
         "each of these tools, as classes of kafka-tools, against a cluster"
     ),
     ("README.md", "make test "): "the test suite itself",
+    ("README.md", "# Spark's Kafka connector, reading"): (
+        "a third Spark JVM (about 20 s) in a run kept within its budget: "
+        "tests/pipeline/test_kafka_connector.py runs the connector's reads and writes"
+    ),
     ("README.md", "raftbroker chaos run --duration 600"): "10 minutes long (CI: tests/chaos)",
     ("README.md", "raftbroker pipeline run audit merchant-totals"): (
         "a third Spark job (20 s) in a run kept within its budget: tests/pipeline/test_jobs.py "

@@ -1,6 +1,7 @@
 """Kafka's own command-line tools (kafka-tools 4.x, from Maven Central) against the Kafka
 listener, as README's "Using Kafka's own tools" shows them: kafka-topics, the console producer
-and consumer, kafka-consumer-groups, kafka-get-offsets and kafka-producer-perf-test.
+and consumer, kafka-consumer-groups (with --delete-offsets), kafka-get-offsets, kafka-configs
+--alter, kafka-delete-records and kafka-producer-perf-test.
 
 Each tool runs as its class on the classpath `bench.java` resolves (`tests.kafka_java`), one JVM
 a call, against the module's cluster; skipped with the reason where Java or Maven is missing.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 import subprocess
+import tempfile
 from typing import Any
 
 import pytest
@@ -29,6 +31,8 @@ CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
 PERF = "org.apache.kafka.tools.ProducerPerformance"
+CONFIGS = "org.apache.kafka.tools.ConfigCommand"
+DELETE_RECORDS = "org.apache.kafka.tools.DeleteRecordsCommand"
 TIMEOUT_S = 30
 
 
@@ -83,7 +87,30 @@ def test_topics_console_producer_and_consumer_groups_and_offsets(
     offsets = ok(kafka_tool(jars, OFFSETS, *b, "--topic", "tools"))  # "tools:P:END" a line
     assert sorted(line.rsplit(":", 2)[1] for line in offsets.split()) == ["0", "1", "2"]
     assert sum(int(line.rsplit(":", 1)[1]) for line in offsets.split()) == 30, offsets
+    check_admin_tools(jars, b)
     ok(kafka_tool(jars, TOPICS, *b, "--delete", "--topic", "tools"))
+
+
+def check_admin_tools(jars: Jars, b: tuple[str, ...]) -> None:
+    """kafka-configs --alter, kafka-delete-records and kafka-consumer-groups --delete-offsets
+    on the topic and group the console tools left (30 records, every one committed)."""
+    ok(kafka_tool(jars, CONFIGS, *b, "--alter", "--entity-type", "topics", "--entity-name",
+                  "tools", "--add-config", "retention.ms=3600000"))  # fmt: skip
+    described = ok(kafka_tool(jars, CONFIGS, *b, "--describe", "--entity-type", "topics",
+                              "--entity-name", "tools"))  # fmt: skip
+    assert "retention.ms=3600000" in described, described
+    compact = ("--entity-name", "tools", "--add-config", "cleanup.policy=compact")
+    refused = kafka_tool(jars, CONFIGS, *b, "--alter", "--entity-type", "topics", *compact)
+    assert refused.returncode != 0 and "never compacted" in refused.stdout + refused.stderr
+    plan = '{"partitions": [{"topic": "tools", "partition": 0, "offset": 2}]}'
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
+        file.write(plan)
+        file.flush()
+        deleted = ok(kafka_tool(jars, DELETE_RECORDS, *b, "--offset-json-file", file.name))
+    assert re.search(r"partition: tools-0\s+low_watermark: 2", deleted), deleted
+    dropped = ok(kafka_tool(jars, GROUPS, *b, "--delete-offsets", "--group", "tools-group",
+                            "--topic", "tools"))  # fmt: skip
+    assert len(re.findall(r"^tools\s+\d\s+Successful", dropped, re.M)) == 3, dropped
 
 
 def _described(jars: Jars, b: tuple[str, ...]) -> str | None:

@@ -107,7 +107,7 @@ async def every_replica_holds(replicas: list[Replica], total: int) -> None:
     )
     expected = HashChain()
     for i in range(total):
-        expected.apply(i.to_bytes(4, "big"))
+        expected.apply(i.to_bytes(4, "big"), 0)
     assert [r.machine.digest for r in replicas] == [expected.digest] * len(replicas)
 
 
@@ -234,7 +234,7 @@ async def test_a_log_of_large_entries_is_compacted_by_its_bytes(tmp_path: Path) 
             largest = max(largest, *(journal_bytes(r) for r in replicas))
         expected = HashChain()
         for command in commands:
-            expected.apply(command)
+            expected.apply(command, 0)
         await apoll_until(
             lambda: all(r.machine.digest == expected.digest for r in replicas),
             10,

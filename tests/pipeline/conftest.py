@@ -1,12 +1,20 @@
 """Fixtures for the Spark connector tests: one real 3-node cluster and one local[2] Spark
 session for the whole run (both are slow to start), stopped afterwards (the nodes by PID).
 
+The session carries Spark's own Kafka connector (resolved from Maven Central when it starts)
+for the tests that compare with it (`kafka_connector`). Where it does not resolve the session
+starts without it and those tests are skipped with the reason, unless RAFTBROKER_REQUIRE_JAVA=1
+(as .ci/run sets), where the session fails instead.
+
 Tests that need them are marked `spark`; the option and offset tests need neither."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
+import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,16 +60,56 @@ def client(broker: launcher.LocalCluster) -> Iterator[SyncClient]:
         yield c
 
 
+def session_with(packages: list[str]) -> SparkSession | None:
+    """The tests' session, with the Maven `packages`; None where they did not resolve (Ivy's
+    report is on stderr), unless RAFTBROKER_REQUIRE_JAVA=1: then that failure."""
+    from pyspark.errors import PySparkRuntimeError  # noqa: PLC0415  (needs the spark extra)
+
+    from pipeline.session import local_session  # noqa: PLC0415
+
+    failure: PySparkRuntimeError | None = None
+    try:
+        return local_session("raftbroker-tests", packages=packages)
+    except PySparkRuntimeError as exc:  # JAVA_GATEWAY_EXITED
+        if os.environ.get("RAFTBROKER_REQUIRE_JAVA") == "1":
+            raise
+        failure = exc
+    # PySpark leaves its pipe to the failed JVM's stdin open: a ResourceWarning when collected.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        del failure
+        gc.collect()
+    return None
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     pytest.importorskip("pyspark")
-    from pipeline.session import local_session  # noqa: PLC0415  (needs the spark extra)
+    from pipeline.session import (  # noqa: PLC0415  (needs the spark extra)
+        kafka_connector_package,
+        local_session,
+    )
 
-    session = local_session("raftbroker-tests")
+    # Without the connector where it did not resolve: `kafka_connector` skips its tests.
+    session = session_with([kafka_connector_package()]) or local_session("raftbroker-tests")
     try:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_connector(spark: SparkSession) -> str:
+    """Spark's Kafka connector (format "kafka"), on the session's classpath: its package."""
+    from pipeline.session import kafka_connector_package  # noqa: PLC0415
+
+    connector = kafka_connector_package()
+    if connector not in spark.sparkContext.getConf().get("spark.jars.packages", ""):
+        pytest.skip(
+            f"Spark's Kafka connector {connector} did not resolve from Maven Central "
+            "(pytest -s shows Ivy's report)"
+        )
+    return connector
 
 
 def new_topic(client: SyncClient, partitions: int, prefix: str = "t") -> str:

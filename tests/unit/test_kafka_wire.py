@@ -16,8 +16,9 @@ from cluster.kafka import messages as m
 from cluster.kafka.wire import KafkaWire
 from statemachine.errors import ErrorCode
 from tests.fuzz.kafka_frames import KafkaRequests
+from tests.kafka_samples import REQUESTS
 from tests.kafka_wire import error_codes
-from tests.unit.test_kafka_codec import IDS, REQUESTS, VERSIONS
+from tests.unit.test_kafka_codec import IDS, VERSIONS
 
 FRAME_BYTES_MAX = Limits().frame_bytes_max
 WIRE = KafkaWire(Limits())

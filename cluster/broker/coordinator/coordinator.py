@@ -100,6 +100,12 @@ class Coordinator:
             members,
         )
 
+    def subscriptions(self, group_id: str) -> frozenset[str] | None:
+        """The topics the group's members subscribe to (None: not known: OffsetDelete then
+        keeps every offset, as Kafka does)."""
+        group = self._groups.get(group_id)
+        return frozenset() if group is None else group.subscriptions()
+
     def generation(self, group_id: str) -> int:
         group = self._groups.get(group_id)
         return NO_GENERATION if group is None else group.generation

@@ -8,6 +8,7 @@ replicas, through the log.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -110,6 +111,22 @@ class Group:
             self.generation, self.protocol_type, self.protocol_name, self.leader, members
         )
 
+    def subscriptions(self) -> frozenset[str] | None:
+        """The topics the members subscribe to, read from their metadata of the chosen
+        protocol (ConsumerProtocolSubscription); None when one cannot be read or no protocol
+        is chosen yet."""
+        if not self.members:
+            return frozenset()
+        if not self.protocol_name:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            read = subscribed_topics(member.metadata_for(self.protocol_name))
+            if read is None:
+                return None
+            topics |= read
+        return frozenset(topics)
+
     def fenced(self, member_id: str, instance_id: str | None) -> ErrorCode:
         """UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID for a caller that is not this member."""
         if instance_id is not None:
@@ -199,3 +216,22 @@ class Group:
             yield self.join_not_before_ms or self.rebalance_deadline_ms
         if self.sync_deadline_ms is not None and self.persisting is None:
             yield self.sync_deadline_ms
+
+
+def subscribed_topics(metadata: bytes) -> frozenset[str] | None:
+    """The topics of a ConsumerProtocolSubscription (every version starts with its version and
+    topic names, not flexible), or None when the bytes are not one."""
+    try:
+        version, count = struct.unpack_from(">hi", metadata)
+        if version < 0 or count < 0:
+            return None
+        at, topics = 6, set()
+        for _ in range(count):
+            (length,) = struct.unpack_from(">h", metadata, at)
+            if not 0 <= length <= len(metadata) - at - 2:
+                return None
+            topics.add(metadata[at + 2 : at + 2 + length].decode())
+            at += 2 + length
+    except (struct.error, UnicodeDecodeError):
+        return None
+    return frozenset(topics)

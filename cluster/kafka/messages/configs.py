@@ -1,4 +1,4 @@
-"""Configs: DescribeConfigs (32).
+"""Configs: DescribeConfigs (32), IncrementalAlterConfigs (44).
 
 Part of the Kafka messages (cluster/kafka/messages/__init__.py has their rules): each request
 class names its API, the versions served, its response and how it is refused whole.
@@ -70,6 +70,55 @@ class DescribeConfigsRequest(Request):
         return DescribeConfigsResponse(
             tuple(
                 DescribeConfigsResult(code, message, r.resource_type, r.resource_name)
+                for r in self.resources
+            )
+        )
+
+
+# -- IncrementalAlterConfigs (44) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AlterableConfig:
+    name: str
+    config_operation: int
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResource:
+    resource_type: int
+    resource_name: str
+    configs: tuple[AlterableConfig, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResourceResponse:
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class IncrementalAlterConfigsResponse(Response):
+    responses: tuple[AlterConfigsResourceResponse, ...]
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IncrementalAlterConfigsRequest(Request):
+    API = Api.INCREMENTAL_ALTER_CONFIGS
+    VERSIONS = VersionRange(0, 1)
+    RESPONSE = IncrementalAlterConfigsResponse
+
+    resources: tuple[AlterConfigsResource, ...] = ()
+    validate_only: bool = False
+
+    def refusal(self, code: int, message: str) -> IncrementalAlterConfigsResponse:
+        return IncrementalAlterConfigsResponse(
+            tuple(
+                AlterConfigsResourceResponse(code, message, r.resource_type, r.resource_name)
                 for r in self.resources
             )
         )

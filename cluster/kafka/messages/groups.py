@@ -1,5 +1,6 @@
 """Consumer groups: JoinGroup (11), SyncGroup (14), Heartbeat (12), LeaveGroup (13),
-OffsetCommit (8), OffsetFetch (9), DescribeGroups (15), ListGroups (16), DeleteGroups (42).
+OffsetCommit (8), OffsetFetch (9), DescribeGroups (15), ListGroups (16), DeleteGroups (42),
+OffsetDelete (47).
 
 Part of the Kafka messages (cluster/kafka/messages/__init__.py has their rules): each request
 class names its API, the versions served, its response and how it is refused whole.
@@ -382,3 +383,46 @@ class DeleteGroupsRequest(Request):
 
     def refusal(self, code: int, message: str) -> DeleteGroupsResponse:  # noqa: ARG002
         return DeleteGroupsResponse(tuple(DeletableGroupResult(g, code) for g in self.groups_names))
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteRequestPartition:
+    partition_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteRequestTopic:
+    name: str
+    partitions: tuple[OffsetDeleteRequestPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResponsePartition:
+    partition_index: int
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResponseTopic:
+    name: str
+    partitions: tuple[OffsetDeleteResponsePartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResponse(Response):
+    error_code: int
+    topics: tuple[OffsetDeleteResponseTopic, ...] = ()
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteRequest(Request):
+    API = Api.OFFSET_DELETE
+    VERSIONS = VersionRange(0, 0)
+    RESPONSE = OffsetDeleteResponse
+
+    group_id: str
+    topics: tuple[OffsetDeleteRequestTopic, ...]
+
+    def refusal(self, code: int, message: str) -> OffsetDeleteResponse:  # noqa: ARG002
+        return OffsetDeleteResponse(code)

@@ -1,4 +1,4 @@
-"""Records: Produce (0), Fetch (1), ListOffsets (2), OffsetForLeaderEpoch (23).
+"""Records: Produce (0), Fetch (1), ListOffsets (2), DeleteRecords (21), OffsetForLeaderEpoch (23).
 
 Part of the Kafka messages (cluster/kafka/messages/__init__.py has their rules): each request
 class names its API, the versions served, its response and how it is refused whole.
@@ -304,6 +304,64 @@ class OffsetForLeaderEpochRequest(Request):
             tuple(
                 OffsetForLeaderTopicResult(
                     t.topic, tuple(EpochEndOffset(code, p.partition) for p in t.partitions)
+                )
+                for t in self.topics
+            )
+        )
+
+
+# -- DeleteRecords (21) --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsPartition:
+    partition_index: int
+    offset: int  # the new log start; -1: the high watermark
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsTopic:
+    name: str
+    partitions: tuple[DeleteRecordsPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsPartitionResult:
+    partition_index: int
+    low_watermark: int
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsTopicResult:
+    name: str
+    partitions: tuple[DeleteRecordsPartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResponse(Response):
+    topics: tuple[DeleteRecordsTopicResult, ...]
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsRequest(Request):
+    API = Api.DELETE_RECORDS
+    VERSIONS = VersionRange(0, 2)
+    RESPONSE = DeleteRecordsResponse
+
+    topics: tuple[DeleteRecordsTopic, ...]
+    timeout: int = 0
+
+    def refusal(self, code: int, message: str) -> DeleteRecordsResponse:  # noqa: ARG002
+        return DeleteRecordsResponse(
+            tuple(
+                DeleteRecordsTopicResult(
+                    t.name,
+                    tuple(
+                        DeleteRecordsPartitionResult(p.partition_index, -1, code)
+                        for p in t.partitions
+                    ),
                 )
                 for t in self.topics
             )

@@ -1,0 +1,132 @@
+"""What a partition's serving leader answers about its records: ListOffsets,
+OffsetForLeaderEpoch, DescribeProducers and DeleteRecords.
+
+Role: part of the broker core (core.py's `Broker` mixes it in), which both listeners call;
+each call asks the partition's serving leader (a replica that has applied every entry of
+earlier terms: its log end is the high watermark), and a node that is not it answers
+NOT_LEADER_OR_FOLLOWER with where the leader is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import partial
+
+from cluster.broker.calls import (
+    EARLIEST,
+    LATEST,
+    EpochFound,
+    EpochWant,
+    OffsetFound,
+    OffsetWant,
+    PartitionProducers,
+    ProducerView,
+)
+from cluster.broker.node import PartitionHandle
+from cluster.raft import ProposalError
+from statemachine.commands import AdvanceLogStart
+from statemachine.errors import ErrorCode
+from statemachine.partition import LogStartAdvanced
+
+HIGH_WATERMARK = -1  # DeleteRecords' offset for "everything committed so far"
+
+
+class PartitionAdmin:
+    """Mixed into `Broker`, which gives it where partitions are led."""
+
+    def _leading(self, topic: str, partition: int) -> PartitionHandle | ErrorCode:
+        raise NotImplementedError  # Broker's
+
+    def leader_hint(self, error: ErrorCode, topic: str, partition: int) -> str:
+        raise NotImplementedError  # Broker's
+
+    def list_offsets(self, wants: Iterable[OffsetWant]) -> list[OffsetFound]:
+        return [self._offset(want) for want in wants]
+
+    def _offset(self, want: OffsetWant) -> OffsetFound:
+        topic, partition, spec = want
+        handle = self._leading(topic, partition)
+        if isinstance(handle, ErrorCode):
+            return OffsetFound(
+                topic, partition, handle, -1, self.leader_hint(handle, topic, partition)
+            )
+        replica = handle.replica
+        if spec == EARLIEST:
+            offset = replica.log_start_offset
+        elif spec == LATEST:
+            offset = replica.high_watermark
+        elif replica.restoring:  # batches below the local log may match: not known yet
+            return OffsetFound(topic, partition, ErrorCode.LEADER_NOT_AVAILABLE, -1, "")
+        else:
+            offset = replica.offset_for_time(spec)
+        return OffsetFound(topic, partition, ErrorCode.NONE, offset, "")
+
+    def epoch_end_offsets(self, wants: Iterable[EpochWant]) -> list[EpochFound]:
+        return [self._epoch_end(want) for want in wants]
+
+    def _epoch_end(self, want: EpochWant) -> EpochFound:
+        """From the serving leader alone (its log end is the high watermark; a replica that
+        has not applied its predecessors' entries yet would answer short), after the asker's
+        view of the epoch is checked as Kafka checks it."""
+        topic, partition, current, epoch = want
+        handle = self._leading(topic, partition)
+        if isinstance(handle, ErrorCode):
+            hint = self.leader_hint(handle, topic, partition)
+            return EpochFound(topic, partition, handle, -1, -1, hint)
+        term = handle.group.term
+        if 0 <= current != term:
+            error = (
+                ErrorCode.FENCED_LEADER_EPOCH if current < term else ErrorCode.UNKNOWN_LEADER_EPOCH
+            )
+            return EpochFound(topic, partition, error, -1, -1, "")
+        replica = handle.replica
+        found, end = replica.machine.epochs.end_offset(epoch, term, replica.high_watermark)
+        return EpochFound(topic, partition, ErrorCode.NONE, found, end, "")
+
+    async def describe_producers(
+        self, topic: str, partitions: Iterable[int]
+    ) -> list[PartitionProducers]:
+        results = []
+        for partition in partitions:
+            handle = self._leading(topic, partition)
+            if isinstance(handle, ErrorCode):
+                hint = self.leader_hint(handle, topic, partition)
+                results.append(PartitionProducers(partition, handle, hint, ()))
+                continue
+            producers = await handle.group.read(partial(_describe, handle))
+            results.append(PartitionProducers(partition, ErrorCode.NONE, "", producers))
+        return results
+
+    async def delete_records(
+        self, topic: str, partition: int, offset: int, timeout_s: float
+    ) -> tuple[ErrorCode, int, str]:
+        """Move the partition's log start to `offset` (HIGH_WATERMARK: the high watermark),
+        as retention moves it: every replica stops serving the records below it and deletes
+        the segments wholly below it. (error, the new log start, a leader hint)."""
+        handle = self._leading(topic, partition)
+        if isinstance(handle, ErrorCode):
+            return handle, -1, self.leader_hint(handle, topic, partition)
+        high_watermark = handle.replica.high_watermark
+        target = high_watermark if offset == HIGH_WATERMARK else offset
+        if not 0 <= target <= high_watermark:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, -1, ""
+        try:
+            result = await handle.group.propose(AdvanceLogStart(target).encode(), timeout_s)
+        except ProposalError as exc:
+            return exc.error, -1, self.leader_hint(exc.error, topic, partition)
+        assert isinstance(result, LogStartAdvanced), result
+        return ErrorCode.NONE, result.log_start_offset, ""
+
+
+def _describe(handle: PartitionHandle) -> tuple[ProducerView, ...]:
+    """Between applies: the producer table as DescribeProducers shows it."""
+    return tuple(
+        ProducerView(
+            pid,
+            entry.epoch,
+            entry.last_sequence,
+            entry.last_timestamp_ms,
+            tuple(entry.window),
+        )
+        for pid, entry in handle.replica.machine.producers
+    )
