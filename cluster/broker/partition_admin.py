@@ -1,5 +1,5 @@
-"""What a partition's serving leader answers about its records: ListOffsets,
-OffsetForLeaderEpoch, DescribeProducers and DeleteRecords.
+"""What a partition's serving leader answers about its records: ListOffsets (and its max
+timestamp), OffsetForLeaderEpoch, DescribeProducers and DeleteRecords.
 
 Role: part of the broker core (core.py's `Broker` mixes it in), which both listeners call;
 each call asks the partition's serving leader (a replica that has applied every entry of
@@ -22,17 +22,20 @@ from cluster.broker.calls import (
     PartitionProducers,
     ProducerView,
 )
-from cluster.broker.node import PartitionHandle
+from cluster.broker.node import Node, PartitionHandle
 from cluster.raft import ProposalError
 from statemachine.commands import AdvanceLogStart
 from statemachine.errors import ErrorCode
 from statemachine.partition import LogStartAdvanced
+from statemachine.records import BatchFormatError, decode_records
 
 HIGH_WATERMARK = -1  # DeleteRecords' offset for "everything committed so far"
 
 
 class PartitionAdmin:
     """Mixed into `Broker`, which gives it where partitions are led."""
+
+    node: Node
 
     def _leading(self, topic: str, partition: int) -> PartitionHandle | ErrorCode:
         raise NotImplementedError  # Broker's
@@ -60,6 +63,33 @@ class PartitionAdmin:
         else:
             offset = replica.offset_for_time(spec)
         return OffsetFound(topic, partition, ErrorCode.NONE, offset, "")
+
+    def max_timestamp(self, topic: str, partition: int) -> tuple[ErrorCode, int, int, str]:
+        """ListOffsets' max timestamp (-3, KIP-734): (error, the largest producer timestamp of
+        the partition's records, the offset of the first record carrying it, a leader hint);
+        -1 and -1 for a partition without records. The store names the batch; its records
+        are read for the record (as Kafka's broker does since 3.8)."""
+        handle = self._leading(topic, partition)
+        if isinstance(handle, ErrorCode):
+            return handle, -1, -1, self.leader_hint(handle, topic, partition)
+        replica = handle.replica
+        if replica.restoring:  # batches below the local log are not known yet
+            return ErrorCode.LEADER_NOT_AVAILABLE, -1, -1, ""
+        timestamp, base_offset = replica.store.max_timestamp()
+        if base_offset < 0:
+            return ErrorCode.NONE, -1, -1, ""
+        (stored,) = replica.store.read(base_offset, 0)[:1]
+        start = replica.log_start_offset
+        try:
+            records = decode_records(stored.batch, self.node.limits)
+        except BatchFormatError:  # verified whole when it came: answer the batch
+            records = ()
+        found = (
+            base_offset + i
+            for i, record in enumerate(records)
+            if record.timestamp_ms == timestamp and base_offset + i >= start
+        )
+        return ErrorCode.NONE, timestamp, next(found, max(base_offset, start)), ""
 
     def epoch_end_offsets(self, wants: Iterable[EpochWant]) -> list[EpochFound]:
         return [self._epoch_end(want) for want in wants]

@@ -55,9 +55,11 @@ from statemachine.metadata import BrokerInfo, TopicInfo
 log = logging.getLogger(__name__)
 TOPIC_IDS_SINCE_VERSION = 12  # Metadata: a topic asked for by its id, a null name answered
 NODE_ENDPOINTS_SINCE_VERSION = 10  # Produce: where leaders named in current_leader are (KIP-951)
-# ListOffsets specs below EARLIEST (-3, the max timestamp of KIP-734, and the tiered-storage
-# ones) are answered UNSUPPORTED_VERSION: no version we serve defines them.
+# ListOffsets specs below EARLIEST but the max timestamp (-3, KIP-734, from v7) are the
+# tiered-storage ones: answered UNSUPPORTED_VERSION, as no version we serve defines them.
 SPECS_FROM = EARLIEST
+MAX_TIMESTAMP = -3
+MAX_TIMESTAMP_SINCE_VERSION = 7
 NO_TIME = -1
 ACKS = (0, 1, -1)  # none, the leader, all in sync: 1 and -1 both answer after the Raft commit
 
@@ -247,11 +249,12 @@ class KafkaFrontend:
 
     @serves(m.ListOffsetsRequest)
     async def list_offsets(
-        self, request: m.ListOffsetsRequest, _call: Call
+        self, request: m.ListOffsetsRequest, call: Call
     ) -> m.ListOffsetsResponse:
         """Each partition asked, in order (one may be asked more than once, by several specs):
         earliest (-2: log start), latest (-1: high watermark, also the last stable offset, as
-        raftbroker has no transactions), or a time, by the log append time of stored batches."""
+        raftbroker has no transactions), a time, by the log append time of stored batches, or
+        from v7 the max timestamp (-3: the record with the largest producer timestamp)."""
         asked = [(t.name, q) for t in request.topics for q in t.partitions]
         wants = [
             OffsetWant(name, q.partition_index, q.timestamp) for name, q in asked if _askable(q)
@@ -259,7 +262,7 @@ class KafkaFrontend:
         answered = iter(self.broker.list_offsets(wants))
         topics, _registered = await self.broker.topics_and_brokers()
         results = iter(
-            self._offset(next(answered) if _askable(q) else None, q, topics.get(name))
+            self._offset(next(answered) if _askable(q) else None, q, name, topics, call.version)
             for name, q in asked
         )
         return m.ListOffsetsResponse(
@@ -275,18 +278,25 @@ class KafkaFrontend:
         self,
         result: OffsetFound | None,
         asked: m.ListOffsetsPartition,
-        topic: TopicInfo | None,
+        name: str,
+        topics: Mapping[str, TopicInfo],
+        version: int,
     ) -> m.ListOffsetsPartitionResponse:
-        index = asked.partition_index
-        if result is None:  # refused before asking: a negative partition or spec
-            error = (
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if index < 0 else ErrorCode.UNSUPPORTED_VERSION
-            )
+        index, timestamp, offset = asked.partition_index, NO_TIME, -1
+        max_asked = asked.timestamp == MAX_TIMESTAMP and version >= MAX_TIMESTAMP_SINCE_VERSION
+        if max_asked and index >= 0:
+            error, timestamp, offset, _hint = self.broker.max_timestamp(name, index)
+        elif result is not None:
+            error, offset = result.error, result.offset
+        elif index < 0:  # refused before asking
+            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        else:  # a spec no version we serve defines
+            error = ErrorCode.UNSUPPORTED_VERSION
+        if error != ErrorCode.NONE:
             return m.ListOffsetsPartitionResponse(index, error)
-        if result.error != ErrorCode.NONE:
-            return m.ListOffsetsPartitionResponse(index, result.error)
+        topic = topics.get(name)
         epoch = self.broker.leader_and_term(topic, index)[1] if topic is not None else -1
-        return m.ListOffsetsPartitionResponse(index, ErrorCode.NONE, NO_TIME, result.offset, epoch)
+        return m.ListOffsetsPartitionResponse(index, ErrorCode.NONE, timestamp, offset, epoch)
 
     @serves(m.OffsetForLeaderEpochRequest)
     async def offset_for_leader_epoch(

@@ -1,7 +1,7 @@
 """Kafka's administration of records, configs and group offsets against the Kafka listener:
-DeleteRecords and IncrementalAlterConfigs from confluent-kafka's AdminClient (librdkafka), and
-OffsetDelete at the request level (no Python client sends it; Kafka's own tool does, in
-test_kafka_tools.py).
+DeleteRecords, ListOffsets' max timestamp and IncrementalAlterConfigs from confluent-kafka's
+AdminClient (librdkafka), and OffsetDelete at the request level (no Python client sends it;
+Kafka's own tool does, in test_kafka_tools.py).
 
 - DeleteRecords moves a partition's log start (every replica's: the same entry retention
   proposes): below it, Fetch is OFFSET_OUT_OF_RANGE and ListOffsets earliest is the new start;
@@ -10,6 +10,7 @@ test_kafka_tools.py).
   as the topic's own, on every node) and refuses what raftbroker does not do with
   INVALID_CONFIG and the reason; the topic's records stay (a changed config never restarts or
   empties its partitions).
+- ListOffsets' max timestamp (-3) names the first record with the largest producer timestamp.
 - OffsetDelete removes an empty group's committed offsets, keeps those of a topic a member
   reads (GROUP_SUBSCRIBED_TO_TOPIC), and knows no group that has neither.
 """
@@ -135,6 +136,44 @@ async def fetch_everywhere(addresses: list[str], topic: str, offset: int) -> lis
         assert isinstance(answer, m.FetchResponse)
         answers.append(answer.responses[0].partitions[0].error_code)
     return answers
+
+
+def test_list_offsets_finds_the_record_with_the_largest_timestamp(
+    admin: AdminClient, bootstrap: str
+) -> None:
+    """ListOffsets v7's max timestamp (-3, KIP-734; librdkafka's OffsetSpec.max_timestamp):
+    the first record carrying the largest producer timestamp, inside its batch; an empty
+    partition's is -1 at -1."""
+    for name in ("stamped", "stamped-empty"):
+        admin.create_topics([NewTopic(name, 1, 3)])[name].result(TIMEOUT_S)
+    producer = CkProducer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                           "linger.ms": 50})  # fmt: skip
+    for i, timestamp in enumerate((1_000, 2_000, 9_000, 3_000, 9_000, 4_000)):
+        producer.produce("stamped", f"v{i}".encode(), partition=0, timestamp=timestamp)
+    assert producer.flush(TIMEOUT_S) == 0
+    tp = TopicPartition("stamped", 0)
+    spec = OffsetSpec.max_timestamp()  # type: ignore[no-untyped-call]
+    found = admin.list_offsets({tp: spec})[tp].result(TIMEOUT_S)
+    assert (found.offset, found.timestamp) == (2, 9_000)
+    asked = m.ListOffsetsPartition(0, -3)
+    request = m.ListOffsetsRequest((m.ListOffsetsTopic("stamped-empty", (asked,)),))
+
+    def empty() -> m.ListOffsetsPartitionResponse | None:
+        for address in bootstrap.split(","):
+            answer = asyncio.run(kafka_call(address, m.Api.LIST_OFFSETS, 7, request))
+            assert isinstance(answer, m.ListOffsetsResponse)
+            result = answer.topics[0].partitions[0]
+            if result.error_code == ErrorCode.NONE:
+                return result
+        return None
+
+    result = poll_until(empty, TIMEOUT_S, "the empty partition's leader")
+    assert (result.offset, result.timestamp) == (-1, -1)
+    older = asyncio.run(
+        kafka_call(bootstrap.split(",", maxsplit=1)[0], m.Api.LIST_OFFSETS, 6, request)
+    )
+    assert isinstance(older, m.ListOffsetsResponse)
+    assert older.topics[0].partitions[0].error_code == ErrorCode.UNSUPPORTED_VERSION, "v7 only"
 
 
 def alter(admin: AdminClient, topic: str, *entries: ConfigEntry, validate: bool = False) -> None:

@@ -355,7 +355,7 @@ async def test_list_offsets_and_describe_producers(
                     m.ListOffsetsPartition(0, -1),  # latest
                     m.ListOffsetsPartition(0, 0),  # the first batch appended at time 0 or later
                     m.ListOffsetsPartition(0, 2**62),  # later than any: the high watermark
-                    m.ListOffsetsPartition(0, -3),  # max timestamp: no version of ours has it
+                    m.ListOffsetsPartition(0, -3),  # max timestamp: from v7 only (this is v6)
                     m.ListOffsetsPartition(7, -1),
                 ),
             ),

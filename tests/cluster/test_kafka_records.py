@@ -202,7 +202,7 @@ def test_kafka_python_round_trip(
     assert versions["Produce"] == {9}
     assert versions["Fetch"] == {12}
     assert versions["InitProducerId"] == {4}
-    assert versions["ListOffsets"] == {6}
+    assert versions["ListOffsets"] == {7}
 
 
 # -- aiokafka ----------------------------------------------------------------------------------

@@ -211,7 +211,14 @@ class _Writer:
         self.rng = rng
         self.api = m.Api(api)
         self.version = version
-        self.writes = self.api in (m.Api.PRODUCE, m.Api.CREATE_TOPICS, m.Api.DELETE_TOPICS)
+        # What changes a topic's records or configs names only the run's own topics.
+        self.writes = self.api in (
+            m.Api.PRODUCE,
+            m.Api.CREATE_TOPICS,
+            m.Api.DELETE_TOPICS,
+            m.Api.DELETE_RECORDS,
+            m.Api.INCREMENTAL_ALTER_CONFIGS,
+        )
 
     def entity(self, out: _Out, cls: type[Any]) -> None:
         flexible: bool = cls.__flexible__
@@ -303,6 +310,9 @@ class _Writer:
             and "Config" not in owner_name
         ):
             return rng.choice(FUZZ_TOPICS if self.writes else READ_TOPICS)
+        if name == "resource_name":  # a topic's configs, or a node's
+            topics: tuple[str, ...] = FUZZ_TOPICS if self.writes else READ_TOPICS
+            return rng.choice((*topics, "1", ""))
         if name == "name" and "Config" in owner_name:
             return rng.choice(
                 ("retention.ms", "retention.bytes", "cleanup.policy", "x" * rng.randint(1, 40))

@@ -180,8 +180,12 @@ def _kafka_unsafe(body: m.RequestBody) -> bool:
                 or t.name not in kafka_frames.FUZZ_TOPICS
                 for t in topics
             )
-        case m.ProduceRequest(topic_data=topics):
+        case m.ProduceRequest(topic_data=topics) | m.DeleteRecordsRequest(topics=topics):
             return any(t.name not in kafka_frames.FUZZ_TOPICS for t in topics)
+        case m.IncrementalAlterConfigsRequest(resources=resources, validate_only=validate_only):
+            return not validate_only and any(
+                r.resource_name not in kafka_frames.FUZZ_TOPICS for r in resources
+            )
         case m.DeleteTopicsRequest(topic_names=names, topics=states):
             return any(n not in kafka_frames.FUZZ_TOPICS for n in names) or any(
                 s.name is not None and s.name not in kafka_frames.FUZZ_TOPICS for s in states

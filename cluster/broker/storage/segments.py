@@ -33,7 +33,7 @@ from cluster.broker.storage.frames import (
     pread,
 )
 from statemachine.limits import KIB, MIB
-from statemachine.records import HEADER_BYTES
+from statemachine.records import HEADER_BYTES, max_timestamp_of
 
 # Recovery reads whole chunks: sequential I/O, never a seek per frame.
 SCAN_CHUNK_BYTES = 1 * MIB
@@ -144,6 +144,8 @@ class Segment:
         "index_offsets",
         "index_positions",
         "max_append_time_ms",
+        "max_timestamp_ms",
+        "max_timestamp_offset",
         "next_offset",
         "path",
         "size",
@@ -158,6 +160,11 @@ class Segment:
         # Retention compares it with the clock; after a truncation it may be an upper bound,
         # which can keep a segment longer but never delete one early.
         self.max_append_time_ms = -1
+        # The largest producer timestamp of its batches and the base offset of the first batch
+        # holding it (ListOffsets' max timestamp, KIP-734); after a truncation, the batch may
+        # be gone: `MaxTimestamp` scans the segment again then.
+        self.max_timestamp_ms = -1
+        self.max_timestamp_offset = -1
         self.index_offsets = array("q")
         self.index_positions = array("q")
         # Per index entry, the latest append time of the segment up to the end of the frames
@@ -172,7 +179,11 @@ class Segment:
         record_count: int,
         append_time_ms: int,
         index_interval_bytes: int,
+        *,
+        max_timestamp_ms: int = -1,
     ) -> None:
+        if max_timestamp_ms > self.max_timestamp_ms:
+            self.max_timestamp_ms, self.max_timestamp_offset = max_timestamp_ms, base_offset
         latest_ms = max(self.max_append_time_ms, append_time_ms)
         if not self.index_positions or self.size - self.index_positions[-1] >= index_interval_bytes:
             self.index_offsets.append(base_offset)
@@ -202,8 +213,32 @@ class Segment:
                 frame.record_count,
                 frame.append_time_ms,
                 index_interval_bytes,
+                max_timestamp_ms=max_timestamp_of(frame.batch),
             )
         return scanner
+
+    def max_timestamp_from(self, offset: int) -> tuple[int, int]:
+        """(the largest producer timestamp of the batches holding `offset` or later, the base
+        offset of the first batch holding it), or (-1, -1) when there are none: from what
+        `add_frame` kept where it still holds, else from a scan of the file."""
+        if self.max_timestamp_offset >= self.next_offset:  # its batch was cut off
+            self.max_timestamp_ms, self.max_timestamp_offset = self._scan_max(self.base_offset)
+        if self.max_timestamp_offset >= offset or self.size == 0:
+            return self.max_timestamp_ms, self.max_timestamp_offset
+        return self._scan_max(offset)  # the log start moved past the batch that holds it
+
+    def _scan_max(self, offset: int) -> tuple[int, int]:
+        if self.size == 0:  # truncated to nothing
+            return -1, -1
+        position, first = self.lookup(max(offset, self.base_offset))
+        scanner = Scanner(self.fd, position, self.size, first,
+                          chunk_bytes=SCAN_CHUNK_BYTES, verify_crc=False)  # fmt: skip
+        best = (-1, -1)
+        for frame in scanner:
+            timestamp = max_timestamp_of(frame.batch)
+            if frame.next_offset > offset and timestamp > best[0]:
+                best = (timestamp, frame.base_offset)
+        return best
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """Position and base offset of the last indexed frame starting at or before `offset`."""

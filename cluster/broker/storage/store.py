@@ -39,7 +39,12 @@ from cluster.broker.storage.segments import (
 )
 from cluster.config import Limits
 from cluster.files import sync_directory
-from statemachine.records import HEADER_BYTES, NO_PARTITION_LEADER_EPOCH, with_base_offset
+from statemachine.records import (
+    HEADER_BYTES,
+    NO_PARTITION_LEADER_EPOCH,
+    max_timestamp_of,
+    with_base_offset,
+)
 
 _DEFAULTS = Limits()
 
@@ -237,7 +242,12 @@ class PartitionStore:
         if self._fsync:
             os.fsync(segment.fd)
         segment.add_frame(  # only now: from here on, reads see the frame
-            frame_size, base_offset, record_count, append_time_ms, self._index_interval_bytes
+            frame_size,
+            base_offset,
+            record_count,
+            append_time_ms,
+            self._index_interval_bytes,
+            max_timestamp_ms=max_timestamp_of(batch),
         )
         self._next_offset = segment.next_offset
         self._size_bytes += frame_size
@@ -327,6 +337,19 @@ class PartitionStore:
             if frame is not None:
                 return max(frame.base_offset, self._log_start_offset)
         return None
+
+    def max_timestamp(self) -> tuple[int, int]:
+        """(the largest producer timestamp of the batches from the log start on, the base
+        offset of the first batch holding it), or (-1, -1) when none is stored (ListOffsets'
+        max timestamp, KIP-734). Each segment keeps its own; only one the log start moved past
+        that batch of is scanned again."""
+        self._check_open()
+        best = (-1, -1)
+        for segment in self._segments:
+            found = segment.max_timestamp_from(self._log_start_offset)
+            if found[0] > best[0]:
+                best = found
+        return best
 
     def _segment_for(self, offset: int) -> Segment:
         i = bisect.bisect_right(self._segments, offset, key=_base_offset_of) - 1

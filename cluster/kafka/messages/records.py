@@ -231,7 +231,7 @@ class ListOffsetsResponse(Response):
 @dataclass(frozen=True, slots=True)
 class ListOffsetsRequest(Request):
     API = Api.LIST_OFFSETS
-    VERSIONS = VersionRange(1, 6)
+    VERSIONS = VersionRange(1, 7)  # v7: the max timestamp spec (-3)
     RESPONSE = ListOffsetsResponse
 
     topics: tuple[ListOffsetsTopic, ...]
