@@ -156,14 +156,20 @@ class DeleteTopic(Command):
     name: str = _str()
 
 
+UNCHANGED = -2  # AlterTopicConfigs: this config keeps the value it has when the entry applies
+
+
 @dataclass(frozen=True, slots=True)
 class AlterTopicConfigs(Command):
-    """A topic's retention changed after its creation (the configs a topic may change)."""
+    """A topic's retention changed after its creation (the configs a topic may change): only
+    the configs given (UNCHANGED: not this one), of the topic of that id, so that changes
+    made through different nodes at once never undo each other."""
 
     TAG: ClassVar[int] = 16
     name: str = _str()
-    retention_ms: int = _int(-1, INT64_MAX)
-    retention_bytes: int = _int(-1, INT64_MAX)
+    topic_id: int = _int(0, INT64_MAX)
+    retention_ms: int = _int(UNCHANGED, INT64_MAX)
+    retention_bytes: int = _int(UNCHANGED, INT64_MAX)
 
 
 @dataclass(frozen=True, slots=True)

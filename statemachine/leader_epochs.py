@@ -91,5 +91,7 @@ class LeaderEpochs:
             epoch, start = pair
             if not (type(epoch) is int and type(start) is int and epoch > epochs.latest >= -1):
                 raise ValueError("leader epochs: epochs must be increasing ints")
+            if start < (epochs._starts[-1] if epochs._starts else 0):
+                raise ValueError("leader epochs: start offsets must be non-decreasing from 0")
             epochs.appended(epoch, start)
         return epochs

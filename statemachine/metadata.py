@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from statemachine.codec import SnapshotError, expect_int, pack, unpack_snapshot
 from statemachine.commands import (
+    UNCHANGED,
     AllocatePidBlock,
     AlterTopicConfigs,
     CommandDecodeError,
@@ -192,12 +193,8 @@ class MetadataStateMachine:
                     if topic is None
                     else TopicDeleted(topic)
                 )
-            case AlterTopicConfigs(name=name, retention_ms=ms, retention_bytes=size):
-                topic = self.topics.get(name)
-                if topic is None:
-                    return Rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                topic = self.topics[name] = replace(topic, retention_ms=ms, retention_bytes=size)
-                return TopicAltered(topic)
+            case AlterTopicConfigs():
+                return self._alter_topic(command)
             case AllocatePidBlock():
                 return self._allocate_pid_block(command)
             case InitTransactionalProducer():
@@ -245,6 +242,18 @@ class MetadataStateMachine:
         self._next_topic_id += 1
         self.topics[cmd.name] = topic
         return TopicCreated(topic)
+
+    def _alter_topic(self, cmd: AlterTopicConfigs) -> MetadataResult:
+        topic = self.topics.get(cmd.name)
+        if topic is None or topic.topic_id != cmd.topic_id:  # gone, or made again since
+            return Rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        ms, size = cmd.retention_ms, cmd.retention_bytes
+        topic = self.topics[cmd.name] = replace(
+            topic,
+            retention_ms=topic.retention_ms if ms == UNCHANGED else ms,
+            retention_bytes=topic.retention_bytes if size == UNCHANGED else size,
+        )
+        return TopicAltered(topic)
 
     def _allocate_pid_block(self, cmd: AllocatePidBlock) -> MetadataResult:
         if cmd.broker_id not in self.brokers:

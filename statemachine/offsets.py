@@ -130,14 +130,7 @@ class OffsetsStateMachine:
             case DeleteTopicOffsets(topic=topic):
                 return self._remove(lambda _entry, c: c.topic == topic)
             case DeleteOffsets(group_id=group_id, partitions=data):
-                doomed = self._decode_partitions(data)
-                if doomed is None:
-                    return Rejected(ErrorCode.INVALID_REQUEST)
-                return self._remove(
-                    lambda entry, c: (
-                        entry is self.groups.get(group_id) and (c.topic, c.partition) in doomed
-                    )
-                )
+                return self._delete_offsets(group_id, data)
             case Noop(marker=marker):
                 return NoopApplied(marker)
         return Rejected(ErrorCode.INVALID_REQUEST)  # another group kind's command
@@ -198,6 +191,19 @@ class OffsetsStateMachine:
                 return None
             decoded.append(((topic, partition), (offset, epoch, metadata)))
         return decoded
+
+    def _delete_offsets(self, group_id: str, data: bytes) -> OffsetsResult:
+        """The listed offsets of one group go (and the group, if nothing of it is left)."""
+        doomed = self._decode_partitions(data)
+        if doomed is None:
+            return Rejected(ErrorCode.INVALID_REQUEST)
+        entry = self.groups.get(group_id)
+        if entry is None:
+            return OffsetsRemoved(())
+        gone = [tp for tp in sorted(doomed) if entry.offsets.pop(tp, None) is not None]
+        if not entry.offsets and not entry.has_members:
+            del self.groups[group_id]
+        return OffsetsRemoved(((group_id, len(gone)),) if gone else ())
 
     def _decode_partitions(self, data: bytes) -> frozenset[TopicPartition] | None:
         try:

@@ -319,24 +319,6 @@ _STORED_HEAD = struct.Struct(">qii")  # base_offset, batch_length, partition_lea
 STORED_HEAD_BYTES = _STORED_HEAD.size
 
 
-def base_offset_of(data: bytes) -> int:
-    return int.from_bytes(data[:8], "big", signed=True)
-
-
-def max_timestamp_of(data: bytes | memoryview) -> int:
-    """A batch's largest record timestamp (its header's maxTimestamp)."""
-    return int.from_bytes(data[_MAX_TIMESTAMP_AT : _MAX_TIMESTAMP_AT + 8], "big", signed=True)
-
-
-_MAX_TIMESTAMP_AT = 35  # base offset 8, length 4, epoch 4, magic 1, crc 4, attributes 2, ...
-
-
-def leader_epoch_of(data: bytes) -> int:
-    """A stored batch's partition leader epoch (`with_base_offset`)."""
-    epoch: int = _STORED_HEAD.unpack_from(data)[2]
-    return epoch
-
-
 # -- records ---------------------------------------------------------------------------------
 
 

@@ -25,6 +25,7 @@ one list, on the same terms. A config named twice, or one unknown, refuses the w
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import IntEnum
@@ -34,6 +35,8 @@ from statemachine.errors import ErrorCode
 from statemachine.metadata import TopicInfo
 
 NO_RETENTION = -1
+INT64_MAX = 2**63 - 1
+_INTEGER = re.compile(r"-?[0-9]{1,19}")  # Java's Long.parseLong, less its leading "+"
 
 
 class ConfigSource(IntEnum):
@@ -140,6 +143,8 @@ def altered(
     retention = {"retention.ms": topic.retention_ms, "retention.bytes": topic.retention_bytes}
     for change in changes:
         entry = current.get(change.name)
+        if change.operation not in tuple(ConfigOperation):
+            return ErrorCode.INVALID_REQUEST, f"unknown config operation {change.operation}"
         if entry is None:
             return ErrorCode.INVALID_CONFIG, f"unknown topic config {change.name!r}"
         value = _changed(entry, change)
@@ -152,22 +157,23 @@ def altered(
     )
 
 
+def parse_retention(name: str, text: str | None) -> int | str:
+    """A retention config's value (-1: no limit), or why it is not one: the one rule for
+    CreateTopics and IncrementalAlterConfigs alike."""
+    if text is None or not _INTEGER.fullmatch(text) or int(text) > INT64_MAX:
+        return f"{name} must be an integer from -1 to {INT64_MAX} (-1: no limit), got {text!r}"
+    value = int(text)
+    return value if value >= NO_RETENTION else f"{name} must be -1 or more, got {value}"
+
+
 def _changed(entry: ConfigEntry, change: ConfigChange) -> int | str | None:
     """A retention's new value (an int), None for a config left as it is, or why not (a
     str)."""
     op, value, name = change.operation, change.value, entry.name
-    if op not in tuple(ConfigOperation):
-        return f"unknown config operation {op}"
     if op in (ConfigOperation.APPEND, ConfigOperation.SUBTRACT) and entry.type != ConfigType.LIST:
         return f"{name} is not a list: APPEND and SUBTRACT apply to lists only"
     if not entry.read_only:  # a retention
-        if op == ConfigOperation.DELETE:
-            return NO_RETENTION
-        try:
-            number = int(value or "")
-        except ValueError:
-            return f"{name} must be an integer, -1 for no limit, got {value!r}"
-        return number if number >= NO_RETENTION else f"{name} must be -1 or more, got {number}"
+        return NO_RETENTION if op == ConfigOperation.DELETE else parse_retention(name, value)
     if op == ConfigOperation.DELETE or (value == entry.value) != (op == ConfigOperation.SUBTRACT):
         return None  # what raftbroker does already (a SUBTRACT of another value: nothing)
     return f"{name} is always {entry.value} in raftbroker: {_WHY.get(name, 'fixed')}"

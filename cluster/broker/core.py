@@ -39,6 +39,7 @@ from cluster.config import Limits
 from cluster.errors import RequestRefusedError
 from cluster.raft import ProposalError
 from statemachine.commands import (
+    UNCHANGED,
     AlterTopicConfigs,
     CreateTopic,
     DeleteTopic,
@@ -116,7 +117,7 @@ class Broker(PartitionAdmin):
         if handle is not None:
             return handle
         info = self.node.metadata_replica.machine.topics.get(topic)
-        if info is None or partition >= info.partitions or topic == OFFSETS_TOPIC:
+        if info is None or not 0 <= partition < info.partitions or topic == OFFSETS_TOPIC:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
@@ -124,7 +125,7 @@ class Broker(PartitionAdmin):
         """A partition's leader (node id, -1 when unknown) and its Raft term (Kafka's leader
         epoch)."""
         handle = self.node.partitions.get((topic.name, partition))
-        if handle is not None and handle.topic == topic:
+        if handle is not None and handle.topic.topic_id == topic.topic_id:
             status = handle.group.status()
             peer = handle.leader_peer()
             if peer is not None:
@@ -136,7 +137,11 @@ class Broker(PartitionAdmin):
         """A partition's replicas in sync by node id (Kafka's ISR): the leader's view when it
         is here, else what the leader last reported."""
         handle = self.node.partitions.get((topic.name, partition))
-        if handle is not None and handle.topic == topic and handle.group.is_leader:
+        if (
+            handle is not None
+            and handle.topic.topic_id == topic.topic_id
+            and handle.group.is_leader
+        ):
             node_of = self.peers.node_of_raft_address
             return tuple(n for n in map(node_of, handle.group.status().in_sync) if n is not None)
         reported = self.peers.in_sync_of(topic.name, partition)
@@ -366,7 +371,13 @@ class Broker(PartitionAdmin):
             raise RequestRefusedError(*new)
         if validate_only or new == topic:
             return
-        command = AlterTopicConfigs(name, new.retention_ms, new.retention_bytes)
+        asked = {c.name for c in changes}
+        command = AlterTopicConfigs(
+            name,
+            topic.topic_id,
+            new.retention_ms if "retention.ms" in asked else UNCHANGED,
+            new.retention_bytes if "retention.bytes" in asked else UNCHANGED,
+        )
         result = await self._propose_metadata(command.encode())
         if isinstance(result, Rejected):
             raise RequestRefusedError(result.error)

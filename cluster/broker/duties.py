@@ -24,6 +24,7 @@ import logging
 
 from cluster.broker.node import Node, PartitionHandle
 from cluster.broker.peers import MissedBatch, PeerTalk
+from cluster.broker.storage import leader_epoch_of
 from cluster.clock import wall_ms
 from cluster.errors import RaftbrokerError
 from cluster.raft import ProposalError
@@ -35,7 +36,7 @@ from statemachine.commands import (
     RegisterBroker,
 )
 from statemachine.pid_allocator import PidBlock
-from statemachine.records import BatchFormatError, leader_epoch_of, verify_batch
+from statemachine.records import BatchFormatError, verify_batch
 
 log = logging.getLogger(__name__)
 DUTY_INTERVAL_S = 0.5

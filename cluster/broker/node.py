@@ -233,7 +233,7 @@ class Node:
             if key in wanted and _same_topic(wanted[key], handle.topic):
                 handle.topic = wanted[key]
         self._start_failures = {
-            k: f for k, f in self._start_failures.items() if wanted.get(k) == f.topic
+            k: f for k, f in self._start_failures.items() if _same_topic(wanted.get(k), f.topic)
         }
         now = time.monotonic()
         for key, topic in wanted.items():

@@ -23,7 +23,8 @@ from cluster.broker.calls import (
     ProducerView,
 )
 from cluster.broker.node import Node, PartitionHandle
-from cluster.raft import ProposalError
+from cluster.broker.storage import StoredBatch
+from cluster.errors import RaftbrokerError
 from statemachine.commands import AdvanceLogStart
 from statemachine.errors import ErrorCode
 from statemachine.partition import LogStartAdvanced
@@ -68,28 +69,39 @@ class PartitionAdmin:
         """ListOffsets' max timestamp (-3, KIP-734): (error, the largest producer timestamp of
         the partition's records, the offset of the first record carrying it, a leader hint);
         -1 and -1 for a partition without records. The store names the batch; its records
-        are read for the record (as Kafka's broker does since 3.8)."""
+        are read for the record (as Kafka's broker does since 3.8), and only records from the
+        log start on count (Kafka counts a whole segment's)."""
         handle = self._leading(topic, partition)
         if isinstance(handle, ErrorCode):
             return handle, -1, -1, self.leader_hint(handle, topic, partition)
         replica = handle.replica
         if replica.restoring:  # batches below the local log are not known yet
             return ErrorCode.LEADER_NOT_AVAILABLE, -1, -1, ""
-        timestamp, base_offset = replica.store.max_timestamp()
-        if base_offset < 0:
-            return ErrorCode.NONE, -1, -1, ""
-        (stored,) = replica.store.read(base_offset, 0)[:1]
         start = replica.log_start_offset
+        timestamp, base_offset = replica.store.max_timestamp(start)
+        if 0 <= base_offset < start:  # that batch straddles the log start: its records
+            straddling = self._largest_record(replica.store.read(start, 0), start)  # from there
+            timestamp, base_offset = replica.store.max_timestamp(straddling[2])  # and the rest
+            if straddling[0] >= timestamp:
+                return ErrorCode.NONE, straddling[0], straddling[1], ""
+        found = self._largest_record(replica.store.read(base_offset, 0), start)
+        return ErrorCode.NONE, found[0], found[1], ""
+
+    def _largest_record(self, read: list[StoredBatch], start: int) -> tuple[int, int, int]:
+        """(the largest timestamp of the first batch of `read` from offset `start` on, the
+        offset of the first record carrying it, the batch's end): -1s where there is none."""
+        if not read:
+            return -1, -1, start
+        stored = read[0]
         try:
             records = decode_records(stored.batch, self.node.limits)
-        except BatchFormatError:  # verified whole when it came: answer the batch
-            records = ()
-        found = (
-            base_offset + i
-            for i, record in enumerate(records)
-            if record.timestamp_ms == timestamp and base_offset + i >= start
-        )
-        return ErrorCode.NONE, timestamp, next(found, max(base_offset, start)), ""
+        except BatchFormatError:  # verified whole when it came: not one to answer with
+            return -1, -1, stored.next_offset
+        best = (-1, -1)
+        for offset, record in enumerate(records, stored.base_offset):
+            if offset >= start and record.timestamp_ms > best[0]:
+                best = (record.timestamp_ms, offset)
+        return best[0], best[1], stored.next_offset
 
     def epoch_end_offsets(self, wants: Iterable[EpochWant]) -> list[EpochFound]:
         return [self._epoch_end(want) for want in wants]
@@ -104,6 +116,8 @@ class PartitionAdmin:
             hint = self.leader_hint(handle, topic, partition)
             return EpochFound(topic, partition, handle, -1, -1, hint)
         term = handle.group.term
+        if epoch > term:  # a client that saw a later leader: this one is stale (retriable)
+            return EpochFound(topic, partition, ErrorCode.UNKNOWN_LEADER_EPOCH, -1, -1, "")
         if 0 <= current != term:
             error = (
                 ErrorCode.FENCED_LEADER_EPOCH if current < term else ErrorCode.UNKNOWN_LEADER_EPOCH
@@ -142,7 +156,7 @@ class PartitionAdmin:
             return ErrorCode.OFFSET_OUT_OF_RANGE, -1, ""
         try:
             result = await handle.group.propose(AdvanceLogStart(target).encode(), timeout_s)
-        except ProposalError as exc:
+        except RaftbrokerError as exc:  # ProposalError among them: this partition's answer
             return exc.error, -1, self.leader_hint(exc.error, topic, partition)
         assert isinstance(result, LogStartAdvanced), result
         return ErrorCode.NONE, result.log_start_offset, ""

@@ -39,6 +39,7 @@ from cluster.broker.configs import (
     ConfigEntry,
     ConfigSource,
     node_configs,
+    parse_retention,
     topic_configs,
 )
 from cluster.broker.core import Broker
@@ -342,14 +343,9 @@ def _retention(configs: tuple[m.CreatableTopicConfig, ...]) -> tuple[int, int]:
                 f"config {quoted(config.name)} is not supported "
                 f"(only {', '.join(RETENTION_CONFIGS)})",
             )
-        try:
-            value = int(config.value or "")
-        except ValueError:
-            value = NO_RETENTION - 1
-        if value < NO_RETENTION:
-            raise RequestRefusedError(
-                ErrorCode.INVALID_CONFIG, f"{config.name} must be an integer >= -1"
-            )
+        value = parse_retention(config.name, config.value)
+        if isinstance(value, str):
+            raise RequestRefusedError(ErrorCode.INVALID_CONFIG, value)
         values[config.name] = value
     return values["retention.ms"], values["retention.bytes"]
 

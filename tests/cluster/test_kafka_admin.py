@@ -155,6 +155,11 @@ def test_list_offsets_finds_the_record_with_the_largest_timestamp(
     spec = OffsetSpec.max_timestamp()  # type: ignore[no-untyped-call]
     found = admin.list_offsets({tp: spec})[tp].result(TIMEOUT_S)
     assert (found.offset, found.timestamp) == (2, 9_000)
+    # Deleted records no longer count, even inside the batch that holds the log start.
+    for start, expected in ((3, (4, 9_000)), (5, (5, 4_000))):
+        delete_records(admin, "stamped", start)
+        found = admin.list_offsets({tp: spec})[tp].result(TIMEOUT_S)
+        assert (found.offset, found.timestamp) == expected
     asked = m.ListOffsetsPartition(0, -3)
     request = m.ListOffsetsRequest((m.ListOffsetsTopic("stamped-empty", (asked,)),))
 

@@ -38,28 +38,50 @@ def filled(directory: Path, segment_bytes: int = SEGMENT_BYTES) -> tuple[Partiti
 def test_the_batch_with_the_largest_timestamp_is_found(tmp_path: Path) -> None:
     store, bases = filled(tmp_path)
     assert len(list(tmp_path.glob("*.log"))) >= 3, "the batches span several segments"
-    assert store.max_timestamp() == (9_000, bases[3])
+    assert store.max_timestamp(store.log_start_offset) == (9_000, bases[3])
     store.close()
     reopened = open_store(tmp_path)  # rebuilt from the files
-    assert reopened.max_timestamp() == (9_000, bases[3])
+    assert reopened.max_timestamp(0) == (9_000, bases[3])
     reopened.close()
 
 
 def test_an_empty_store_has_none(tmp_path: Path) -> None:
-    assert open_store(tmp_path).max_timestamp() == (-1, -1)
+    assert open_store(tmp_path).max_timestamp(0) == (-1, -1)
 
 
 def test_past_the_log_start_the_largest_left_is_found(tmp_path: Path) -> None:
     store, bases = filled(tmp_path, segment_bytes=1 << 20)  # one segment: it stays, scanned
     store.delete_before(bases[4])  # batch 3 (9_000) is below the log start now
-    assert store.max_timestamp() == (8_000, bases[5])
+    assert store.max_timestamp(store.log_start_offset) == (8_000, bases[5])
     store.delete_before(bases[5] + 1)  # inside batch 5: it still counts, whole
-    assert store.max_timestamp() == (8_000, bases[5])
+    assert store.max_timestamp(store.log_start_offset) == (8_000, bases[5])
 
 
 def test_after_a_truncation_the_segment_is_scanned_again(tmp_path: Path) -> None:
     store, bases = filled(tmp_path)
     store.truncate_to(bases[3])  # batch 3 and everything after it go
-    assert store.max_timestamp() == (3_000, bases[2])
+    assert store.max_timestamp(store.log_start_offset) == (3_000, bases[2])
     store.append(bases[3], 1, 99, batch(9, (7_000,)))
-    assert store.max_timestamp() == (7_000, bases[3])
+    assert store.max_timestamp(store.log_start_offset) == (7_000, bases[3])
+
+
+def test_a_reopened_store_answers_from_the_log_start_it_is_given(tmp_path: Path) -> None:
+    # A store opens at its first segment's base; the log start is the state machine's.
+    store, bases = filled(tmp_path, segment_bytes=1 << 20)
+    store.delete_before(bases[4])
+    store.close()
+    reopened = open_store(tmp_path, 1 << 20)
+    assert reopened.max_timestamp(bases[4]) == (8_000, bases[5])
+    assert reopened.max_timestamp(bases[5] + 2) == (-1, -1), "past every record"
+
+
+def test_a_replay_over_a_batch_stored_without_its_epoch_keeps_it(tmp_path: Path) -> None:
+    """Batches stored before leader epochs were stamped hold -1; replayed after the upgrade
+    with their entry's term, each is the same batch, not a diverged tail to cut off."""
+    store, bases = filled(tmp_path)
+    size = sum(f.stat().st_size for f in tmp_path.glob("*.log"))
+    store.append(bases[1], len(TIMESTAMPS[1]), 11, batch(1, TIMESTAMPS[1]), 4)
+    assert store.next_offset == bases[5] + 2, "nothing truncated"
+    assert sum(f.stat().st_size for f in tmp_path.glob("*.log")) == size
+    store.append(bases[2], 1, 12, batch(99, (1,)), 4)  # a different batch: the tail diverged
+    assert store.next_offset == bases[2] + 1

@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 
 from statemachine.commands import (
+    UNCHANGED,
     AllocatePidBlock,
+    AlterTopicConfigs,
     CreateTopic,
     DeleteTopic,
     ExpireTransactionalIds,
@@ -307,3 +309,21 @@ def test_metadata_expiry_due_agrees_with_expire() -> None:
     expired = sm.apply(ExpireTransactionalIds(2_000, 1_000).encode())
     assert expired == TransactionalIdsExpired(("a",))
     assert not sm.expiry_due(10**12, 1)
+
+
+def test_config_changes_through_different_nodes_never_undo_each_other() -> None:
+    """Each AlterTopicConfigs carries only what it changes, of the topic of that id: two
+    alters decided on nodes that had not yet applied each other's both hold, and an alter of
+    a topic deleted and made again since is refused."""
+    sm = cluster()
+    created = sm.apply(CreateTopic("t", 1, 3, -1, -1).encode())
+    assert isinstance(created, TopicCreated)
+    topic_id = created.topic.topic_id
+    sm.apply(AlterTopicConfigs("t", topic_id, 60_000, UNCHANGED).encode())
+    sm.apply(AlterTopicConfigs("t", topic_id, UNCHANGED, 1_000).encode())
+    assert (sm.topics["t"].retention_ms, sm.topics["t"].retention_bytes) == (60_000, 1_000)
+    sm.apply(DeleteTopic("t").encode())
+    sm.apply(CreateTopic("t", 1, 3, -1, -1).encode())
+    stale = sm.apply(AlterTopicConfigs("t", topic_id, 5, UNCHANGED).encode())
+    assert stale == Rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    assert sm.topics["t"].retention_ms == -1

@@ -9,6 +9,7 @@ from statemachine.codec import pack
 from statemachine.commands import (
     CommitOffsets,
     DeleteGroup,
+    DeleteOffsets,
     DeleteTopicOffsets,
     ExpireOffsets,
     StoreGroup,
@@ -107,6 +108,22 @@ def test_a_deleted_topics_offsets_go_from_every_group() -> None:
     assert result == OffsetsRemoved((("a", 1), ("b", 1)))
     assert committed(machine, "a") == {("kept", 0): 1}
     assert "b" not in machine.groups
+
+
+def test_offset_delete_removes_only_the_listed_offsets_of_one_group() -> None:
+    machine = OffsetsStateMachine()
+    machine.apply(commit("a", 1, ("t", 0, 5), ("t", 1, 6)))
+    machine.apply(commit("b", 1, ("t", 0, 7)))
+    result = machine.apply(DeleteOffsets("a", pack([["t", 0], ["t", 9]])).encode())
+    assert result == OffsetsRemoved((("a", 1),))
+    assert committed(machine, "a") == {("t", 1): 6} and committed(machine, "b") == {("t", 0): 7}
+    assert machine.apply(DeleteOffsets("a", pack([["t", 1]])).encode()) == OffsetsRemoved(
+        (("a", 1),)
+    )
+    assert "a" not in machine.groups, "a group with neither members nor offsets is gone"
+    assert machine.apply(DeleteOffsets("a", pack([["t", -1]])).encode()) == Rejected(
+        ErrorCode.INVALID_REQUEST
+    )
 
 
 def test_delete_group() -> None:

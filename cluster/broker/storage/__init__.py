@@ -53,6 +53,7 @@ from cluster.broker.storage.frames import (
     FRAME_HEADER_BYTES,
     HEAD_CHECKED,
     StoredBatch,
+    leader_epoch_of,
 )
 from cluster.broker.storage.segments import (
     READ_CHUNK_BYTES_MIN,
@@ -74,5 +75,6 @@ __all__ = [
     "StorageError",
     "StorageGapError",
     "StoredBatch",
+    "leader_epoch_of",
     "segment_file_name",
 ]

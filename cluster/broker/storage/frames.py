@@ -89,6 +89,22 @@ class Frame(NamedTuple):
         )
 
 
+def max_timestamp_of(batch: bytes | memoryview) -> int:
+    """A batch's largest record timestamp (its header's maxTimestamp)."""
+    return int.from_bytes(batch[_MAX_TIMESTAMP_AT : _MAX_TIMESTAMP_AT + 8], "big", signed=True)
+
+
+def leader_epoch_of(batch: bytes | memoryview) -> int:
+    """A stored batch's partition leader epoch (`records.with_base_offset`)."""
+    return int.from_bytes(batch[_LEADER_EPOCH_AT : _LEADER_EPOCH_AT + 4], "big", signed=True)
+
+
+# Where a record batch v2 keeps them: base offset 8, length 4, leader epoch 4, magic 1, crc 4,
+# attributes 2, last offset delta 4, first timestamp 8, max timestamp 8.
+_LEADER_EPOCH_AT = 12
+_MAX_TIMESTAMP_AT = 35
+
+
 def frame_parts(
     base_offset: int,
     record_count: int,

@@ -30,10 +30,11 @@ from cluster.broker.storage.frames import (
     HEAD_CHECKED,
     Frame,
     intact,
+    max_timestamp_of,
     pread,
 )
 from statemachine.limits import KIB, MIB
-from statemachine.records import HEADER_BYTES, max_timestamp_of
+from statemachine.records import HEADER_BYTES
 
 # Recovery reads whole chunks: sequential I/O, never a seek per frame.
 SCAN_CHUNK_BYTES = 1 * MIB
@@ -146,6 +147,7 @@ class Segment:
         "max_append_time_ms",
         "max_timestamp_ms",
         "max_timestamp_offset",
+        "max_timestamp_scanned",
         "next_offset",
         "path",
         "size",
@@ -165,6 +167,8 @@ class Segment:
         # be gone: `MaxTimestamp` scans the segment again then.
         self.max_timestamp_ms = -1
         self.max_timestamp_offset = -1
+        # The last scan's start and answer: asked again from there, no file is read again.
+        self.max_timestamp_scanned: tuple[int, tuple[int, int]] | None = None
         self.index_offsets = array("q")
         self.index_positions = array("q")
         # Per index entry, the latest append time of the segment up to the end of the frames
@@ -184,6 +188,7 @@ class Segment:
     ) -> None:
         if max_timestamp_ms > self.max_timestamp_ms:
             self.max_timestamp_ms, self.max_timestamp_offset = max_timestamp_ms, base_offset
+        self.max_timestamp_scanned = None
         latest_ms = max(self.max_append_time_ms, append_time_ms)
         if not self.index_positions or self.size - self.index_positions[-1] >= index_interval_bytes:
             self.index_offsets.append(base_offset)
@@ -225,7 +230,10 @@ class Segment:
             self.max_timestamp_ms, self.max_timestamp_offset = self._scan_max(self.base_offset)
         if self.max_timestamp_offset >= offset or self.size == 0:
             return self.max_timestamp_ms, self.max_timestamp_offset
-        return self._scan_max(offset)  # the log start moved past the batch that holds it
+        # The log start moved past the batch that holds it: scan once from there.
+        if self.max_timestamp_scanned is None or self.max_timestamp_scanned[0] != offset:
+            self.max_timestamp_scanned = (offset, self._scan_max(offset))
+        return self.max_timestamp_scanned[1]
 
     def _scan_max(self, offset: int) -> tuple[int, int]:
         if self.size == 0:  # truncated to nothing
@@ -293,6 +301,7 @@ class Segment:
         del self.index_offsets[keep:]
         del self.index_positions[keep:]
         del self.index_append_times_ms[keep:]
+        self.max_timestamp_scanned = None
         self.size = frame.position
         self.next_offset = frame.base_offset
 

@@ -27,6 +27,7 @@ from cluster.broker.storage.frames import (
     FRAME_HEADER_BYTES,
     StoredBatch,
     frame_parts,
+    max_timestamp_of,
     pwrite,
 )
 from cluster.broker.storage.retention import retention_cutoff, segments_below
@@ -42,7 +43,6 @@ from cluster.files import sync_directory
 from statemachine.records import (
     HEADER_BYTES,
     NO_PARTITION_LEADER_EPOCH,
-    max_timestamp_of,
     with_base_offset,
 )
 
@@ -193,9 +193,19 @@ class PartitionStore:
         self._check_open()
         if base_offset != self._next_offset:
             stored = with_base_offset(batch, base_offset, leader_epoch)
-            if self._already_stored(StoredBatch(base_offset, record_count, append_time_ms, stored)):
+            wanted = StoredBatch(base_offset, record_count, append_time_ms, stored)
+            if self._stored_without_epoch(wanted) or self._already_stored(wanted):
                 return
         self._write(base_offset, record_count, append_time_ms, batch, leader_epoch)
+
+    def _stored_without_epoch(self, wanted: StoredBatch) -> bool:
+        """Whether `wanted` is stored as a node wrote it before leader epochs were stamped
+        (-1): the same batch, not a diverged one, on a replay after that upgrade."""
+        if wanted.base_offset >= self._next_offset or wanted.base_offset < self._log_start_offset:
+            return False
+        unstamped = with_base_offset(wanted.batch, wanted.base_offset)
+        found = self._segment_for(wanted.base_offset).locate(wanted.base_offset).stored()
+        return found == wanted._replace(batch=unstamped)
 
     def _already_stored(self, wanted: StoredBatch) -> bool:
         """Whether a replayed batch is stored as is; if it is not, make room for it."""
@@ -338,15 +348,17 @@ class PartitionStore:
                 return max(frame.base_offset, self._log_start_offset)
         return None
 
-    def max_timestamp(self) -> tuple[int, int]:
-        """(the largest producer timestamp of the batches from the log start on, the base
-        offset of the first batch holding it), or (-1, -1) when none is stored (ListOffsets'
-        max timestamp, KIP-734). Each segment keeps its own; only one the log start moved past
-        that batch of is scanned again."""
+    def max_timestamp(self, log_start_offset: int) -> tuple[int, int]:
+        """(the largest producer timestamp of the batches holding `log_start_offset` or later,
+        the base offset of the first batch holding it), or (-1, -1) when none is stored
+        (ListOffsets' max timestamp, KIP-734). The log start is the caller's (the state
+        machine's: a store opens at its first segment's base). Each segment keeps its own;
+        only one whose batch holding it is below the log start is scanned."""
         self._check_open()
+        start = max(log_start_offset, self._log_start_offset)
         best = (-1, -1)
         for segment in self._segments:
-            found = segment.max_timestamp_from(self._log_start_offset)
+            found = segment.max_timestamp_from(start)
             if found[0] > best[0]:
                 best = found
         return best
