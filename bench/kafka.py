@@ -29,6 +29,9 @@ Cases:
   assigned partitions) until it has every record, one byte of output a record, counted here:
   records/s.
 - sequential: `linger.ms` 0, one record in flight: produce, flush, repeat; p50 and p99.
+- e2e: 1,000 records/s, each one's time from the producer to the consumer (`bench.kafka_e2e`).
+- failover: a record every 2 ms, the partition leader SIGKILLed, the time to the first ack of
+  a record sent after the kill (`bench.kafka_failover`), on a fresh cluster per kill.
 
 CPU of every node and of this process is recorded per case, as in `bench.cluster` (kcat's own
 is not: it exits before the window's end is sampled).
@@ -54,9 +57,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from bench import apache_kafka, nodes
+from bench import apache_kafka, kafka_e2e, kafka_failover, nodes
 from bench.harness import cpu_report, latency_summary_ms, reporter, sample_cpu, value_of
 from bench.java import classpath
+from bench.kafka_failover import one_failover
 
 VALUE_BYTES = 100
 BATCH_SIZE_BYTES = 1_000_000
@@ -77,16 +81,18 @@ class Settings:
     pipelined_records: int
     partitions: tuple[int, ...]
     sequential_records: int
+    failover_kills: int
+    e2e_s: float
     broker: str = "raftbroker"
 
     @classmethod
     def of(cls, quick: bool, broker: str = "raftbroker") -> Settings:
         if quick:
-            return cls(True, 400_000, (1,), 200, broker)
-        return cls(False, 6_000_000, (1, 16), 3_000, broker)
+            return cls(True, 400_000, (1,), 200, 1, 2.0, broker)
+        return cls(False, 6_000_000, (1, 16), 3_000, 3, 10.0, broker)
 
 
-SCENARIOS = ("pipelined", "sequential")
+SCENARIOS = ("pipelined", "sequential", "e2e", "failover")
 BROKERS = ("raftbroker", "apache-kafka")
 
 
@@ -339,7 +345,32 @@ async def run(settings: Settings, names: tuple[str, ...] = SCENARIOS) -> dict[st
             report["sequential"] = await sequential_case(settings)
         except Exception as exc:  # noqa: BLE001
             report["errors"]["sequential"] = repr(exc)
+    cases = {"e2e": e2e_case, "failover": failover_case}
+    for name in (n for n in names if n in cases):
+        progress(name)
+        try:
+            report[name] = await cases[name](settings)
+        except Exception as exc:  # noqa: BLE001 - reported, the other cases still run
+            report["errors"][name] = repr(exc)
     return report
+
+
+async def e2e_case(settings: Settings) -> dict[str, Any]:
+    """`bench.kafka_e2e`: records at a fixed rate, each one's produce -> consumer receipt."""
+    async with fresh_brokers(settings.broker) as bench:
+        await bench.create_topic(kafka_e2e.TOPIC, 1)
+        return await asyncio.to_thread(kafka_e2e.e2e_latencies, bench.bootstrap, settings.e2e_s)
+
+
+async def failover_case(settings: Settings) -> dict[str, Any]:
+    """`bench.kafka_failover`: one leader's SIGKILL per fresh cluster, `failover_kills` of them."""
+    runs = []
+    for kill in range(settings.failover_kills):
+        progress(f"failover, kill {kill + 1} of {settings.failover_kills}")
+        async with fresh_brokers(settings.broker) as bench:
+            await bench.create_topic(kafka_failover.TOPIC, 1)
+            runs.append(await asyncio.to_thread(one_failover, bench.bootstrap, bench.pids))
+    return kafka_failover.summary(runs)
 
 
 async def pipelined_cases(settings: Settings, report: dict[str, Any]) -> None:

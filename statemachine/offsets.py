@@ -164,12 +164,19 @@ class OffsetsStateMachine:
             entry.offsets[tp] = CommittedOffset(*tp, offset, epoch, metadata, self._clock_ms)
         return OffsetsCommitted(len(offsets))
 
-    def _decode_offsets(self, data: bytes) -> _Offsets | None:
+    def _listed(self, data: bytes) -> tuple[object, ...] | None:
+        """An entry's msgpack list of offsets or partitions, at most `group_offsets_max`."""
         try:
             value = unpack(data, size_max=self._limits.entry_bytes_max)
         except CodecError:
             return None
         if not isinstance(value, tuple) or len(value) > self._limits.group_offsets_max:
+            return None
+        return value
+
+    def _decode_offsets(self, data: bytes) -> _Offsets | None:
+        value = self._listed(data)
+        if value is None:
             return None
         decoded: _Offsets = []
         for item in value:
@@ -206,11 +213,8 @@ class OffsetsStateMachine:
         return OffsetsRemoved(((group_id, len(gone)),) if gone else ())
 
     def _decode_partitions(self, data: bytes) -> frozenset[TopicPartition] | None:
-        try:
-            value = unpack(data, size_max=self._limits.entry_bytes_max)
-        except CodecError:
-            return None
-        if not isinstance(value, tuple) or len(value) > self._limits.group_offsets_max:
+        value = self._listed(data)
+        if value is None:
             return None
         found: set[TopicPartition] = set()
         for item in value:

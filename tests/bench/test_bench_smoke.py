@@ -58,13 +58,20 @@ def test_the_quick_comparison_produces_every_figure_on_both_sides(tmp_path: Path
         for name in ("pipelined", "sequential_p50", "failover", "consume"):
             assert figures[name] is not None and figures[name] > 0, (side, name, figures)
         assert (figures["failover_lost"], figures["failover_duplicated"]) == (0, 0), side
-    for name in ("kafka_pipelined", "kafka_sequential_p50", "kafka_consume"):
+    for name in ("kafka_pipelined", "kafka_sequential_p50", "kafka_consume", "kafka_e2e_p99",
+                 "kafka_failover"):  # fmt: skip
         assert report["raftbroker"][name] > 0 and report["apache_kafka"][name] > 0, name
     assert report["apache_kafka"]["kafka_sequential_p50"] == row["apache_kafka"]["p50_ms"]
     for name in ("groups_consume", "groups_takeover_median", "groups_takeover_max"):
         assert report["raftbroker"][name] > 0 and report["jetstream"][name] > 0, name
     assert all(g["ratio"] is not None for g in report["goals"].values())
-    quick = ("kafka_pipelined", "kafka_consume", "kafka_sequential_p50")  # no 16 partitions
+    quick = (
+        "kafka_pipelined",
+        "kafka_consume",
+        "kafka_sequential_p50",
+        "kafka_e2e_p99",
+        "kafka_failover",
+    )  # fmt: skip  (no 16 partitions)
     assert all(report["goals_vs_kafka"][name]["ratio"] is not None for name in quick)
     assert subprocess.run(["pgrep", "-f", "kafka.Kafka"], check=False).returncode == 1
     assert subprocess.run(["pgrep", "-x", "nats-server"], check=False).returncode == 1
