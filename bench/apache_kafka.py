@@ -151,7 +151,10 @@ def new_cluster_id() -> str:
 def format_storage(jars: Jars, broker: Broker, cluster_id: str, log4j: Path) -> None:
     done = subprocess.run(
         jars.java(
-            "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(broker.config),
+            # "--cluster-id=": an id may start with "-" (base64url), which the tool's
+            # argument parser would take for an option (a run failed so: 1 in 64 ids).
+            "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+            "-c", str(broker.config),
             heap_mb=256, system={"log4j2.configurationFile": str(log4j)},
         ),
         capture_output=True, text=True, timeout=FORMAT_TIMEOUT_S, check=False,
