@@ -194,18 +194,9 @@ class PartitionStore:
         if base_offset != self._next_offset:
             stored = with_base_offset(batch, base_offset, leader_epoch)
             wanted = StoredBatch(base_offset, record_count, append_time_ms, stored)
-            if self._stored_without_epoch(wanted) or self._already_stored(wanted):
+            if self._already_stored(wanted):
                 return
         self._write(base_offset, record_count, append_time_ms, batch, leader_epoch)
-
-    def _stored_without_epoch(self, wanted: StoredBatch) -> bool:
-        """Whether `wanted` is stored as a node wrote it before leader epochs were stamped
-        (-1): the same batch, not a diverged one, on a replay after that upgrade."""
-        if wanted.base_offset >= self._next_offset or wanted.base_offset < self._log_start_offset:
-            return False
-        unstamped = with_base_offset(wanted.batch, wanted.base_offset)
-        found = self._segment_for(wanted.base_offset).locate(wanted.base_offset).stored()
-        return found == wanted._replace(batch=unstamped)
 
     def _already_stored(self, wanted: StoredBatch) -> bool:
         """Whether a replayed batch is stored as is; if it is not, make room for it."""
@@ -222,8 +213,12 @@ class PartitionStore:
                 f"replayed batch {wanted.base_offset}..{wanted.next_offset - 1} straddles the "
                 f"first retained offset {first.base_offset}: the log has diverged"
             )
-        segment = self._segment_for(wanted.base_offset)
-        if segment.locate(wanted.base_offset).stored() == wanted:
+        found = self._segment_for(wanted.base_offset).locate(wanted.base_offset).stored()
+        if found == wanted:
+            return True
+        # Stored before leader epochs were stamped (epoch -1): the same batch all the same.
+        unstamped = with_base_offset(wanted.batch, wanted.base_offset)
+        if found == wanted._replace(batch=unstamped):
             return True
         self._truncate(wanted.base_offset)
         if self._next_offset != wanted.base_offset:
@@ -239,7 +234,7 @@ class PartitionStore:
         record_count: int,
         append_time_ms: int,
         batch: bytes,
-        leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+        leader_epoch: int,
     ) -> None:
         """Append a frame of `batch` as stored (`with_base_offset`) at the log end."""
         assert base_offset == self._next_offset, "append must extend the log"
