@@ -339,17 +339,13 @@ async def run(settings: Settings, names: tuple[str, ...] = SCENARIOS) -> dict[st
     report["cluster"] = await asyncio.to_thread(describe_brokers, settings.broker)
     if "pipelined" in names:
         await pipelined_cases(settings, report)
-    if "sequential" in names:
-        progress("sequential")
-        try:
-            report["sequential"] = await sequential_case(settings)
-        except Exception as exc:  # noqa: BLE001
-            report["errors"]["sequential"] = repr(exc)
-    cases = {"e2e": e2e_case, "failover": failover_case}
-    for name in (n for n in names if n in cases):
+    cases = {"sequential": sequential_case, "e2e": e2e_case, "failover": failover_case}
+    for name, case in cases.items():
+        if name not in names:
+            continue
         progress(name)
         try:
-            report[name] = await cases[name](settings)
+            report[name] = await case(settings)
         except Exception as exc:  # noqa: BLE001 - reported, the other cases still run
             report["errors"][name] = repr(exc)
     return report

@@ -64,12 +64,12 @@ class Reader(threading.Thread):
         consumer = self._consumer
         consumer.assign([TopicPartition(TOPIC, 0, 0)])
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        self.ready.set()
         try:
             while self.expected is None or len(self.latencies_ms) < self.expected:
                 if time.monotonic() > deadline:
                     self.failure = f"nothing read for {DRAIN_TIMEOUT_S} s"
                     return
-                self.ready.set()
                 message = consumer.poll(0.05)
                 if message is None:
                     continue

@@ -15,9 +15,9 @@ import gc
 import itertools
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
@@ -25,7 +25,11 @@ from cluster.client.sync import SyncClient
 from cluster.local import launcher
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+T = TypeVar("T")
+QUERY_TIMEOUT_S = 90
 
 READY_TIMEOUT_S = 60.0
 # Small segments and a quick retention check, so a test can watch retention delete records.
@@ -134,3 +138,30 @@ def produce(
         ]
         producer.flush()
         return [f.result(30).offset for f in futures]
+
+
+def finished(query: StreamingQuery) -> StreamingQuery:
+    """`query` (an availableNow one) once it has ended, without an exception."""
+    assert query.awaitTermination(QUERY_TIMEOUT_S), "the availableNow query did not finish"
+    assert query.exception() is None
+    return query
+
+
+def available_now_batches(
+    stream: DataFrame, checkpoint: Path, each: Callable[[DataFrame], T]
+) -> list[T]:
+    """Run a streaming read until it has read what was there when it started (availableNow,
+    from `checkpoint`); `each` of every micro-batch, on the driver, in order."""
+    batches: list[T] = []
+
+    def collect(df: DataFrame, _batch_id: int) -> None:
+        batches.append(each(df))
+
+    query = (
+        stream.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    finished(query)
+    return batches

@@ -19,10 +19,9 @@ from cluster.client.consumer import ConsumedRecord
 from cluster.client.sync import SyncClient
 from cluster.clock import wall_ms
 from cluster.local.launcher import LocalCluster
-from tests.pipeline.conftest import new_topic, produce
+from tests.pipeline.conftest import available_now_batches, finished, new_topic, produce
 
 pytestmark = pytest.mark.spark
-QUERY_TIMEOUT_S = 90
 READ_BACK_IDLE_S = 0.5  # every write below is acknowledged (acks=all) before it is read back
 
 Record = tuple[int, int, bytes, bytes]  # (partition, offset, key, value)
@@ -102,25 +101,14 @@ def run_available_now(
 ) -> list[list[Record]]:
     """A streaming read of what the topic has when it starts, from the checkpoint (or from
     earliest, the first time); the records of each micro-batch."""
-    batches: list[list[Record]] = []
-
-    def collect(df: DataFrame, batch_id: int) -> None:  # on the driver, once per micro-batch
-        batches.append(records_of(df))
-
-    query = (
+    stream = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", servers)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .load()
-        .writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
     )
-    assert query.awaitTermination(QUERY_TIMEOUT_S), "the availableNow query did not finish"
-    assert query.exception() is None
-    return batches
+    return available_now_batches(stream, checkpoint, records_of)
 
 
 def test_streaming_read_resumes_from_its_checkpoint(
@@ -195,8 +183,7 @@ def test_streaming_write_copies_a_topic(
         .trigger(availableNow=True)
         .start()
     )
-    assert query.awaitTermination(QUERY_TIMEOUT_S), "the availableNow query did not finish"
-    assert query.exception() is None
+    finished(query)
     # Per partition in the source's order (one task a partition, one producer): offsets too.
     assert sorted((r.partition, r.offset, r.key, r.value) for r in read_back(client, target)) == (
         expected

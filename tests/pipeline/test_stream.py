@@ -17,10 +17,9 @@ from cluster.client.sync import SyncClient
 from pipeline.options import parse_read_options
 from pipeline.schema import read_schema
 from pipeline.source import StreamReader
-from tests.pipeline.conftest import new_topic, produce
+from tests.pipeline.conftest import available_now_batches, new_topic, produce
 
 pytestmark = pytest.mark.spark
-QUERY_TIMEOUT_S = 90
 
 Batch = list[tuple[int, int, bytes]]  # (partition, offset, value) of each record
 
@@ -29,11 +28,10 @@ def run_available_now(
     spark: SparkSession, bootstrap: str, topic: str, checkpoint: Path, **options: str
 ) -> list[Batch]:
     """Run the query until it has read what was committed when it started; its batches."""
-    batches: list[Batch] = []
 
-    def collect(df: DataFrame, batch_id: int) -> None:  # on the driver, once per micro-batch
+    def rows_of(df: DataFrame) -> Batch:
         rows = df.select("partition", "offset", "value").collect()
-        batches.append(sorted((r["partition"], r["offset"], bytes(r["value"])) for r in rows))
+        return sorted((r["partition"], r["offset"], bytes(r["value"])) for r in rows)
 
     stream = (
         spark.readStream.format("raftbroker")
@@ -42,15 +40,7 @@ def run_available_now(
         .options(**options)
         .load()
     )
-    query = (
-        stream.writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert query.awaitTermination(QUERY_TIMEOUT_S), "the availableNow query did not finish"
-    assert query.exception() is None
-    return batches
+    return available_now_batches(stream, checkpoint, rows_of)
 
 
 def test_available_now_reads_fixed_batches_and_resumes_from_the_checkpoint(
