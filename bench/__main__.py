@@ -5,7 +5,7 @@ Role: run the raftbroker cluster benchmark (`bench.cluster`), its Kafka-listener
 with librdkafka (`bench.kafka`), the same against Apache Kafka itself (`bench.kafka --broker
 apache-kafka`: 3 KRaft nodes from Maven Central's jars), the JetStream one (`bench.jetstream`),
 and then consumer groups
-on both (`bench.groups`), one after the other so none disturbs another, each in its own process
+on the three (`bench.groups`), one after the other so none disturbs another, each in its own process
 (so each starts and stops its own servers by PID), then put their numbers side by side with
 the ratios the goals are stated in.
 Then the sequential latencies the goals compare, again, in rounds: each round runs the compared
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import compare
+from bench.report import dig
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 SEQUENTIAL_ROUNDS = 3
@@ -82,7 +83,7 @@ def sequential_rounds(quick: bool, scratch: Path) -> list[dict[str, Any]]:
                 module, quick, scratch, scenario, tag=f"-{side}-{number + 1}", args=args
             )
             row[side] = {
-                "p50_ms": compare.dig(report, "sequential", "p50_ms"),
+                "p50_ms": dig(report, "sequential", "p50_ms"),
                 "errors": report.get("errors") or {},
             }
         rounds.append(row)

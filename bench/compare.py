@@ -19,7 +19,10 @@ import json
 import statistics
 from typing import Any
 
-GOALS = {
+from bench.compare_kafka import apache_figures, goals_vs_kafka, kafka_figures, kafka_table
+from bench.report import Goals, cpu_text, dig, goal, goal_cells, group_figures, number, ratio
+
+GOALS: Goals = {
     "pipelined": ("acknowledged records/s, pipelined, one partition vs one stream", 5.0, "min"),
     "sequential_p50": ("sequential publish p50 latency, ms", 1.0, "max"),
     "failover": ("failover: SIGKILL of the leader -> next ack, median ms", 0.5, "max"),
@@ -46,24 +49,6 @@ GOALS = {
 }
 # Goals whose denominator is raftbroker's own figure (named here), not JetStream's.
 OWN_BASELINE = {"fsync_pipelined": "fsync_pipelined_without"}
-# Issue 36: the same librdkafka workloads (bench.kafka) against raftbroker's Kafka listener and
-# against Apache Kafka itself (3 KRaft nodes), as ratios of raftbroker's figure to Kafka's.
-GOALS_VS_KAFKA = {
-    "kafka_pipelined": ("pipelined acked records/s, 1 partition (kcat)", 1.0, "min"),
-    "kafka_pipelined_16": ("pipelined acked records/s, 16 partitions (kcat)", 1.0, "min"),
-    "kafka_consume": ("consume records/s, 1 partition (kcat)", 1.0, "min"),
-    "kafka_sequential_p50": ("sequential p50, ms (confluent-kafka, rounds)", 1.0, "max"),
-    "kafka_e2e_p99": ("end-to-end p99 at 1,000 records/s, ms", 1.0, "max"),
-    "kafka_failover": ("failover: leader SIGKILL -> next ack, ms (p50)", 0.3, "max"),
-}
-# Issue 36's goals not measured yet: shown as such, never guessed.
-NOT_MEASURED_VS_KAFKA = (
-    "pipelined with fsync before every ack on both sides (>= 1.0x)",
-    "the consumer group (records/s; a member's SIGKILL -> its partitions read by another)",
-    "RSS per node",
-    "Kafka's own ProducerPerformance / ConsumerPerformance / EndToEndLatency against both",
-    "idle CPU with 1,000 partitions (<= 1.0x; waits for the partition-scale issue)",
-)
 # Issue 23 (bench.groups): consumer groups, no goal stated; their ratios are shown beside.
 RATIOS_ONLY = ("groups_consume", "groups_takeover_median", "groups_takeover_max")
 # Which JetStream figure each Kafka-listener goal is measured against.
@@ -82,16 +67,6 @@ ROUND_FIGURES = (
     ("apache_kafka", "apache_kafka", "kafka_sequential_p50", "Apache Kafka"),
     ("jetstream", "jetstream", "sequential_p50", "JetStream"),
 )
-
-
-def dig(report: dict[str, Any] | None, *keys: str) -> Any:
-    """report[k1][k2]... or None where any step is missing."""
-    value: Any = report
-    for key in keys:
-        if not (isinstance(value, dict) and key in value):
-            return None
-        value = value[key]
-    return value
 
 
 def ours_pipelined(ours: dict[str, Any], partitions: int = 1) -> dict[str, Any] | None:
@@ -134,38 +109,6 @@ def ours_figures(ours: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def kafka_figures(kafka: dict[str, Any]) -> dict[str, Any]:
-    """bench.kafka's figures (of either broker): the 1- and 16-partition cases."""
-
-    def case(section: str, partitions: int) -> Any:
-        cases = dig(kafka, section, "cases") or []
-        found = [c["records_per_s"] for c in cases if c["partitions"] == partitions]
-        return found[0] if found else None
-
-    pipelined = [c for c in dig(kafka, "pipelined", "cases") or [] if c["partitions"] == 1]
-    return {
-        "kafka_pipelined": case("pipelined", 1),
-        "kafka_pipelined_16": case("pipelined", 16),
-        "kafka_sequential_p50": dig(kafka, "sequential", "p50_ms"),
-        "kafka_sequential_p99": dig(kafka, "sequential", "p99_ms"),
-        "kafka_consume": case("consume", 1),
-        "kafka_consume_16": case("consume", 16),
-        "kafka_pipelined_cpu": pipelined[0].get("cpu") if pipelined else None,
-        "kafka_failover": dig(kafka, "failover", "p50_ms"),
-        "kafka_e2e_p50": dig(kafka, "e2e", "p50_ms"),
-        "kafka_e2e_p99": dig(kafka, "e2e", "p99_ms"),
-    }
-
-
-def group_figures(groups: dict[str, Any], side: str) -> dict[str, Any]:
-    """bench.groups' figures for one side ("raftbroker" or "jetstream")."""
-    return {
-        "groups_consume": dig(groups, side, "throughput", "records_per_s"),
-        "groups_takeover_median": dig(groups, side, "crash", "takeover_median_s"),
-        "groups_takeover_max": dig(groups, side, "crash", "takeover_max_s"),
-    }
-
-
 def round_medians(rounds: list[dict[str, Any]]) -> dict[str, float | None]:
     """Each side's median sequential p50 over the rounds (None: no round measured it)."""
     medians: dict[str, float | None] = {}
@@ -185,10 +128,6 @@ def _with_rounds(
         figures[report][f"{figure}_scenario"] = figures[report][figure]
         figures[report][figure] = medians[side]
     return medians
-
-
-def ratio(ours: float | None, peer: float | None) -> float | None:
-    return None if ours is None or not peer else round(ours / peer, 2)
 
 
 def peer_figures(peer: dict[str, Any]) -> dict[str, Any]:
@@ -212,17 +151,6 @@ def peer_figures(peer: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def goal(
-    name: str, ours: float | None, peer: float | None, goals: dict[str, Any] = GOALS
-) -> dict[str, Any]:
-    what, target, direction = goals[name]
-    if ours is None or peer is None or peer == 0:
-        return {"what": what, "ratio": None, "target": target, "met": None}
-    ratio = ours / peer
-    met = ratio >= target if direction == "min" else ratio <= target
-    return {"what": what, "ratio": round(ratio, 2), "target": target, "met": met}
-
-
 def combine(  # noqa: PLR0917 - one report per side, in the order the run makes them
     ours: dict[str, Any],
     peer: dict[str, Any],
@@ -233,7 +161,7 @@ def combine(  # noqa: PLR0917 - one report per side, in the order the run makes 
 ) -> dict[str, Any]:
     a = ours_figures(ours) | kafka_figures(kafka or {}) | group_figures(groups or {}, "raftbroker")
     b = peer_figures(peer) | group_figures(groups or {}, "jetstream")
-    theirs = kafka_figures(apache or {})
+    theirs = apache_figures(apache or {}, groups or {})
     sides = {"raftbroker": a, "jetstream": b, "apache_kafka": theirs}
     medians = _with_rounds(sides, rounds) if rounds else None
     b |= {name: b[figure] for name, figure in PEER_FIGURE.items()}
@@ -244,13 +172,12 @@ def combine(  # noqa: PLR0917 - one report per side, in the order the run makes 
         "jetstream": {k: v for k, v in b.items() if not k.endswith("_case")},
         "apache_kafka": theirs,
         "goals": {
-            name: goal(name, a[name], a[OWN_BASELINE[name]] if name in OWN_BASELINE else b[name])
+            name: goal(
+                name, a[name], a[OWN_BASELINE[name]] if name in OWN_BASELINE else b[name], GOALS
+            )
             for name in GOALS
         },
-        "goals_vs_kafka": {
-            name: goal(name, a[name], theirs[name], GOALS_VS_KAFKA) for name in GOALS_VS_KAFKA
-        },
-        "not_measured_vs_kafka": list(NOT_MEASURED_VS_KAFKA),
+        "goals_vs_kafka": goals_vs_kafka(a, theirs),
         "ratios": {name: ratio(a[name], b[name]) for name in RATIOS_ONLY},
         "scaling": {
             str(p): (ours_pipelined(ours, p) or {}).get("records_per_s") for p in (1, 4, 16)
@@ -282,8 +209,8 @@ def combine(  # noqa: PLR0917 - one report per side, in the order the run makes 
             "apache_kafka": (apache or {}).get("errors") or {},
             "groups": (groups or {}).get("errors") or {},
             "rounds": {
-                f"{number}-{side}": row[side]["errors"]
-                for number, row in enumerate(rounds or [], 1)
+                f"{index}-{side}": row[side]["errors"]
+                for index, row in enumerate(rounds or [], 1)
                 for side in row
                 if row[side].get("errors")
             },
@@ -296,25 +223,6 @@ def combine(  # noqa: PLR0917 - one report per side, in the order the run makes 
             "groups": groups,
         },
     }
-
-
-def _n(value: Any, digits: int = 0) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and digits:
-        return f"{value:,.{digits}f}"
-    return f"{value:,.0f}" if isinstance(value, int | float) else str(value)
-
-
-def _cpu(cpu: dict[str, Any] | None) -> str:
-    if not cpu:
-        return "-"
-    not_servers = {"client", "total", "others_on_machine", "steal"}
-    servers = sum(
-        v["cpu_percent"] for k, v in cpu.items() if isinstance(v, dict) and k not in not_servers
-    )
-    client = dig(cpu, "client", "cpu_percent")
-    return f"servers {servers:.0f}%, client {_n(client)}%"
 
 
 def markdown(c: dict[str, Any]) -> str:
@@ -354,7 +262,7 @@ def markdown(c: dict[str, Any]) -> str:
         "Generated by `python -m bench` (do not edit by hand). Same machine, one after the "
         "other, in one run.",
         "",
-        *_kafka_table(c),
+        *kafka_table(c),
         "",
         "## raftbroker vs NATS JetStream",
         "",
@@ -376,20 +284,17 @@ def markdown(c: dict[str, Any]) -> str:
     for label, key, digits in rows:
         if key is None:
             lines.append(
-                f"| {label} | {_n(a['failover_lost'])} / {_n(a['failover_duplicated'])} | "
-                f"{_n(b['failover_lost'])} / {_n(b['failover_duplicated'])} | | 0 / 0 | |"
+                f"| {label} | {number(a['failover_lost'])} / {number(a['failover_duplicated'])} | "
+                f"{number(b['failover_lost'])} / {number(b['failover_duplicated'])} | | 0 / 0 | |"
             )
             continue
         g = goals.get(key)
-        goal_text = (
-            "" if g is None else f"{'>=' if GOALS[key][2] == 'min' else '<='} {g['target']}x"
-        )
-        met = "" if g is None or g["met"] is None else ("yes" if g["met"] else "**no**")
+        goal_text, met = goal_cells(GOALS, key, g)
         shown = c["ratios"].get(key) if g is None else g["ratio"]
-        ratio_text = "" if shown is None else _n(shown, 2)
+        ratio_text = "" if shown is None else number(shown, 2)
         lines.append(
-            f"| {label} | {_n(a[key], digits)} | {_n(b[key], digits)} | {ratio_text} | {goal_text} "
-            f"| {met} |"
+            f"| {label} | {number(a[key], digits)} | {number(b[key], digits)} | {ratio_text} "
+            f"| {goal_text} | {met} |"
         )
     cpu = c["cpu_in_pipelined"]
     lines += [
@@ -398,24 +303,24 @@ def markdown(c: dict[str, Any]) -> str:
         "",
         "Sequential publishes: JetStream's client is connected to the stream leader's server "
         "(raftbroker's producer sends to the partition leader); connected to a follower's "
-        f"server instead, its p50 is {_n(b.get('sequential_p50_via_follower'), 2)} ms (the "
+        f"server instead, its p50 is {number(b.get('sequential_p50_via_follower'), 2)} ms (the "
         "publish and its ack cross one more hop). raftbroker with its Raft links encrypted "
-        f"(a cluster secret, as off loopback): p50 {_n(a.get('sequential_p50_encrypted'), 2)} "
+        f"(a cluster secret, as off loopback): p50 {number(a.get('sequential_p50_encrypted'), 2)} "
         "ms.",
         "",
-        f"CPU during the pipelined run: raftbroker {_cpu(cpu['raftbroker'])}; JetStream "
-        f"{_cpu(cpu['jetstream'])} (% of one core; the machine has "
+        f"CPU during the pipelined run: raftbroker {cpu_text(cpu['raftbroker'])}; JetStream "
+        f"{cpu_text(cpu['jetstream'])} (% of one core; the machine has "
         f"{machine.get('cpu_count', '?')} cores).",
         "",
         "raftbroker scaling, acked records/s with one producer: "
-        + ", ".join(f"{p} partition(s) {_n(v)}" for p, v in c["scaling"].items())
+        + ", ".join(f"{p} partition(s) {number(v)}" for p, v in c["scaling"].items())
         + f"; idle CPU per partition group per node: "
-        f"{_n(dig(c, 'idle_cpu_percent_per_group', 'node1'), 2)}% of a core.",
+        f"{number(dig(c, 'idle_cpu_percent_per_group', 'node1'), 2)}% of a core.",
         "",
         "Kafka listener (librdkafka 2.x, `python -m bench.kafka`): pipelined with 16 "
-        f"partitions {_n(a.get('kafka_pipelined_16'))} acked records/s, consumed "
-        f"{_n(a.get('kafka_consume_16'))} records/s; sequential p99 "
-        f"{_n(a.get('kafka_sequential_p99'), 2)} ms. Its goals in this table are ratios to "
+        f"partitions {number(a.get('kafka_pipelined_16'))} acked records/s, consumed "
+        f"{number(a.get('kafka_consume_16'))} records/s; sequential p99 "
+        f"{number(a.get('kafka_sequential_p99'), 2)} ms. Its goals in this table are ratios to "
         "the same JetStream figures as above (one partition against one stream); against "
         "Apache Kafka, the table at the top.",
         "",
@@ -429,76 +334,20 @@ def markdown(c: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-KAFKA_ROWS = (
-    ("pipelined, acked records/s, 1 partition (kcat)", "kafka_pipelined", 0),
-    ("pipelined, acked records/s, 16 partitions (kcat)", "kafka_pipelined_16", 0),
-    ("consume from the start, records/s, 1 partition (kcat)", "kafka_consume", 0),
-    ("consume from the start, records/s, 16 partitions (kcat)", "kafka_consume_16", 0),
-    ("sequential p50, ms (confluent-kafka, median of the rounds)", "kafka_sequential_p50", 2),
-    ("sequential p99, ms (confluent-kafka, scenario run)", "kafka_sequential_p99", 2),
-    ("end-to-end p50 at 1,000 records/s, ms (confluent-kafka)", "kafka_e2e_p50", 2),
-    ("end-to-end p99 at 1,000 records/s, ms (confluent-kafka)", "kafka_e2e_p99", 2),
-    ("failover: leader SIGKILL -> next ack, ms (p50 of the kills)", "kafka_failover", 0),
-)
-
-
-def _kafka_table(c: dict[str, Any]) -> list[str]:
-    """Apache Kafka, the first peer: the same librdkafka workloads against both brokers."""
-    a, k, goals = c["raftbroker"], c["apache_kafka"], c["goals_vs_kafka"]
-    cluster = dig(c, "versions", "apache_kafka") or {}
-    lines = [
-        "## raftbroker vs Apache Kafka",
-        "",
-        f"- Apache Kafka {cluster.get('kafka', '?')} ({cluster.get('mode', '?')}; "
-        f"{cluster.get('java', '?')}, heap {cluster.get('heap_mb', '?')} MB per node, "
-        f"jars: {cluster.get('jars', '?')}); replication {cluster.get('replication', '?')}, "
-        f"`min.insync.replicas` {cluster.get('min.insync.replicas', '?')}, "
-        f"`log.flush.interval.messages` {cluster.get('log.flush.interval.messages', '?')}.",
-        "- raftbroker: the same 3 nodes as below, through its Kafka listener, fsync = false "
-        "(as Kafka's default, acknowledged from the page cache of a majority).",
-        "- The same client settings on both: librdkafka, `acks=all`, idempotence on, "
-        "`linger.ms` 5, 100-byte values, replication 3 (`python -m bench.kafka --broker ...`).",
-        "",
-        "| measure | raftbroker | Apache Kafka | ratio | goal | met |",
-        "|---|---|---|---|---|---|",
-    ]
-    for label, key, digits in KAFKA_ROWS:
-        g = goals.get(key)
-        goal_text = (
-            ""
-            if g is None
-            else f"{'>=' if GOALS_VS_KAFKA[key][2] == 'min' else '<='} {g['target']}x"
-        )
-        met = "" if g is None or g["met"] is None else ("yes" if g["met"] else "**no**")
-        shown = ratio(a.get(key), k.get(key)) if g is None else g["ratio"]
-        lines.append(
-            f"| {label} | {_n(a.get(key), digits)} | {_n(k.get(key), digits)} | "
-            f"{'' if shown is None else _n(shown, 2)} | {goal_text} | {met} |"
-        )
-    lines += [
-        "",
-        "Not measured against Apache Kafka yet: " + "; ".join(c["not_measured_vs_kafka"]) + ".",
-        "",
-        "CPU during the 1-partition pipelined run: raftbroker "
-        f"{_cpu(a.get('kafka_pipelined_cpu'))}; Apache Kafka {_cpu(k.get('kafka_pipelined_cpu'))}.",
-    ]
-    return lines
-
-
 def _rounds_text(c: dict[str, Any]) -> str:
     rounds = dig(c, "sequential_rounds", "rounds") or []
     scenario = ", ".join(
-        f"{label} {_n(c[report].get(f'{figure}_scenario', c[report][figure]), 2)}"
+        f"{label} {number(c[report].get(f'{figure}_scenario', c[report][figure]), 2)}"
         for _, report, figure, label in ROUND_FIGURES
     )
     if not rounds:
         return f"Sequential p50 in the scenario runs (no rounds run): {scenario} ms."
     each = "; ".join(
-        f"round {number}: "
+        f"round {index}: "
         + ", ".join(
-            f"{label} {_n(dig(row, side, 'p50_ms'), 3)}" for side, _, _, label in ROUND_FIGURES
+            f"{label} {number(dig(row, side, 'p50_ms'), 3)}" for side, _, _, label in ROUND_FIGURES
         )
-        for number, row in enumerate(rounds, 1)
+        for index, row in enumerate(rounds, 1)
     )
     return (
         "Sequential p50, ms, in rounds (each side's compared case alone, on a fresh cluster, "
@@ -511,9 +360,10 @@ def _groups_text(config: dict[str, Any]) -> str:
     return (
         "Consumer groups (`python -m bench.groups`, no goal stated): each member its own "
         "process; raftbroker's are confluent-kafka consumers with `session.timeout.ms` "
-        f"{_n(config.get('session_timeout_ms'))} and `heartbeat.interval.ms` "
-        f"{_n(config.get('heartbeat_interval_ms'))}; JetStream's pull from one durable consumer "
-        f"with explicit acks and `ack_wait` {_n(config.get('jetstream_ack_wait_s'))} s, each "
+        f"{number(config.get('session_timeout_ms'))} and `heartbeat.interval.ms` "
+        f"{number(config.get('heartbeat_interval_ms'))}; JetStream's pull from one durable "
+        "consumer with explicit acks and `ack_wait` "
+        f"{number(config.get('jetstream_ack_wait_s'))} s, each "
         "acknowledging a batch when it fetches the next. A crash holds up a raftbroker "
         "member's partitions until the session times out and the group rebalances; it holds "
         "up a JetStream member's unacknowledged batch until `ack_wait` passes (its other "
@@ -526,11 +376,12 @@ def _fsync_text(a: dict[str, Any], b: dict[str, Any], pipelined: dict[str, Any])
     return (
         "With fsync before every acknowledgement (raftbroker `fsync = true`, its default, in "
         "alternation with `fsync = false` on fresh clusters; JetStream `sync_interval: always`, "
-        f"{_n(b.get('fsync_server'))}: NATS 2.9 has no such setting): pipelined, one partition, "
-        f"{_n(a.get('fsync_pipelined'))} acked records/s against "
-        f"{_n(a.get('fsync_pipelined_without'))} without fsync, ratio "
-        f"{_n(pipelined['ratio'], 2)} (goal >= {pipelined['target']}: {met}); JetStream "
-        f"{_n(b.get('fsync_pipelined'))}. Sequential p50 without fsync in the same scenario "
-        f"{_n(a.get('fsync_sequential_p50_without'), 2)} ms. This machine's disk: "
-        f"{_n(a.get('raw_fsync_per_s'))} fsynced one-record appends/s (`bench.storage`)."
+        f"{number(b.get('fsync_server'))}: NATS 2.9 has no such setting): pipelined, one "
+        "partition, "
+        f"{number(a.get('fsync_pipelined'))} acked records/s against "
+        f"{number(a.get('fsync_pipelined_without'))} without fsync, ratio "
+        f"{number(pipelined['ratio'], 2)} (goal >= {pipelined['target']}: {met}); JetStream "
+        f"{number(b.get('fsync_pipelined'))}. Sequential p50 without fsync in the same scenario "
+        f"{number(a.get('fsync_sequential_p50_without'), 2)} ms. This machine's disk: "
+        f"{number(a.get('raw_fsync_per_s'))} fsynced one-record appends/s (`bench.storage`)."
     )

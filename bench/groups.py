@@ -1,4 +1,5 @@
-"""Consumer groups: librdkafka consumers in a raftbroker group, beside JetStream pull consumers.
+"""Consumer groups: librdkafka consumers in a raftbroker group and in an Apache Kafka one, beside
+JetStream pull consumers.
 
 Role: the measured answer to issue 23's speed section. Run it as `python -m bench.groups
 [--quick] [--out FILE]`; one JSON object on stdout (progress on stderr); exit 1 if a case
@@ -6,7 +7,9 @@ failed (a slow result is a result). Each side gets a fresh 3-node cluster per ca
 `bench.kafka` and `bench.jetstream`, and every member is a process of its own
 (`bench.group_member`), so a crash is a real SIGKILL.
 
-raftbroker: a topic of 4 partitions (replication 3); a group of 3 confluent-kafka consumers
+raftbroker, and Apache Kafka (`bench.kafka.fresh_brokers`: the same 3 KRaft nodes as
+`bench.kafka --broker apache-kafka`, its new-group rebalance delay 0), the same case on each: a
+topic of 4 partitions (replication 3); a group of 3 confluent-kafka consumers
 (librdkafka, Kafka's range assignor, eager rebalances), `session.timeout.ms` 6,000 (Kafka's
 smallest by default, `group.min.session.timeout.ms`) and `heartbeat.interval.ms` 2,000 (a
 third of it, as Kafka advises), auto-commit at the client's default.
@@ -40,7 +43,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,8 +56,7 @@ from bench import apply as apply_bench
 from bench import jetstream_servers
 from bench.harness import emit, poll_until, reporter, run_loop, value_of
 from bench.jetstream_scenarios import FETCH_BATCH, Steady, pipelined_load, steady_publisher
-from bench.kafka import Failures, kcat_produce, producer_config
-from bench.nodes import create_topic, fresh_cluster
+from bench.kafka import Failures, fresh_brokers, kcat_produce, producer_config
 
 PARTITIONS = 4
 MEMBERS = 3
@@ -230,7 +232,7 @@ def summary(takeovers: list[float], kills: list[dict[str, Any]]) -> dict[str, An
 # -- raftbroker, librdkafka consumers ------------------------------------------------------------
 
 
-def kafka_argv(bootstrap: list[str], topic: str) -> list[str]:
+def kafka_argv(bootstrap: Sequence[str], topic: str) -> list[str]:
     return [
         sys.executable, "-m", "bench.group_member", "kafka",
         "--bootstrap", ",".join(bootstrap), "--topic", topic, "--group", "bench",
@@ -239,14 +241,14 @@ def kafka_argv(bootstrap: list[str], topic: str) -> list[str]:
     ]  # fmt: skip
 
 
-async def kafka_throughput(settings: Settings) -> dict[str, Any]:
+async def kafka_throughput(settings: Settings, broker: str) -> dict[str, Any]:
     topic = "groups-throughput"
-    async with fresh_cluster() as bench:
-        await create_topic(bench, topic, PARTITIONS)
+    async with fresh_brokers(broker) as bench:
+        await bench.create_topic(topic, PARTITIONS)
         filled, _ = await kcat_produce(
-            bench.local.kafka_bootstrap, topic, PARTITIONS, settings.kafka_fill_records
+            bench.bootstrap, topic, PARTITIONS, settings.kafka_fill_records
         )
-        async with running_group(kafka_argv(bench.local.kafka_bootstrap, topic)) as group:
+        async with running_group(kafka_argv(bench.bootstrap, topic)) as group:
             return await read_all(group, filled)
 
 
@@ -320,11 +322,9 @@ async def crash_cycles(
     return summary([k["takeover_s"] for k in kills if "takeover_s" in k], kills)
 
 
-async def steady_producer(bench: Any, topic: str, stop: asyncio.Event) -> int:
+async def steady_producer(bootstrap: Sequence[str], topic: str, stop: asyncio.Event) -> int:
     failures = Failures()
-    producer = Producer(
-        {**producer_config(bench.local.kafka_bootstrap, 0), "on_delivery": failures}
-    )
+    producer = Producer({**producer_config(bootstrap, 0), "on_delivery": failures})
     sent = 0
     while not stop.is_set():
         producer.produce(topic, value_of(sent))
@@ -336,15 +336,15 @@ async def steady_producer(bench: Any, topic: str, stop: asyncio.Event) -> int:
     return sent
 
 
-async def kafka_crash(settings: Settings) -> dict[str, Any]:
+async def kafka_crash(settings: Settings, broker: str) -> dict[str, Any]:
     topic = "groups-crash"
-    async with fresh_cluster() as bench:
-        await create_topic(bench, topic, PARTITIONS)
+    async with fresh_brokers(broker) as bench:
+        await bench.create_topic(topic, PARTITIONS)
         stop = asyncio.Event()
         async with asyncio.TaskGroup() as tasks:
-            producing = tasks.create_task(steady_producer(bench, topic, stop))
+            producing = tasks.create_task(steady_producer(bench.bootstrap, topic, stop))
             try:
-                async with running_group(kafka_argv(bench.local.kafka_bootstrap, topic)) as group:
+                async with running_group(kafka_argv(bench.bootstrap, topic)) as group:
                     report = await crash_cycles(settings, group, kafka_settled, kafka_kill_once)
             finally:
                 stop.set()
@@ -377,7 +377,7 @@ async def add_durable(cluster: jetstream_servers.JetStreamCluster) -> None:
     )
 
 
-async def jetstream_throughput(settings: Settings) -> dict[str, Any]:
+async def jetstream_throughput(settings: Settings, _broker: str) -> dict[str, Any]:
     async with jetstream_servers.fresh_cluster() as cluster:
         await pipelined_load(cluster, 0.5, settings.jetstream_fill_s)
         stored = int((await cluster.js.stream_info(jetstream_servers.STREAM)).state.messages)
@@ -411,7 +411,7 @@ async def jetstream_kill_once(group: Group) -> dict[str, Any]:
     return {"held": len(held), "takeover_s": round(takeover, 3)}
 
 
-async def jetstream_crash(settings: Settings) -> dict[str, Any]:
+async def jetstream_crash(settings: Settings, _broker: str) -> dict[str, Any]:
     async with jetstream_servers.fresh_cluster() as cluster:
         await add_durable(cluster)
         load, stop = Steady(), asyncio.Event()
@@ -430,28 +430,31 @@ async def jetstream_crash(settings: Settings) -> dict[str, Any]:
 
 # -- the run --------------------------------------------------------------------------------------
 
-CASES = {
-    ("raftbroker", "throughput"): kafka_throughput,
-    ("raftbroker", "crash"): kafka_crash,
-    ("jetstream", "throughput"): jetstream_throughput,
-    ("jetstream", "crash"): jetstream_crash,
+# (report's side, case): the measure and the broker it runs against (bench.kafka.BROKERS).
+CASES: dict[tuple[str, str], tuple[Callable[[Settings, str], Awaitable[dict[str, Any]]], str]] = {
+    ("raftbroker", "throughput"): (kafka_throughput, "raftbroker"),
+    ("raftbroker", "crash"): (kafka_crash, "raftbroker"),
+    ("apache_kafka", "throughput"): (kafka_throughput, "apache-kafka"),
+    ("apache_kafka", "crash"): (kafka_crash, "apache-kafka"),
+    ("jetstream", "throughput"): (jetstream_throughput, "nats"),
+    ("jetstream", "crash"): (jetstream_crash, "nats"),
 }
 
 
 async def run(settings: Settings) -> dict[str, Any]:
     started = datetime.now(UTC)
-    report: dict[str, Any] = {"raftbroker": {}, "jetstream": {}}
+    report: dict[str, Any] = {side: {} for side, _ in CASES}
     errors: dict[str, str] = {}
-    for (side, case), measure in CASES.items():
+    for (side, case), (measure, broker) in CASES.items():
         progress(f"{side}: {case}")
         try:
-            report[side][case] = await measure(settings)
+            report[side][case] = await measure(settings, broker)
         except Exception as exc:  # noqa: BLE001 - reported; the other cases still run
             errors[f"{side}-{case}"] = repr(exc)
             progress(f"{side} {case} failed: {exc!r}")
     return {
-        "benchmark": "consumer groups: librdkafka in a raftbroker group, JetStream pull "
-        "consumers on one durable consumer",
+        "benchmark": "consumer groups: librdkafka in a raftbroker group and in an Apache "
+        "Kafka one, JetStream pull consumers on one durable consumer",
         "started_utc": started.isoformat(timespec="seconds"),
         "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
         "machine": apply_bench.machine_info(),

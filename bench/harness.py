@@ -3,9 +3,10 @@ reports.
 
 Role: the helpers `bench.cluster`, `bench.jetstream`, `bench.kafka` and `bench.groups` import, so
 that each side sends the same bytes and its figures are computed the same way: the 100-byte
-values (an index, then random letters), nearest-rank latency summaries, CPU per process from
-/proc, a poll with a deadline, the run's header (machine, load, duration), and running a
-benchmark on the node's event loop, cancelled on SIGTERM, into one JSON object on stdout.
+values (an index, then random letters), nearest-rank latency summaries, CPU and resident
+memory per process from /proc, a poll with a deadline, the run's header (machine, load,
+duration), and running a benchmark on the node's event loop, cancelled on SIGTERM, into one JSON
+object on stdout.
 Starting a raftbroker cluster is `bench.nodes`'s; a JetStream one, `bench.jetstream_servers`'s.
 """
 
@@ -155,6 +156,21 @@ def cpu_report(before: CpuSample, after: CpuSample) -> dict[str, Any]:
     }
     report["wall_s"] = round(wall, 2)
     report["machine_capacity_percent"] = 100 * (os.cpu_count() or 1)
+    return report
+
+
+def memory_mb(pids: Mapping[str, int]) -> dict[str, dict[str, float]]:
+    """Resident memory of each process now and its peak so far (VmRSS, VmHWM in
+    /proc/<pid>/status), in MB (10^6 bytes)."""
+    report = {}
+    for name, pid in pids.items():
+        fields = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        )
+        report[name] = {
+            "rss_mb": round(int(fields["VmRSS"].split()[0]) * 1024 / 1e6, 1),
+            "peak_rss_mb": round(int(fields["VmHWM"].split()[0]) * 1024 / 1e6, 1),
+        }
     return report
 
 

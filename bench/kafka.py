@@ -32,6 +32,15 @@ Cases:
 - e2e: 1,000 records/s, each one's time from the producer to the consumer (`bench.kafka_e2e`).
 - failover: a record every 2 ms, the partition leader SIGKILLed, the time to the first ack of
   a record sent after the kill (`bench.kafka_failover`), on a fresh cluster per kill.
+- fsync: pipelined on 1 partition and sequential, each on a fresh cluster that fsyncs before
+  every acknowledgement (raftbroker `fsync = true`; Kafka `log.flush.interval.messages=1`,
+  which fsyncs every append on the leader and on each follower before an `acks=all` answer).
+- idle: a topic of 1,000 partitions and nothing sent: CPU and resident memory per node once
+  the cluster has settled (`bench.kafka_idle`).
+- tools: Kafka's own ProducerPerformance, ConsumerPerformance and EndToEndLatency
+  (`bench.kafka_tools`).
+
+The pipelined case also reads each node's resident memory at its end (now and peak).
 
 CPU of every node and of this process is recorded per case, as in `bench.cluster` (kcat's own
 is not: it exits before the window's end is sampled).
@@ -57,8 +66,15 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from bench import apache_kafka, kafka_e2e, kafka_failover, nodes
-from bench.harness import cpu_report, latency_summary_ms, reporter, sample_cpu, value_of
+from bench import apache_kafka, kafka_e2e, kafka_failover, kafka_idle, kafka_tools, nodes
+from bench.harness import (
+    cpu_report,
+    latency_summary_ms,
+    memory_mb,
+    reporter,
+    sample_cpu,
+    value_of,
+)
 from bench.java import classpath
 from bench.kafka_failover import one_failover
 
@@ -83,16 +99,22 @@ class Settings:
     sequential_records: int
     failover_kills: int
     e2e_s: float
+    fsync_records: int
+    fsync_sequential_records: int
+    idle_partitions: int
+    tool_records: int
     broker: str = "raftbroker"
 
     @classmethod
     def of(cls, quick: bool, broker: str = "raftbroker") -> Settings:
         if quick:
-            return cls(True, 400_000, (1,), 200, 1, 2.0, broker)
-        return cls(False, 6_000_000, (1, 16), 3_000, 3, 10.0, broker)
+            return cls(True, 400_000, (1,), 200, 1, 2.0, 200_000, 100, 100, 100_000, broker)
+        return cls(
+            False, 6_000_000, (1, 16), 3_000, 3, 10.0, 2_000_000, 1_000, 1_000, 2_000_000, broker
+        )
 
 
-SCENARIOS = ("pipelined", "sequential", "e2e", "failover")
+SCENARIOS = ("pipelined", "sequential", "e2e", "failover", "fsync", "idle", "tools")
 BROKERS = ("raftbroker", "apache-kafka")
 
 
@@ -236,27 +258,36 @@ async def kcat_produce(
     return records, elapsed
 
 
+async def pipelined_load(
+    bench: Brokers, topic: str, partitions: int, records: int
+) -> tuple[dict[str, Any], int]:
+    """kcat's warm-up, then `records` measured; the report and how many records the topic
+    holds."""
+    await bench.create_topic(topic, partitions)
+    warm, _ = await kcat_produce(bench.bootstrap, topic, partitions, WARM_UP_RECORDS)
+    before = sample_cpu(bench.process_pids())
+    sent, seconds = await kcat_produce(bench.bootstrap, topic, partitions, records)
+    after = sample_cpu(bench.process_pids())
+    report = {
+        "partitions": partitions,
+        "records": sent,
+        "seconds": round(seconds, 3),
+        "records_per_s": round(sent / seconds),
+        "mb_per_s": round(sent * VALUE_BYTES / seconds / 1e6, 2),
+        "cpu": cpu_report(before, after),
+    }
+    return report, warm + sent
+
+
 async def pipelined_case(
     settings: Settings, partitions: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    topic = f"kafka-pipelined-{partitions}"
+    """Pipelined, then consume the topic; the nodes' memory after both (peak: the load's)."""
     async with fresh_brokers(settings.broker) as bench:
-        await bench.create_topic(topic, partitions)
-        warm, _ = await kcat_produce(bench.bootstrap, topic, partitions, WARM_UP_RECORDS)
-        before = sample_cpu(bench.process_pids())
-        sent, seconds = await kcat_produce(
-            bench.bootstrap, topic, partitions, settings.pipelined_records
-        )
-        after = sample_cpu(bench.process_pids())
-        report = {
-            "partitions": partitions,
-            "records": sent,
-            "seconds": round(seconds, 3),
-            "records_per_s": round(sent / seconds),
-            "mb_per_s": round(sent * VALUE_BYTES / seconds / 1e6, 2),
-            "cpu": cpu_report(before, after),
-        }
-        consume = await consume_case(bench, topic, partitions, warm + sent)
+        topic = f"kafka-pipelined-{partitions}"
+        report, stored = await pipelined_load(bench, topic, partitions, settings.pipelined_records)
+        consume = await consume_case(bench, topic, partitions, stored)
+        report["memory"] = memory_mb(bench.pids())
     return report, consume
 
 
@@ -319,19 +350,46 @@ def sequential_latencies(producer: Producer, topic: str, count: int) -> list[flo
     return latencies
 
 
-async def sequential_case(settings: Settings) -> dict[str, Any]:
+async def sequential_case(
+    settings: Settings, *, fsync: bool = False, records: int | None = None
+) -> dict[str, Any]:
     topic = "kafka-sequential"
-    async with fresh_brokers(settings.broker) as bench:
+    async with fresh_brokers(settings.broker, fsync=fsync) as bench:
         await bench.create_topic(topic, 1)
         failures = Failures()
         producer = Producer({**producer_config(bench.bootstrap, 0), "on_delivery": failures})
         await asyncio.to_thread(sequential_latencies, producer, topic, 100)  # warm-up
         latencies = await asyncio.to_thread(
-            sequential_latencies, producer, topic, settings.sequential_records
+            sequential_latencies, producer, topic, records or settings.sequential_records
         )
         if failures.errors:
             raise AssertionError(f"delivery errors: {failures.errors[:5]}")
     return {"records": len(latencies), "linger_ms": 0, **latency_summary_ms(latencies)}
+
+
+async def fsync_case(settings: Settings) -> dict[str, Any]:
+    """Pipelined on 1 partition, then sequential, each on a fresh cluster that fsyncs before
+    every acknowledgement (raftbroker `fsync = true`; Kafka `log.flush.interval.messages=1`)."""
+    async with fresh_brokers(settings.broker, fsync=True) as bench:
+        pipelined, _ = await pipelined_load(bench, "kafka-fsync", 1, settings.fsync_records)
+    sequential = await sequential_case(
+        settings, fsync=True, records=settings.fsync_sequential_records
+    )
+    return {"pipelined": pipelined, "sequential": sequential}
+
+
+async def idle_case(settings: Settings) -> dict[str, Any]:
+    """`bench.kafka_idle`: CPU and memory of an idle cluster holding `idle_partitions`."""
+    async with fresh_brokers(settings.broker) as bench:
+        return await kafka_idle.idle(bench.create_topic, bench.pids, settings.idle_partitions)
+
+
+async def tools_case(settings: Settings) -> dict[str, Any]:
+    """`bench.kafka_tools`: Kafka's own load tools, on one fresh cluster."""
+    async with fresh_brokers(settings.broker) as bench:
+        return await kafka_tools.run_tools(
+            bench.bootstrap, bench.create_topic, settings.tool_records, settings.quick
+        )
 
 
 async def run(settings: Settings, names: tuple[str, ...] = SCENARIOS) -> dict[str, Any]:
@@ -339,7 +397,14 @@ async def run(settings: Settings, names: tuple[str, ...] = SCENARIOS) -> dict[st
     report["cluster"] = await asyncio.to_thread(describe_brokers, settings.broker)
     if "pipelined" in names:
         await pipelined_cases(settings, report)
-    cases = {"sequential": sequential_case, "e2e": e2e_case, "failover": failover_case}
+    cases: dict[str, Callable[[Settings], Awaitable[dict[str, Any]]]] = {
+        "sequential": sequential_case,
+        "e2e": e2e_case,
+        "failover": failover_case,
+        "fsync": fsync_case,
+        "idle": idle_case,
+        "tools": tools_case,
+    }
     for name, case in cases.items():
         if name not in names:
             continue

@@ -83,7 +83,7 @@ def kafka() -> dict[str, Any]:
     return {
         "pipelined": {
             "cases": [
-                {"partitions": 1, "records_per_s": 600_000},
+                {"partitions": 1, "records_per_s": 600_000, "memory": memory(90.0)},
                 {"partitions": 16, "records_per_s": 700_000},
             ]
         },
@@ -96,6 +96,23 @@ def kafka() -> dict[str, Any]:
         "sequential": {"p50_ms": 0.6, "p99_ms": 1.5},
         "e2e": {"p50_ms": 0.5, "p99_ms": 1.6},
         "failover": {"p50_ms": 1_000.0},
+        "fsync": {"pipelined": {"records_per_s": 300_000}, "sequential": {"p50_ms": 1.2}},
+        "idle": {"cpu_percent_total": 150.0, "memory": memory(90.0)},
+        "tools": tools(400_000, 3.0),
+    }
+
+
+def memory(rss_mb: float) -> dict[str, Any]:
+    """bench.harness.memory_mb's report of three nodes, the largest `rss_mb`."""
+    return {f"node{i}": {"rss_mb": rss_mb - i, "peak_rss_mb": 2 * rss_mb - i} for i in range(3)}
+
+
+def tools(records_per_s: float, e2e_p99_ms: float) -> dict[str, Any]:
+    """bench.kafka_tools' report: Kafka's own tools' summaries."""
+    return {
+        "producer_performance": {"records_per_s": records_per_s, "p99_ms": 20.0},
+        "consumer_performance": {"fetch_records_per_s": 2 * records_per_s},
+        "end_to_end_latency": {"p50_ms": 1.0, "p99_ms": e2e_p99_ms},
     }
 
 
@@ -120,7 +137,7 @@ def apache_kafka() -> dict[str, Any]:
         "cluster": {"kafka": "4.4.0", "mode": "KRaft combined", "heap_mb": 1024},
         "pipelined": {
             "cases": [
-                {"partitions": 1, "records_per_s": 500_000},
+                {"partitions": 1, "records_per_s": 500_000, "memory": memory(450.0)},
                 {"partitions": 16, "records_per_s": 1_000_000},
             ]
         },
@@ -133,6 +150,9 @@ def apache_kafka() -> dict[str, Any]:
         "sequential": {"p50_ms": 2.4, "p99_ms": 8.0},
         "e2e": {"p50_ms": 20.0, "p99_ms": 1.0},
         "failover": {"p50_ms": 8_000.0},
+        "fsync": {"pipelined": {"records_per_s": 200_000}, "sequential": {"p50_ms": 6.0}},
+        "idle": {"cpu_percent_total": 15.0, "memory": memory(450.0)},
+        "tools": tools(100_000, 30.0),
     }
 
 
@@ -152,7 +172,19 @@ def test_apache_kafka_is_the_first_peer_its_goals_ratios_of_the_same_workloads()
     assert goals["kafka_failover"]["ratio"] == 0.12 and goals["kafka_failover"]["met"] is True
     assert goals["kafka_e2e_p99"]["ratio"] == 1.6 and goals["kafka_e2e_p99"]["met"] is False
     assert "| failover: leader SIGKILL -> next ack, ms (p50 of the kills) | 1,000 | 8,000 |" in text
-    assert "Not measured against Apache Kafka yet: pipelined with fsync" in text
+    # fsync on both sides, idle CPU at 1,000 partitions: goals; memory and Kafka's tools: ratios
+    assert goals["kafka_fsync_pipelined"]["ratio"] == 1.5
+    assert goals["kafka_fsync_pipelined"]["met"] is True
+    assert goals["kafka_idle_cpu"]["ratio"] == 10.0 and goals["kafka_idle_cpu"]["met"] is False
+    assert (
+        "| idle, 1,000 partitions: resident memory, MB per node | 90 | 450 | 0.20 |  |  |" in text
+    )
+    assert "peak resident memory, MB per node | 180 | 900 | 0.20 |" in text
+    assert (
+        "| Kafka's ProducerPerformance: acked records/s, 1 partition | 400,000 | 100,000 |" in text
+    )
+    assert "| Kafka's EndToEndLatency: p99, ms (whole ms) | 3 | 30 | 0.10 |" in text
+    assert "with fsync on both: sequential p50, ms (confluent-kafka) | 1.20 | 6.00 | 0.20 |" in text
     # Without Apache Kafka's report, its goals are not measured, never guessed.
     alone = compare.combine(ours(), peer(), kafka())["goals_vs_kafka"]
     assert all(g["met"] is None for g in alone.values())
@@ -195,6 +227,17 @@ def groups() -> dict[str, Any]:
     return {"raftbroker": side(240_000, 7.9, 8.4), "jetstream": side(40_000, 6.3, 6.5)} | {
         "config": config
     }
+
+
+def test_apache_kafkas_consumer_group_is_its_column_beside_raftbrokers() -> None:
+    report = groups() | {"apache_kafka": groups()["jetstream"]}
+    combined = compare.combine(ours(), peer(), kafka(), report, apache=apache_kafka())
+    assert combined["apache_kafka"]["groups_consume"] == 40_000
+    text = compare.markdown(combined)
+    assert (
+        "| consumer group of 3 (librdkafka, 4 partitions), records/s | 240,000 | 40,000 | 6.00 |"
+        in text
+    )
 
 
 def test_consumer_groups_are_shown_side_by_side_as_ratios_without_a_goal() -> None:
