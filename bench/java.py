@@ -10,6 +10,7 @@ has Maven resolve it (`mvn dependency:build-classpath`: the jars land in Maven's
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -73,18 +74,30 @@ def kafka_version() -> str:
 
 def classpath() -> Jars:
     """The POM's classpath, from the cache when the POM has not changed since; else Maven
-    resolves it (downloading what ~/.m2 lacks) and the cache keeps the list."""
+    resolves it (downloading what ~/.m2 lacks) and the cache keeps the list. Processes that
+    ask at once (parallel test workers) take turns: one resolves, the others read its list."""
     digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
     version = kafka_version()
     cached = CACHE_DIR / f"kafka-{version}-{digest}.classpath"
-    if cached.exists():
-        paths = cached.read_text().strip()
-        if all(Path(p).exists() for p in paths.split(os.pathsep)):
-            return Jars(version, paths, f"Maven Central via ~/.m2 (list cached in {cached})")
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with (CACHE_DIR / "resolve.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return _cached(version, cached) or _resolve(version, cached)
+
+
+def _cached(version: str, cached: Path) -> Jars | None:
+    if not cached.exists():
+        return None
+    paths = cached.read_text().strip()
+    if not all(Path(p).exists() for p in paths.split(os.pathsep)):
+        return None  # a jar removed from ~/.m2 since: resolved again
+    return Jars(version, paths, f"Maven Central via ~/.m2 (list cached in {cached})")
+
+
+def _resolve(version: str, cached: Path) -> Jars:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise JavaUnavailableError("no `mvn` on PATH (Apache Maven resolves Kafka's jars)")
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
     partial = cached.with_suffix(".partial")
     done = subprocess.run(
         [mvn, "-q", "-B", "-f", str(POM), "dependency:build-classpath",

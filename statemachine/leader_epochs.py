@@ -76,6 +76,12 @@ class LeaderEpochs:
             return epoch, self._starts[0]
         return self._epochs[higher - 1], self._starts[higher]
 
+    def epoch_at(self, offset: int) -> int:
+        """The epoch whose records hold `offset` (-1 before the first known epoch's start, or
+        with none known): the leader epoch ListOffsets answers with a record's offset."""
+        at = bisect_right(self._starts, offset) - 1
+        return self._epochs[at] if offset >= 0 and at >= 0 else UNDEFINED_EPOCH
+
     def to_data(self) -> list[list[int]]:
         return [list(pair) for pair in zip(self._epochs, self._starts, strict=True)]
 

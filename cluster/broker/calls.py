@@ -33,10 +33,14 @@ class Produced(NamedTuple):
 
 
 class FetchWant(NamedTuple):
+    """`current_leader_epoch`: the leader epoch the reader believes current (-1: unchecked,
+    as the native protocol and Kafka's Fetch before v9 ask)."""
+
     topic: str
     partition: int
     offset: int
     max_bytes: int
+    current_leader_epoch: int = -1
 
 
 class Fetched(NamedTuple):
@@ -52,19 +56,25 @@ class Fetched(NamedTuple):
 
 
 class OffsetWant(NamedTuple):
-    """`spec`: EARLIEST, LATEST, or a time (ms since the epoch) to look the offset up by."""
+    """`spec`: EARLIEST, LATEST, or a time (ms since the epoch) to look the offset up by;
+    `current_leader_epoch` as FetchWant's."""
 
     topic: str
     partition: int
     spec: int
+    current_leader_epoch: int = -1
 
 
 class OffsetFound(NamedTuple):
+    """The offset found and its leader epoch (Kafka's: the epoch of the record there, or the
+    leader's for LATEST; -1 where none is known), or why not (`leader`: where to ask)."""
+
     topic: str
     partition: int
     error: ErrorCode
     offset: int
     leader: str
+    leader_epoch: int = -1
 
 
 class EpochWant(NamedTuple):

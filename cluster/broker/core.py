@@ -31,7 +31,7 @@ from cluster.broker.calls import (
 from cluster.broker.configs import ConfigChange, altered
 from cluster.broker.metrics import Metrics
 from cluster.broker.node import OFFSETS_TOPIC, Node, PartitionHandle, client_topics
-from cluster.broker.partition_admin import PartitionAdmin
+from cluster.broker.partition_admin import PartitionAdmin, epoch_error
 from cluster.broker.peers import PeerWatcher
 from cluster.broker.storage import StorageError, StoredBatch
 from cluster.clock import wall_ms
@@ -298,6 +298,8 @@ class Broker(PartitionAdmin):
         if not isinstance(handle, PartitionHandle):
             hint = self.leader_hint(handle, topic, partition)
             return Fetched(topic, partition, handle, -1, -1, hint, ())
+        if (error := epoch_error(want.current_leader_epoch, handle.group.term)) != ErrorCode.NONE:
+            return Fetched(topic, partition, error, -1, -1, "", ())
         replica = handle.replica
         high, start = replica.high_watermark, replica.log_start_offset
 

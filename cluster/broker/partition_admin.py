@@ -33,6 +33,18 @@ from statemachine.records import BatchFormatError, decode_records
 HIGH_WATERMARK = -1  # DeleteRecords' offset for "everything committed so far"
 
 
+def epoch_error(current_leader_epoch: int, term: int) -> ErrorCode:
+    """A reader's view of the leader epoch checked against the serving leader's term, as Kafka
+    checks Fetch's, ListOffsets' and OffsetForLeaderEpoch's `current_leader_epoch` (KIP-320):
+    -1 is unchecked; an older one FENCED_LEADER_EPOCH (the reader refreshes its metadata), a
+    newer one UNKNOWN_LEADER_EPOCH (this leader has not heard of it yet: retriable)."""
+    if current_leader_epoch < 0 or current_leader_epoch == term:
+        return ErrorCode.NONE
+    if current_leader_epoch < term:
+        return ErrorCode.FENCED_LEADER_EPOCH
+    return ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
 class PartitionAdmin:
     """Mixed into `Broker`, which gives it where partitions are led."""
 
@@ -48,44 +60,58 @@ class PartitionAdmin:
         return [self._offset(want) for want in wants]
 
     def _offset(self, want: OffsetWant) -> OffsetFound:
-        topic, partition, spec = want
+        topic, partition, spec, current = want
         handle = self._leading(topic, partition)
         if isinstance(handle, ErrorCode):
             return OffsetFound(
                 topic, partition, handle, -1, self.leader_hint(handle, topic, partition)
             )
-        replica = handle.replica
+        term, replica = handle.group.term, handle.replica
+        if (error := epoch_error(current, term)) != ErrorCode.NONE:
+            return OffsetFound(topic, partition, error, -1, "")
+        if spec == LATEST:  # Kafka's leader has recorded its own epoch: the latest
+            return OffsetFound(topic, partition, ErrorCode.NONE, replica.high_watermark, "", term)
         if spec == EARLIEST:
             offset = replica.log_start_offset
-        elif spec == LATEST:
-            offset = replica.high_watermark
         elif replica.restoring:  # batches below the local log may match: not known yet
             return OffsetFound(topic, partition, ErrorCode.LEADER_NOT_AVAILABLE, -1, "")
         else:
             offset = replica.offset_for_time(spec)
-        return OffsetFound(topic, partition, ErrorCode.NONE, offset, "")
+        epoch = replica.machine.epochs.epoch_at(offset) if offset < replica.high_watermark else -1
+        return OffsetFound(topic, partition, ErrorCode.NONE, offset, "", epoch)
 
-    def max_timestamp(self, topic: str, partition: int) -> tuple[ErrorCode, int, int, str]:
-        """ListOffsets' max timestamp (-3, KIP-734): (error, the largest producer timestamp of
-        the partition's records, the offset of the first record carrying it, a leader hint);
-        -1 and -1 for a partition without records. The store names the batch; its records
-        are read for the record (as Kafka's broker does since 3.8), and only records from the
-        log start on count (Kafka counts a whole segment's)."""
+    def max_timestamp(self, want: OffsetWant) -> tuple[OffsetFound, int]:
+        """ListOffsets' max timestamp (-3, KIP-734): the offset of the first record carrying
+        the partition's largest producer timestamp and that record's leader epoch (-1s for a
+        partition without records), and the timestamp."""
+        topic, partition, _spec, current = want
         handle = self._leading(topic, partition)
         if isinstance(handle, ErrorCode):
-            return handle, -1, -1, self.leader_hint(handle, topic, partition)
+            hint = self.leader_hint(handle, topic, partition)
+            return OffsetFound(topic, partition, handle, -1, hint), -1
+        if (error := epoch_error(current, handle.group.term)) != ErrorCode.NONE:
+            return OffsetFound(topic, partition, error, -1, ""), -1
+        error, timestamp, offset = self._max_timestamp(handle)
+        epoch = handle.replica.machine.epochs.epoch_at(offset)
+        return OffsetFound(topic, partition, error, offset, "", epoch), timestamp
+
+    def _max_timestamp(self, handle: PartitionHandle) -> tuple[ErrorCode, int, int]:
+        """(error, the largest producer timestamp, the offset of the first record carrying
+        it). The store names the batch; its records are read for the record (as Kafka's broker
+        does since 3.8), and only records from the log start on count (Kafka counts a whole
+        segment's)."""
         replica = handle.replica
         if replica.restoring:  # batches below the local log are not known yet
-            return ErrorCode.LEADER_NOT_AVAILABLE, -1, -1, ""
+            return ErrorCode.LEADER_NOT_AVAILABLE, -1, -1
         start = replica.log_start_offset
         timestamp, base_offset = replica.store.max_timestamp(start)
         if 0 <= base_offset < start:  # that batch straddles the log start: its records
             straddling = self._largest_record(replica.store.read(start, 0), start)  # from there
             timestamp, base_offset = replica.store.max_timestamp(straddling[2])  # and the rest
             if straddling[0] >= timestamp:
-                return ErrorCode.NONE, straddling[0], straddling[1], ""
+                return ErrorCode.NONE, straddling[0], straddling[1]
         found = self._largest_record(replica.store.read(base_offset, 0), start)
-        return ErrorCode.NONE, found[0], found[1], ""
+        return ErrorCode.NONE, found[0], found[1]
 
     def _largest_record(self, read: list[StoredBatch], start: int) -> tuple[int, int, int]:
         """(the largest timestamp of the first batch of `read` from offset `start` on, the
@@ -118,10 +144,7 @@ class PartitionAdmin:
         term = handle.group.term
         if epoch > term:  # a client that saw a later leader: this one is stale (retriable)
             return EpochFound(topic, partition, ErrorCode.UNKNOWN_LEADER_EPOCH, -1, -1, "")
-        if 0 <= current != term:
-            error = (
-                ErrorCode.FENCED_LEADER_EPOCH if current < term else ErrorCode.UNKNOWN_LEADER_EPOCH
-            )
+        if (error := epoch_error(current, term)) != ErrorCode.NONE:
             return EpochFound(topic, partition, error, -1, -1, "")
         replica = handle.replica
         found, end = replica.machine.epochs.end_offset(epoch, term, replica.high_watermark)

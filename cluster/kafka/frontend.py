@@ -257,12 +257,13 @@ class KafkaFrontend:
         from v7 the max timestamp (-3: the record with the largest producer timestamp)."""
         asked = [(t.name, q) for t in request.topics for q in t.partitions]
         wants = [
-            OffsetWant(name, q.partition_index, q.timestamp) for name, q in asked if _askable(q)
+            OffsetWant(name, q.partition_index, q.timestamp, q.current_leader_epoch)
+            for name, q in asked
+            if _askable(q)
         ]
         answered = iter(self.broker.list_offsets(wants))
-        topics, _registered = await self.broker.topics_and_brokers()
         results = iter(
-            self._offset(next(answered) if _askable(q) else None, q, name, topics, call.version)
+            self._offset(next(answered) if _askable(q) else None, q, name, call.version)
             for name, q in asked
         )
         return m.ListOffsetsResponse(
@@ -279,24 +280,23 @@ class KafkaFrontend:
         result: OffsetFound | None,
         asked: m.ListOffsetsPartition,
         name: str,
-        topics: Mapping[str, TopicInfo],
         version: int,
     ) -> m.ListOffsetsPartitionResponse:
-        index, timestamp, offset = asked.partition_index, NO_TIME, -1
+        index, timestamp = asked.partition_index, NO_TIME
         max_asked = asked.timestamp == MAX_TIMESTAMP and version >= MAX_TIMESTAMP_SINCE_VERSION
         if max_asked and index >= 0:
-            error, timestamp, offset, _hint = self.broker.max_timestamp(name, index)
-        elif result is not None:
-            error, offset = result.error, result.offset
-        elif index < 0:  # refused before asking
-            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        else:  # a spec no version we serve defines
-            error = ErrorCode.UNSUPPORTED_VERSION
-        if error != ErrorCode.NONE:
+            want = OffsetWant(name, index, MAX_TIMESTAMP, asked.current_leader_epoch)
+            result, timestamp = self.broker.max_timestamp(want)
+        if result is None:  # refused before asking, or a spec no version we serve defines
+            error = (
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if index < 0 else ErrorCode.UNSUPPORTED_VERSION
+            )
             return m.ListOffsetsPartitionResponse(index, error)
-        topic = topics.get(name)
-        epoch = self.broker.leader_and_term(topic, index)[1] if topic is not None else -1
-        return m.ListOffsetsPartitionResponse(index, ErrorCode.NONE, timestamp, offset, epoch)
+        if result.error != ErrorCode.NONE:
+            return m.ListOffsetsPartitionResponse(index, result.error)
+        return m.ListOffsetsPartitionResponse(
+            index, ErrorCode.NONE, timestamp, result.offset, result.leader_epoch
+        )
 
     @serves(m.OffsetForLeaderEpochRequest)
     async def offset_for_leader_epoch(
@@ -524,7 +524,13 @@ def _wants(request: m.FetchRequest) -> list[FetchWant]:
     """A Kafka Fetch's partitions, in order (a negative partition is left out and answered
     UNKNOWN_TOPIC_OR_PARTITION)."""
     return [
-        FetchWant(t.topic, fp.partition, fp.fetch_offset, max(fp.partition_max_bytes, 0))
+        FetchWant(
+            t.topic,
+            fp.partition,
+            fp.fetch_offset,
+            max(fp.partition_max_bytes, 0),
+            fp.current_leader_epoch,
+        )
         for t in request.topics
         for fp in t.partitions
         if fp.partition >= 0

@@ -70,7 +70,9 @@ class NativeFrontend:
                 found = broker.list_offsets(
                     OffsetWant(q.topic, q.partition, q.spec) for q in request.partitions
                 )
-                return p.ListOffsetsResponse(tuple(p.OffsetResult(*f) for f in found))
+                return p.ListOffsetsResponse(
+                    tuple(p.OffsetResult(*f[:5]) for f in found)  # no leader epochs here
+                )
             case p.DescribeProducers():
                 return await self.describe_producers(request)
             case p.CreateTopic():

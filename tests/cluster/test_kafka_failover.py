@@ -252,7 +252,51 @@ async def check_leader_epochs(bootstrap: str, partition: int) -> list[tuple[int,
         assert answer.error_code == error
     answer = await epoch_end(leader.follower, asked(partition, starts[0][0]))
     assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    await check_reads_by_epoch(leader, partition, starts, high_watermark)
     return starts
+
+
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3  # ListOffsets' specs
+
+
+async def check_reads_by_epoch(
+    leader: Leader, partition: int, starts: list[tuple[int, int]], high_watermark: int
+) -> None:
+    """Fetch and ListOffsets check the reader's current leader epoch as OffsetForLeaderEpoch
+    does, and ListOffsets answers the epoch of the record it found (the leader's for latest),
+    as Kafka's broker does."""
+    for current, error in (
+        (leader.epoch - 1, ErrorCode.FENCED_LEADER_EPOCH),
+        (leader.epoch + 1, ErrorCode.UNKNOWN_LEADER_EPOCH),
+        (leader.epoch, ErrorCode.NONE),
+        (-1, ErrorCode.NONE),
+    ):
+        want = m.FetchPartition(partition, 0, 1 << 10, current_leader_epoch=current)
+        fetch = m.FetchRequest(0, 0, (m.FetchTopic(TOPIC, (want,)),))
+        fetched = await kafka_call(leader.address, m.Api.FETCH, 12, fetch)
+        assert isinstance(fetched, m.FetchResponse)
+        data = fetched.responses[0].partitions[0]
+        assert (data.error_code, bool(data.records)) == (error, error == ErrorCode.NONE)
+        (found,) = await offsets(leader.address, partition, (EARLIEST,), current)
+        assert found.error_code == error
+    # earliest: the first epoch; a later epoch's first offset: that epoch; latest: the leader's
+    specs = (EARLIEST, LATEST)
+    earliest, latest = await offsets(leader.address, partition, specs, leader.epoch)
+    assert (earliest.offset, earliest.leader_epoch) == (starts[0][1], starts[0][0])
+    assert (latest.offset, latest.leader_epoch) == (high_watermark, leader.epoch)
+    (top,) = await offsets(leader.address, partition, (MAX_TIMESTAMP,), leader.epoch)
+    expected = max(e for e, start in starts if start <= top.offset)
+    assert top.error_code == ErrorCode.NONE and top.leader_epoch == expected
+
+
+async def offsets(
+    address: str, partition: int, specs: tuple[int, ...], current: int
+) -> tuple[m.ListOffsetsPartitionResponse, ...]:
+    asked = tuple(m.ListOffsetsPartition(partition, spec, current) for spec in specs)
+    request = m.ListOffsetsRequest((m.ListOffsetsTopic(TOPIC, asked),))
+    answer = await kafka_call(address, m.Api.LIST_OFFSETS, 7, request)
+    assert isinstance(answer, m.ListOffsetsResponse)
+    return answer.topics[0].partitions
 
 
 async def _create(cluster: launcher.LocalCluster) -> None:

@@ -49,6 +49,14 @@ def test_a_partition_without_records_answers_the_log_end() -> None:
     assert LeaderEpochs(4).end_offset(3, 3, 0) == (3, 0)
 
 
+def test_the_epoch_at_an_offset_is_the_one_whose_records_hold_it() -> None:
+    epochs = epochs_of((2, 5), (4, 10), (7, 25))
+    assert [epochs.epoch_at(o) for o in (5, 9, 10, 24, 25, 1_000)] == [2, 2, 4, 4, 7, 7]
+    assert epochs.epoch_at(4) == -1, "before the first known epoch"
+    assert epochs.epoch_at(-1) == -1
+    assert LeaderEpochs(4).epoch_at(0) == -1, "no epoch known"
+
+
 def test_a_lower_epoch_never_reorders_the_list() -> None:
     epochs = epochs_of((5, 0), (3, 10), (5, 12))
     assert epochs.to_data() == [[5, 0]]
