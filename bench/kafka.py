@@ -103,16 +103,23 @@ class Settings:
     fsync_records: int
     fsync_sequential_records: int
     idle_partitions: int
-    tool_records: int
+    tool_records: int  # ProducerPerformance's, read back by ConsumerPerformance
+    tool_e2e_records: int  # EndToEndLatency's round trips
     broker: str = "raftbroker"
 
     @classmethod
     def of(cls, quick: bool, broker: str = "raftbroker") -> Settings:
         if quick:
-            return cls(True, 400_000, (1,), 200, 1, 2.0, 200_000, 100, 100, 100_000, broker)
+            return cls(
+                quick=True, pipelined_records=400_000, partitions=(1,), sequential_records=200,
+                failover_kills=1, e2e_s=2.0, fsync_records=200_000, fsync_sequential_records=100,
+                idle_partitions=100, tool_records=100_000, tool_e2e_records=200, broker=broker,
+            )  # fmt: skip
         return cls(
-            False, 6_000_000, (1, 16), 3_000, 3, 10.0, 2_000_000, 1_000, 1_000, 2_000_000, broker
-        )
+            quick=False, pipelined_records=6_000_000, partitions=(1, 16), sequential_records=3_000,
+            failover_kills=3, e2e_s=10.0, fsync_records=2_000_000, fsync_sequential_records=1_000,
+            idle_partitions=1_000, tool_records=2_000_000, tool_e2e_records=2_000, broker=broker,
+        )  # fmt: skip
 
 
 SCENARIOS = ("pipelined", "sequential", "e2e", "failover", "fsync", "idle", "tools")
@@ -397,7 +404,7 @@ async def tools_case(settings: Settings) -> dict[str, Any]:
     """`bench.kafka_tools`: Kafka's own load tools, on one fresh cluster."""
     async with fresh_brokers(settings.broker) as bench:
         return await kafka_tools.run_tools(
-            bench.bootstrap, bench.create_topic, settings.tool_records, settings.quick
+            bench.bootstrap, bench.create_topic, settings.tool_records, settings.tool_e2e_records
         )
 
 

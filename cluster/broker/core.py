@@ -31,7 +31,7 @@ from cluster.broker.calls import (
 from cluster.broker.configs import ConfigChange, altered
 from cluster.broker.metrics import Metrics
 from cluster.broker.node import OFFSETS_TOPIC, Node, PartitionHandle, client_topics
-from cluster.broker.partition_admin import PartitionAdmin, epoch_error
+from cluster.broker.partition_admin import PartitionAdmin
 from cluster.broker.peers import PeerWatcher
 from cluster.broker.storage import StorageError, StoredBatch
 from cluster.clock import wall_ms
@@ -292,14 +292,10 @@ class Broker(PartitionAdmin):
         self, want: FetchWant, max_bytes: int, replica_read: bool, at_least_one: bool
     ) -> Fetched:
         topic, partition, offset = want.topic, want.partition, want.offset
-        handle = (
-            self._hosting(topic, partition) if replica_read else self._leading(topic, partition)
-        )
+        found = self._hosting(topic, partition) if replica_read else self._leading(topic, partition)
+        handle = self._serving(found, topic, partition, want.current_leader_epoch)
         if not isinstance(handle, PartitionHandle):
-            hint = self.leader_hint(handle, topic, partition)
-            return Fetched(topic, partition, handle, -1, -1, hint, ())
-        if (error := epoch_error(want.current_leader_epoch, handle.group.term)) != ErrorCode.NONE:
-            return Fetched(topic, partition, error, -1, -1, "", ())
+            return Fetched(topic, partition, handle[0], -1, -1, handle[1], ())
         replica = handle.replica
         high, start = replica.high_watermark, replica.log_start_offset
 

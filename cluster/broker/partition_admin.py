@@ -33,7 +33,7 @@ from statemachine.records import BatchFormatError, decode_records
 HIGH_WATERMARK = -1  # DeleteRecords' offset for "everything committed so far"
 
 
-def epoch_error(current_leader_epoch: int, term: int) -> ErrorCode:
+def _epoch_error(current_leader_epoch: int, term: int) -> ErrorCode:
     """A reader's view of the leader epoch checked against the serving leader's term, as Kafka
     checks Fetch's, ListOffsets' and OffsetForLeaderEpoch's `current_leader_epoch` (KIP-320):
     -1 is unchecked; an older one FENCED_LEADER_EPOCH (the reader refreshes its metadata), a
@@ -56,19 +56,25 @@ class PartitionAdmin:
     def leader_hint(self, error: ErrorCode, topic: str, partition: int) -> str:
         raise NotImplementedError  # Broker's
 
+    def _serving(
+        self, found: PartitionHandle | ErrorCode, topic: str, partition: int, current: int
+    ) -> PartitionHandle | tuple[ErrorCode, str]:
+        """The replica found (`_leading`'s or `_hosting`'s answer) if it may serve a reader
+        whose view of the leader epoch is `current`; else why not and where to ask ("")."""
+        if isinstance(found, ErrorCode):
+            return found, self.leader_hint(found, topic, partition)
+        error = _epoch_error(current, found.group.term)
+        return found if error == ErrorCode.NONE else (error, "")
+
     def list_offsets(self, wants: Iterable[OffsetWant]) -> list[OffsetFound]:
         return [self._offset(want) for want in wants]
 
     def _offset(self, want: OffsetWant) -> OffsetFound:
         topic, partition, spec, current = want
-        handle = self._leading(topic, partition)
-        if isinstance(handle, ErrorCode):
-            return OffsetFound(
-                topic, partition, handle, -1, self.leader_hint(handle, topic, partition)
-            )
+        handle = self._serving(self._leading(topic, partition), topic, partition, current)
+        if not isinstance(handle, PartitionHandle):
+            return OffsetFound(topic, partition, handle[0], -1, handle[1])
         term, replica = handle.group.term, handle.replica
-        if (error := epoch_error(current, term)) != ErrorCode.NONE:
-            return OffsetFound(topic, partition, error, -1, "")
         if spec == LATEST:  # Kafka's leader has recorded its own epoch: the latest
             return OffsetFound(topic, partition, ErrorCode.NONE, replica.high_watermark, "", term)
         if spec == EARLIEST:
@@ -85,12 +91,9 @@ class PartitionAdmin:
         the partition's largest producer timestamp and that record's leader epoch (-1s for a
         partition without records), and the timestamp."""
         topic, partition, _spec, current = want
-        handle = self._leading(topic, partition)
-        if isinstance(handle, ErrorCode):
-            hint = self.leader_hint(handle, topic, partition)
-            return OffsetFound(topic, partition, handle, -1, hint), -1
-        if (error := epoch_error(current, handle.group.term)) != ErrorCode.NONE:
-            return OffsetFound(topic, partition, error, -1, ""), -1
+        handle = self._serving(self._leading(topic, partition), topic, partition, current)
+        if not isinstance(handle, PartitionHandle):
+            return OffsetFound(topic, partition, handle[0], -1, handle[1]), -1
         error, timestamp, offset = self._max_timestamp(handle)
         epoch = handle.replica.machine.epochs.epoch_at(offset)
         return OffsetFound(topic, partition, error, offset, "", epoch), timestamp
@@ -137,16 +140,14 @@ class PartitionAdmin:
         has not applied its predecessors' entries yet would answer short), after the asker's
         view of the epoch is checked as Kafka checks it."""
         topic, partition, current, epoch = want
-        handle = self._leading(topic, partition)
-        if isinstance(handle, ErrorCode):
-            hint = self.leader_hint(handle, topic, partition)
-            return EpochFound(topic, partition, handle, -1, -1, hint)
-        term = handle.group.term
-        if epoch > term:  # a client that saw a later leader: this one is stale (retriable)
+        leading = self._leading(topic, partition)
+        if isinstance(leading, PartitionHandle) and epoch > leading.group.term:
+            # a client that saw a later leader: this one is stale (retriable)
             return EpochFound(topic, partition, ErrorCode.UNKNOWN_LEADER_EPOCH, -1, -1, "")
-        if (error := epoch_error(current, term)) != ErrorCode.NONE:
-            return EpochFound(topic, partition, error, -1, -1, "")
-        replica = handle.replica
+        handle = self._serving(leading, topic, partition, current)
+        if not isinstance(handle, PartitionHandle):
+            return EpochFound(topic, partition, handle[0], -1, -1, handle[1])
+        term, replica = handle.group.term, handle.replica
         found, end = replica.machine.epochs.end_offset(epoch, term, replica.high_watermark)
         return EpochFound(topic, partition, ErrorCode.NONE, found, end, "")
 

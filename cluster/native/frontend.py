@@ -71,7 +71,10 @@ class NativeFrontend:
                     OffsetWant(q.topic, q.partition, q.spec) for q in request.partitions
                 )
                 return p.ListOffsetsResponse(
-                    tuple(p.OffsetResult(*f[:5]) for f in found)  # no leader epochs here
+                    tuple(
+                        p.OffsetResult(f.topic, f.partition, f.error, f.offset, f.leader)
+                        for f in found
+                    )
                 )
             case p.DescribeProducers():
                 return await self.describe_producers(request)
