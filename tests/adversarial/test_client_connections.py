@@ -262,6 +262,7 @@ async def test_a_dripping_frame_is_closed_at_its_deadline(known: Known) -> None:
     await assert_intact(known)
 
 
+@pytest.mark.alone  # its long polls need a steady leader
 async def test_a_frame_waiting_on_paused_reading_is_not_timed(known: Known, client: Client) -> None:
     """A client pipelines long polls up to the in-flight bound, then a large frame: the node
     stops reading with part of that frame buffered, for longer than the frame-read deadline.

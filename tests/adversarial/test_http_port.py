@@ -26,7 +26,9 @@ from tests.adversarial.conftest import (
 )
 from tests.polling import apoll_until
 
-pytestmark = pytest.mark.asyncio(loop_scope="function")
+# alone: every node must answer /healthz 200 after each probe, which a metadata election moved
+# by the other test worker's load would not.
+pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.alone]
 
 LIMITS = Limits()
 DEADLINE_S = Timing().http_request_timeout_ms / 1000

@@ -254,6 +254,7 @@ def fetch(topics: tuple[m.FetchTopic, ...], max_wait_ms: int = 4_000) -> m.Fetch
     return m.FetchRequest(max_wait_ms, 1, topics)
 
 
+@pytest.mark.alone  # /healthz 200 meanwhile, answers timed
 async def test_a_fetch_with_nothing_to_wait_for_is_answered_at_once(known: Known) -> None:
     """Kafka answers a Fetch at once when no partition it leads could fill it. Such a Fetch
     (no topic, only partition -1, an unknown topic) once spun the node's loop without

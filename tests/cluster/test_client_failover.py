@@ -278,6 +278,7 @@ def test_fenced_writer_rides_out_a_leader_kill_before_the_write(
     assert values_in(three_nodes, "fo-fenced") == Counter(r.value for r in records)
 
 
+@pytest.mark.alone  # timed against its request timeout
 def test_a_call_without_a_leader_fails_in_one_line_within_its_timeout(
     three_nodes: launcher.LocalCluster,
 ) -> None:

@@ -76,6 +76,7 @@ def cluster(tmp_path: Path) -> Iterator[launcher.LocalCluster]:
         yield started
 
 
+@pytest.mark.alone  # timed against the in-sync lag
 def test_a_killed_node_shows_under_replicated_at_once_and_exits_1(
     cluster: launcher.LocalCluster,
 ) -> None:

@@ -112,7 +112,7 @@ def test_every_block_is_run_or_said_why_not() -> None:
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A user's working directory: `.venv` at hand, a data directory of its own; whatever
     cluster the examples start is stopped after."""

@@ -69,6 +69,7 @@ async def settled_leader(
     return node
 
 
+@pytest.mark.alone  # a pause timed against the election timeout
 async def test_a_paused_follower_makes_the_leader_report_unhealthy(
     client: Client, three_nodes: launcher.LocalCluster
 ) -> None:

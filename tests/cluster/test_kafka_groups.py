@@ -196,6 +196,7 @@ def test_a_consumer_resumes_exactly_after_its_groups_last_commit(
     assert {name: sorted(found) for name, found in versions.items()} == NEGOTIATED[kind]
 
 
+@pytest.mark.alone  # timed against the session timeout
 @pytest.mark.parametrize("kind", [*KINDS, "native"])
 def test_a_killed_members_partitions_move_to_the_survivor_within_its_session_timeout(
     group_cluster: launcher.LocalCluster, bootstrap: str, kind: str, tmp_path: Path

@@ -452,6 +452,7 @@ async def test_a_follower_names_the_leader_and_a_bad_batch_appends_nothing(
     assert offsets.topics[0].partitions[0].offset == 0, "a refused batch was appended"
 
 
+@pytest.mark.alone  # no leader change in its long polls
 @pytest.mark.asyncio(loop_scope="function")
 async def test_fetch_waits_for_max_wait_and_min_bytes(
     three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str]

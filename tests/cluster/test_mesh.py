@@ -359,6 +359,7 @@ def connect_from(source_ip: str, port: int, target_ip: str = B) -> socket.socket
     return sock
 
 
+@pytest.mark.alone  # 0.4 s of slack on its deadline
 def test_a_link_that_keeps_sending_bytes_is_still_dropped_at_its_deadline(
     net: Net, port: int
 ) -> None:
