@@ -7,27 +7,24 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.polling import poll_until
 from tests.workers import LONGEST_FIRST, WHOLE_DIRECTORIES, Room, Turns, scope_of
 
 WAIT_S = 10.0
 
 
-def wait_until_taken(turnstile: Path) -> None:
-    """Until someone holds the turnstile (an `alone` taker waiting for the room)."""
-    deadline = time.monotonic() + WAIT_S
+def taken(turnstile: Path) -> bool:
+    """Whether someone holds the turnstile (an `alone` taker waiting for the room)."""
     with turnstile.open("a") as probe:
-        while time.monotonic() < deadline:
-            try:
-                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return
-            fcntl.flock(probe, fcntl.LOCK_UN)
-            time.sleep(0.01)  # a probe's interval, not a synchronisation: the loop has a deadline
-    raise AssertionError(f"nobody took {turnstile} within {WAIT_S} s")
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False
 
 
 class Holder:
@@ -45,8 +42,11 @@ class Holder:
             self.entered.set()
             self._left.wait(WAIT_S)
 
-    def leave(self) -> None:
+    def release(self) -> None:
         self._left.set()
+
+    def leave(self) -> None:
+        self.release()
         self._thread.join(WAIT_S)
         assert not self._thread.is_alive()
 
@@ -59,7 +59,7 @@ def holders() -> Iterator[list[Holder]]:
         yield made
     finally:
         for holder in reversed(made):
-            holder._left.set()
+            holder.release()
 
 
 def test_shared_tests_hold_the_room_together(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_an_alone_test_waits_for_the_running_one_and_goes_before_any_later(
         alone = Holder(room, alone=True)
         made.append(alone)
         assert not alone.entered.wait(0.3), "an alone test ran beside another"
-        wait_until_taken(room.turnstile)
+        poll_until(lambda: taken(room.turnstile), WAIT_S, "the alone taker to hold the turnstile")
         later = Holder(room, alone=False)
         made.append(later)
         assert not later.entered.wait(0.3), "a shared test went beside a waiting alone one"
