@@ -125,6 +125,32 @@ class AdvanceLogStart(Command):
     log_start_offset: int = _int(*_OFFSET)
 
 
+@dataclass(frozen=True, slots=True)
+class RegisterTxnPartition(Command):
+    """The coordinator registers the partition in a producer's transaction `txn_sequence`
+    (statemachine/partition_txns.py): only then does the partition take its data."""
+
+    TAG: ClassVar[int] = 5
+    now_ms: int = _int(*_TIME_MS)
+    producer_id: int = _int(0, INT64_MAX)
+    producer_epoch: int = _int(0, PRODUCER_EPOCH_MAX)
+    txn_sequence: int = _int(0, INT64_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTxnMarker(Command):
+    """End a producer's transaction `txn_sequence` here: commit (1) or abort (0). Where it wrote
+    data, a control batch goes into the log; `coordinator_epoch` fences an older coordinator."""
+
+    TAG: ClassVar[int] = 6
+    now_ms: int = _int(*_TIME_MS)
+    producer_id: int = _int(0, INT64_MAX)
+    producer_epoch: int = _int(0, PRODUCER_EPOCH_MAX)
+    txn_sequence: int = _int(0, INT64_MAX)
+    commit: int = _int(0, 1)
+    coordinator_epoch: int = _int(0, INT32_MAX)
+
+
 # -- The metadata group --------------------------------------------------------------------------
 
 
@@ -269,6 +295,8 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     AppendFencedBatch,
     ExpireProducers,
     AdvanceLogStart,
+    RegisterTxnPartition,
+    WriteTxnMarker,
     RegisterBroker,
     CreateTopic,
     DeleteTopic,

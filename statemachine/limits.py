@@ -30,6 +30,8 @@ class StateLimits:
     producers_per_partition_max: int = 20_000
     sink_writers_per_partition_max: int = 10_000
     leader_epochs_per_partition_max: int = 1_024  # Raft terms in which records were appended
+    txn_producers_per_partition_max: int = 10_000  # producers with transactions here
+    aborted_txns_per_partition_max: int = 10_000  # aborted transactions with data still kept
     brokers_max: int = 256
     topics_max: int = 10_000
     partitions_per_topic_max: int = 1_024

@@ -3,8 +3,10 @@
 `apply(entry) -> result` is deterministic and does no I/O. An accepted batch comes back as an
 `Appended` effect (the exact bytes to append and the base offset they get), which the storage
 layer carries out; duplicates and rejections are committed no-ops whose result goes back to the
-client. The state is small: offsets, the logical clock, the producer table and the sink fences
-(statemachine/sink_fences.py); records live in storage, never here.
+client. The state is small: offsets, the logical clock, the producer table, the sink fences
+(statemachine/sink_fences.py), the leader epochs and the transactions
+(statemachine/partition_txns.py: registrations, markers, the last stable offset and the
+aborted index); records live in storage, never here.
 
 A malformed entry is answered with a rejection rather than a crash: every replica sees the same
 bytes and rejects them alike, whereas an assert would turn one bad entry into a crash loop of
@@ -30,22 +32,26 @@ from statemachine.commands import (
     CommandDecodeError,
     ExpireProducers,
     Noop,
+    RegisterTxnPartition,
+    WriteTxnMarker,
     decode_fields,
 )
 from statemachine.errors import ErrorCode, Rejected
 from statemachine.leader_epochs import LeaderEpochs
 from statemachine.limits import DEFAULT_LIMITS, StateLimits
-from statemachine.producer_state import ProducerTable
+from statemachine.partition_txns import NO_OFFSET, PartitionTxns, marker_batch
+from statemachine.producer_state import BatchMetadata, ProducerTable
 from statemachine.records import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
+    TRANSACTIONAL_BIT,
     BatchFormatError,
     BatchHeader,
     read_header,
 )
 from statemachine.sink_fences import SinkFenceTable
 
-SNAPSHOT_VERSION = 3  # 2 added the sink fences, 3 the leader epochs; older ones restore without
+SNAPSHOT_VERSION = 4  # 2 added the sink fences, 3 the leader epochs, 4 the transactions
 _new_result = tuple.__new__  # a NamedTuple's own __new__ is a Python function: skip its frame
 
 
@@ -83,8 +89,29 @@ class NoopApplied(NamedTuple):
     marker: int
 
 
+class TxnRegistered(NamedTuple):
+    """The partition takes this transaction's data now (or already did: a replay)."""
+
+    producer_id: int
+    txn_sequence: int
+
+
+class TxnEnded(NamedTuple):
+    """A marker that wrote nothing: the transaction wrote no data here, or it ended already."""
+
+    producer_id: int
+    txn_sequence: int
+
+
 PartitionResult = (
-    Appended | Duplicate | ProducersExpired | LogStartAdvanced | NoopApplied | Rejected
+    Appended
+    | Duplicate
+    | ProducersExpired
+    | LogStartAdvanced
+    | NoopApplied
+    | TxnRegistered
+    | TxnEnded
+    | Rejected
 )
 
 
@@ -100,6 +127,7 @@ class PartitionStateMachine:
         "epochs",
         "producers",
         "sinks",
+        "txns",
     )
 
     def __init__(self, limits: StateLimits = DEFAULT_LIMITS, *, deduplicate: bool = True) -> None:
@@ -115,6 +143,7 @@ class PartitionStateMachine:
         self.producers = ProducerTable(limits.producers_per_partition_max)
         self.sinks = SinkFenceTable(limits.sink_writers_per_partition_max)
         self.epochs = LeaderEpochs(limits.leader_epochs_per_partition_max)
+        self.txns = _new_txns(limits)
 
     @property
     def log_start_offset(self) -> int:
@@ -126,14 +155,23 @@ class PartitionStateMachine:
         return self._log_end_offset
 
     @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed readers stop: the first offset of the oldest transaction still
+        open with data here, else the log end (statemachine/partition_txns.py)."""
+        return self.txns.last_stable_offset(self._log_end_offset)
+
+    @property
     def clock_ms(self) -> int:
         return self._clock_ms
 
     def expiry_due(self, now_ms: int, expiration_ms: int) -> bool:
-        """Whether ExpireProducers stamped `now_ms` would remove a producer or a sink writer."""
+        """Whether ExpireProducers stamped `now_ms` would remove a producer, a sink writer or a
+        producer's finished transactions."""
         now_ms = max(self._clock_ms, now_ms)
-        return self.producers.expiry_due(now_ms, expiration_ms) or self.sinks.expiry_due(
-            now_ms, expiration_ms
+        return (
+            self.producers.expiry_due(now_ms, expiration_ms, self.txns.producers)
+            or self.sinks.expiry_due(now_ms, expiration_ms)
+            or self.txns.expiry_due(now_ms, expiration_ms)
         )
 
     def apply(
@@ -152,14 +190,23 @@ class PartitionStateMachine:
             case AppendFencedBatch(now_ms, batch, sink, writer, batch_id, part):
                 return self._append_fenced(now_ms, batch, (sink, writer, batch_id, part), term)
             case ExpireProducers(now_ms=now_ms, producer_id_expiration_ms=expiration_ms):
-                self._advance_clock(now_ms)
-                self.sinks.expire(self._clock_ms, expiration_ms)
-                return ProducersExpired(self.producers.expire(self._clock_ms, expiration_ms))
+                return self._expire(now_ms, expiration_ms)
             case AdvanceLogStart(log_start_offset=offset):
                 target = min(max(self._log_start_offset, offset), self._log_end_offset)
                 self._log_start_offset = target
                 self.epochs.start_moved(target)
+                self.txns.start_moved(target)
                 return LogStartAdvanced(target)
+            case RegisterTxnPartition(now_ms, producer_id, epoch, txn_sequence):
+                self._advance_clock(now_ms)
+                error = self.txns.register(producer_id, epoch, txn_sequence, self._clock_ms)
+                if error != ErrorCode.NONE:
+                    return Rejected(error)
+                return TxnRegistered(producer_id, txn_sequence)
+            case WriteTxnMarker(now_ms, producer_id, epoch, txn_sequence, commit, coordinator):
+                self._advance_clock(now_ms)
+                marker = (epoch, bool(commit), coordinator)
+                return self._end_txn(producer_id, txn_sequence, marker, term)
             case Noop(marker=marker):
                 return NoopApplied(marker)
         return Rejected(ErrorCode.INVALID_REQUEST)  # a metadata command sent to a partition
@@ -167,12 +214,24 @@ class PartitionStateMachine:
     def _advance_clock(self, now_ms: int) -> None:
         self._clock_ms = max(self._clock_ms, now_ms)
 
+    def _expire(self, now_ms: int, expiration_ms: int) -> ProducersExpired:
+        """Idle producers go, but not one with a transaction open (as Kafka keeps them)."""
+        self._advance_clock(now_ms)
+        self.sinks.expire(self._clock_ms, expiration_ms)
+        self.txns.expire(self._clock_ms, expiration_ms)
+        keep = self.txns.producers  # what remains there is open or recent
+        return ProducersExpired(self.producers.expire(self._clock_ms, expiration_ms, keep))
+
     def _append(self, now_ms: int, batch: bytes, term: int) -> PartitionResult:
         try:
             header = read_header(batch, self._limits)
         except BatchFormatError:
             return Rejected(ErrorCode.CORRUPT_MESSAGE)
         clock_ms = self._clock_ms = max(self._clock_ms, now_ms)
+        if header.attributes & TRANSACTIONAL_BIT or (
+            self.txns.producers and self.txns.in_transaction(header.producer_id)
+        ):
+            return self._append_to_txn(header, batch, term)
         if header.producer_id != NO_PRODUCER_ID:
             base_offset = self._log_end_offset
             verdict = self.producers.admit(header, base_offset, clock_ms)
@@ -190,6 +249,57 @@ class PartitionStateMachine:
             return Duplicate(verdict.base_offset, verdict.last_offset, verdict.timestamp_ms)
         return self._assign_offsets(header, batch, term)
 
+    def _append_to_txn(self, header: BatchHeader, batch: bytes, term: int) -> PartitionResult:
+        """A batch of a producer with a transaction open here, or a transactional one: a retry
+        of a retained batch is its duplicate first (Kafka's order), then the batch must be
+        transactional, of the registered transaction's epoch, and next in its sequence."""
+        verdict = self.producers.check(header)
+        if isinstance(verdict, BatchMetadata):
+            return Duplicate(verdict.base_offset, verdict.last_offset, verdict.timestamp_ms)
+        error = self._txn_refusal(header)
+        if error != ErrorCode.NONE:
+            return Rejected(error)
+        if verdict is not None:
+            return Rejected(verdict)
+        appended = self._assign_offsets(header, batch, term)
+        self.txns.appended(
+            header.producer_id, appended.base_offset, appended.last_offset, self._clock_ms
+        )
+        return appended
+
+    def txn_refusal(self, header: BatchHeader) -> ErrorCode:
+        """Why apply would refuse this batch for its producer's transaction state (NONE: it
+        would not, or it is a retry of a retained batch): the leader's check at the edge, so
+        that data outside a registered transaction never reaches the log."""
+        transactional = header.attributes & TRANSACTIONAL_BIT
+        if not transactional and not self.txns.in_transaction(header.producer_id):
+            return ErrorCode.NONE
+        if isinstance(self.producers.check(header), BatchMetadata):
+            return ErrorCode.NONE
+        return self._txn_refusal(header)
+
+    def _txn_refusal(self, header: BatchHeader) -> ErrorCode:
+        if not header.attributes & TRANSACTIONAL_BIT:
+            return ErrorCode.INVALID_TXN_STATE  # a plain batch inside a transaction
+        return self.txns.check_data(header.producer_id, header.producer_epoch)
+
+    def _end_txn(
+        self, producer_id: int, txn_sequence: int, marker: tuple[int, bool, int], term: int
+    ) -> PartitionResult:
+        """A WriteTxnMarker: the control batch where the transaction wrote data here."""
+        epoch, commit, coordinator_epoch = marker
+        verdict = self.txns.check_end(producer_id, epoch, txn_sequence, commit, coordinator_epoch)
+        if isinstance(verdict, ErrorCode):
+            return Rejected(verdict)
+        offset = self._log_end_offset if verdict.write else NO_OFFSET
+        self.txns.end(producer_id, marker, offset, self._clock_ms)
+        if not verdict.write:
+            return TxnEnded(producer_id, txn_sequence)
+        batch = marker_batch(producer_id, epoch, commit, coordinator_epoch, self._clock_ms)
+        self._log_end_offset = offset + 1
+        self.epochs.appended(term, offset)
+        return Appended(offset, offset, self._clock_ms, batch, term)
+
     def _append_fenced(
         self, now_ms: int, batch: bytes, fence: tuple[str, int, int, int], term: int
     ) -> PartitionResult:
@@ -202,6 +312,8 @@ class PartitionStateMachine:
             header = read_header(batch, self._limits)
         except BatchFormatError:
             return Rejected(ErrorCode.CORRUPT_MESSAGE)
+        if header.attributes & TRANSACTIONAL_BIT:
+            return Rejected(ErrorCode.INVALID_RECORD)  # a sink's parts are fenced, never in one
         self._clock_ms = max(self._clock_ms, now_ms)
         if header.producer_id != NO_PRODUCER_ID:
             verdict = self.producers.check(header)
@@ -241,6 +353,7 @@ class PartitionStateMachine:
                 self.producers.to_data(),
                 self.sinks.to_data(),
                 self.epochs.to_data(),
+                self.txns.to_data(),
             ]
         )
 
@@ -261,19 +374,31 @@ class PartitionStateMachine:
             machine.epochs = LeaderEpochs.from_data(fields[5], epochs_max)
         except ValueError as exc:
             raise SnapshotError(f"partition snapshot: {exc}") from exc
+        if fields[6] is not None:
+            producers_max = limits.txn_producers_per_partition_max
+            aborted_max = limits.aborted_txns_per_partition_max
+            machine.txns = PartitionTxns.from_data(fields[6], producers_max, aborted_max)
         return machine
 
 
+def _new_txns(limits: StateLimits) -> PartitionTxns:
+    return PartitionTxns(
+        limits.txn_producers_per_partition_max, limits.aborted_txns_per_partition_max
+    )
+
+
 def _snapshot_fields(data: bytes) -> tuple[object, ...]:
-    """A version-3 snapshot's six fields; a version-2 one's five and no leader epochs (what
-    it holds was appended before epochs were kept: a reader's question about an epoch before
-    the first one kept is answered with that one's start, after everything it holds)."""
+    """A version-4 snapshot's seven fields; an older one's, with None for no transactions (3),
+    no leader epochs either (2: a reader's question about an epoch before the first one kept
+    is answered with that one's start, after everything it holds), no sink fences either (1)."""
     try:
         raw = unpack(data, size_max=len(data))
     except CodecError as exc:
         raise SnapshotError(f"partition snapshot: {exc}") from exc
     if isinstance(raw, tuple) and raw[:1] == (1,):
-        return (*unpack_snapshot(data, 1, 4, "partition"), (), ())
+        return (*unpack_snapshot(data, 1, 4, "partition"), (), (), None)
     if isinstance(raw, tuple) and raw[:1] == (2,):
-        return (*unpack_snapshot(data, 2, 5, "partition"), ())
-    return unpack_snapshot(data, SNAPSHOT_VERSION, 6, "partition")
+        return (*unpack_snapshot(data, 2, 5, "partition"), (), None)
+    if isinstance(raw, tuple) and raw[:1] == (3,):
+        return (*unpack_snapshot(data, 3, 6, "partition"), None)
+    return unpack_snapshot(data, SNAPSHOT_VERSION, 7, "partition")

@@ -22,7 +22,7 @@ table that never fills pays nothing for it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
 from typing import NamedTuple
@@ -186,18 +186,19 @@ class ProducerTable:
         self._recency = [(e.last_timestamp_ms, pid) for pid, e in self._entries.items()]
         heapify(self._recency)
 
-    def _idle(self, now_ms: int, expiration_ms: int) -> Iterator[int]:
+    def _idle(self, now_ms: int, expiration_ms: int, keep: Container[int]) -> Iterator[int]:
         for pid, entry in self._entries.items():
-            if now_ms - entry.last_timestamp_ms >= expiration_ms:
+            if now_ms - entry.last_timestamp_ms >= expiration_ms and pid not in keep:
                 yield pid
 
-    def expiry_due(self, now_ms: int, expiration_ms: int) -> bool:
+    def expiry_due(self, now_ms: int, expiration_ms: int, keep: Container[int] = ()) -> bool:
         """Whether `expire` would remove anyone (lets a leader skip a no-op entry)."""
-        return next(self._idle(now_ms, expiration_ms), None) is not None
+        return next(self._idle(now_ms, expiration_ms, keep), None) is not None
 
-    def expire(self, now_ms: int, expiration_ms: int) -> tuple[int, ...]:
-        """Remove producers idle for `expiration_ms` or longer; returns their ids, ascending."""
-        expired = sorted(self._idle(now_ms, expiration_ms))
+    def expire(self, now_ms: int, expiration_ms: int, keep: Container[int] = ()) -> tuple[int, ...]:
+        """Remove producers idle for `expiration_ms` or longer, but those in `keep` (producers
+        with a transaction open, as Kafka keeps them); returns their ids, ascending."""
+        expired = sorted(self._idle(now_ms, expiration_ms, keep))
         for pid in expired:
             del self._entries[pid]
         if expired:

@@ -29,21 +29,28 @@ lengths, CRC-32C, the record count against `last_offset_delta`, the producer fie
 per-record step: the broker's cost of a batch does not grow with its records. Records are
 decoded by readers, which check every record's framing (`decode_records`).
 
-Attributes accepted: a compression codec 0..4 and CreateTime. Transactional and control
-batches are refused (`UnsupportedBatchError`) until transactions exist; LogAppendTime
-(bit 3) is a broker's choice, never a producer's.
+Attributes accepted from a producer: a compression codec 0..4, CreateTime, and the
+transactional bit (with a producer id; statemachine/partition_txns.py decides whether the
+batch's transaction is open). A control batch is refused (`UnsupportedBatchError`): markers
+are the broker's to write (`seal_batch`, partition_txns.marker_batch); LogAppendTime (bit 3)
+is a broker's choice, never a producer's.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-import cramjam
 from crc32c import crc32c
 
-from statemachine.limits import DEFAULT_LIMITS, KIB, StateLimits
+from statemachine.compression import (
+    COMPRESSION_NONE,
+    COMPRESSION_ZSTD,
+    CompressionError,
+    decompressed,
+)
+from statemachine.limits import DEFAULT_LIMITS, StateLimits
 
 BATCH_MAGIC = 2
 NO_PRODUCER_ID = -1
@@ -55,10 +62,9 @@ SEQUENCE_MODULUS = 2**31  # sequences run 0 .. 2^31-1, then wrap to 0
 INT64_MAX = 2**63 - 1
 
 COMPRESSION_MASK = 0x07
-COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD = range(5)
-COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
+DATA_ATTRIBUTES = COMPRESSION_MASK | TRANSACTIONAL_BIT  # what a producer's batch may set
 
 # base_offset, batch_length, partition_leader_epoch, magic, crc, attributes, last_offset_delta,
 # base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, record_count
@@ -71,7 +77,6 @@ _CRC_END = 21  # the CRC covers every byte from here on (attributes ...)
 CRC_COVERED_FROM = _CRC_END
 _COVERED = struct.Struct(">hiqqqhii")
 assert _CRC_END + _COVERED.size == HEADER_BYTES
-_SNAPPY_XERIAL = b"\x82SNAPPY\x00"  # the Java client's framed snappy (xerial's stream format)
 
 
 class BatchFormatError(ValueError):
@@ -161,22 +166,36 @@ class RecordBatch:
 
 
 def encode_batch(
-    producer_id: int, producer_epoch: int, base_sequence: int, records: tuple[Record, ...]
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    records: tuple[Record, ...],
+    *,
+    transactional: bool = False,
 ) -> bytes:
     """`RecordBatch(...).encode()` without the object: a producer seals its batches here."""
     if not records:
         raise BatchFormatError("a batch holds at least one record")
     base_timestamp = records[0].timestamp_ms
-    body = b"".join(_encode_records(records, base_timestamp))
+    count = len(records)
+    max_timestamp_ms = base_timestamp if count == 1 else max(r.timestamp_ms for r in records)
+    attributes = TRANSACTIONAL_BIT if transactional else COMPRESSION_NONE
+    fields = (attributes, producer_id, producer_epoch, base_sequence, count, max_timestamp_ms)
+    _check_fields(fields, DEFAULT_LIMITS)
+    return seal_batch(fields, base_timestamp, b"".join(encode_records(records, base_timestamp)))
+
+
+def seal_batch(
+    fields: tuple[int, int, int, int, int, int], base_timestamp: int, body: bytes
+) -> bytes:
+    """A batch of records encoded as `body`, with a `BatchHeader`'s `fields` (checked by the
+    caller), base offset 0 and its CRC-32C (encode_batch, and the broker's control batches)."""
     size = HEADER_BYTES + len(body)
     if size > DEFAULT_LIMITS.batch_bytes_max:
         raise BatchFormatError(f"batch exceeds {DEFAULT_LIMITS.batch_bytes_max} bytes")
-    count = len(records)
-    max_timestamp_ms = base_timestamp if count == 1 else max(r.timestamp_ms for r in records)
-    fields = (COMPRESSION_NONE, producer_id, producer_epoch, base_sequence, count, max_timestamp_ms)
-    _check_fields(fields, DEFAULT_LIMITS)
+    attributes, producer_id, producer_epoch, base_sequence, count, max_timestamp_ms = fields
     covered = _COVERED.pack(
-        COMPRESSION_NONE,
+        attributes,
         count - 1,
         base_timestamp,
         max_timestamp_ms,
@@ -192,9 +211,9 @@ def encode_batch(
 
 def _check_header(header: BatchHeader, limits: StateLimits) -> None:
     attributes = header.attributes
-    if attributes & (TRANSACTIONAL_BIT | CONTROL_BIT):
-        raise UnsupportedBatchError("transactional and control batches are not supported yet")
-    if attributes & ~COMPRESSION_MASK or attributes & COMPRESSION_MASK > COMPRESSION_ZSTD:
+    if attributes & CONTROL_BIT:
+        raise UnsupportedBatchError("control batches are written by the broker, not sent to it")
+    if attributes & ~DATA_ATTRIBUTES or attributes & COMPRESSION_MASK > COMPRESSION_ZSTD:
         raise BatchFormatError(f"unsupported batch attributes {attributes:#x}")
     if not 1 <= header.record_count <= limits.batch_records_max:
         raise BatchFormatError(f"record count {header.record_count} is out of range")
@@ -203,6 +222,8 @@ def _check_header(header: BatchHeader, limits: StateLimits) -> None:
     if header.producer_id == NO_PRODUCER_ID:
         if (header.producer_epoch, header.base_sequence) != (NO_PRODUCER_EPOCH, NO_SEQUENCE):
             raise BatchFormatError("a batch without producer id has epoch and sequence -1")
+        if attributes & TRANSACTIONAL_BIT:
+            raise BatchFormatError("a transactional batch needs a producer id")
         return
     if header.producer_id < 0:
         raise BatchFormatError(f"invalid producer id {header.producer_id}")
@@ -245,13 +266,17 @@ def _check_fields(fields: tuple[int, int, int, int, int, int], limits: StateLimi
     naming the rule it breaks. `fields` are a `BatchHeader`'s, in its order."""
     attributes, producer_id, epoch, base_sequence, count, max_timestamp_ms = fields
     if (
-        attributes & ~COMPRESSION_MASK
-        or attributes > COMPRESSION_ZSTD
+        attributes & ~DATA_ATTRIBUTES
+        or attributes & COMPRESSION_MASK > COMPRESSION_ZSTD
         or not 1 <= count <= limits.batch_records_max
         or max_timestamp_ms < 0
         or (
             producer_id == NO_PRODUCER_ID
-            and (epoch != NO_PRODUCER_EPOCH or base_sequence != NO_SEQUENCE)
+            and (
+                epoch != NO_PRODUCER_EPOCH
+                or base_sequence != NO_SEQUENCE
+                or attributes & TRANSACTIONAL_BIT
+            )
         )
         or (
             producer_id != NO_PRODUCER_ID
@@ -273,6 +298,12 @@ def verify_batch(data: bytes | memoryview, limits: StateLimits = DEFAULT_LIMITS)
     if not crc_holds(data):
         raise BatchFormatError("batch CRC mismatch")
     return header
+
+
+def is_control_batch(data: bytes | memoryview) -> bool:
+    """Whether a stored batch is a transaction marker, which readers skip (Kafka's consumers
+    never hand one to the application)."""
+    return len(data) >= HEADER_BYTES and bool(data[_CRC_END + 1] & CONTROL_BIT)
 
 
 def crc_holds(data: bytes | memoryview) -> bool:
@@ -349,7 +380,9 @@ def _sized(value: bytes | None) -> bytes:
     return _varint(len(value)) + value
 
 
-def _encode_records(records: tuple[Record, ...], base_timestamp: int) -> list[bytes]:
+def encode_records(records: tuple[Record, ...], base_timestamp: int) -> list[bytes]:
+    """Each record's bytes in a batch's body: offset deltas from 0, timestamps as deltas from
+    `base_timestamp` (encode_batch, and the broker's control batches)."""
     parts: list[bytes] = []
     append = parts.append
     small, small_max = _SMALL, _SMALL_MAX
@@ -420,64 +453,12 @@ def decode_records(data: bytes, limits: StateLimits = DEFAULT_LIMITS) -> tuple[R
     decompressed here, its output bounded by `limits.batch_bytes_max` per record count."""
     header = read_header(data, limits)
     base_timestamp = int.from_bytes(data[27:35], "big", signed=True)
-    body = _decompressed(memoryview(data)[HEADER_BYTES:], header, limits)
-    return _read_records(body, base_timestamp, header.record_count, limits)
-
-
-def _decompressed(body: memoryview, header: BatchHeader, limits: StateLimits) -> bytes:
-    codec = header.attributes & COMPRESSION_MASK
-    if codec == COMPRESSION_NONE:
-        return bytes(body)
-    bound = limits.decompressed_batch_bytes_max
+    codec, bound = header.attributes & COMPRESSION_MASK, limits.decompressed_batch_bytes_max
     try:
-        if codec == COMPRESSION_SNAPPY:
-            return _snappy(body, bound)
-        return _bounded(getattr(cramjam, COMPRESSION_NAMES[codec]), body, bound)
-    except BatchFormatError:
-        raise
-    except Exception as exc:
-        raise BatchFormatError(
-            f"{COMPRESSION_NAMES[codec]} records do not decompress within {bound} bytes"
-        ) from exc
-
-
-def _bounded(module: Any, body: memoryview, bound: int) -> bytes:
-    """Decompress into a buffer that grows by 4x up to `bound`: a small batch never
-    allocates the bound, and a bomb stops there."""
-    size = min(bound, max(64 * KIB, 8 * len(body)))
-    while True:
-        out = bytearray(size)
-        try:
-            written = module.decompress_into(body, out)
-        except Exception:
-            if size >= bound:
-                raise
-            size = min(bound, size * 4)
-            continue
-        return bytes(out[:written])
-
-
-def _snappy(body: memoryview, bound: int) -> bytes:
-    """Raw snappy (librdkafka), or xerial's framing (the Java client): a 16-byte head, then
-    blocks each a 4-byte length and raw snappy. Each block states its output length."""
-    if bytes(body[:8]) != _SNAPPY_XERIAL:
-        return bytes(cramjam.snappy.decompress_raw(_check_snappy_len(body, bound)))
-    out, position = bytearray(), 16
-    while position < len(body):
-        length = int.from_bytes(body[position : position + 4], "big")
-        position += 4
-        if length <= 0 or position + length > len(body):
-            raise BatchFormatError("snappy (xerial) block length is out of range")
-        block = body[position : position + length]
-        out += cramjam.snappy.decompress_raw(_check_snappy_len(block, bound - len(out)))
-        position += length
-    return bytes(out)
-
-
-def _check_snappy_len(block: memoryview, bound: int) -> memoryview:
-    if cramjam.snappy.decompress_raw_len(block) > bound:
-        raise BatchFormatError(f"snappy records exceed {bound} bytes")
-    return block
+        body = decompressed(memoryview(data)[HEADER_BYTES:], codec, bound)
+    except CompressionError as exc:
+        raise BatchFormatError(str(exc)) from exc
+    return _read_records(body, base_timestamp, header.record_count, limits)
 
 
 def _slow_varint(buf: bytes, pos: int) -> tuple[int, int]:

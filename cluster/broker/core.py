@@ -57,7 +57,13 @@ from statemachine.metadata import (
     topic_name_error,
 )
 from statemachine.partition import Appended, Duplicate
-from statemachine.records import HEADER_BYTES, BatchFormatError, UnsupportedBatchError, verify_batch
+from statemachine.records import (
+    HEADER_BYTES,
+    TRANSACTIONAL_BIT,
+    BatchFormatError,
+    UnsupportedBatchError,
+    verify_batch,
+)
 from statemachine.txn_registry import ProducerIdAndEpoch
 
 # What a Fetch answer holds besides its batches' bytes and the topic names it echoes, on
@@ -180,13 +186,21 @@ class Broker(PartitionAdmin):
             finish(self._failed(where, handle))
             return
         try:
-            verify_batch(batch, self.node.limits)
+            header = verify_batch(batch, self.node.limits)
         except UnsupportedBatchError:
             finish(self._failed(where, ErrorCode.INVALID_RECORD))
             return
         except BatchFormatError:
             finish(self._failed(where, ErrorCode.CORRUPT_MESSAGE))
             return
+        machine = handle.replica.machine
+        if machine.txns.producers or header.attributes & TRANSACTIONAL_BIT:
+            # Data outside a transaction the coordinator registered here: refused before the
+            # log, by apply's own rule (applied state is the leader's whole log: term start).
+            refusal = machine.txn_refusal(header)
+            if refusal != ErrorCode.NONE:
+                finish(self._failed(where, refusal))
+                return
         command = encode_append(wall_ms(), batch, fence)
         try:
             handle.group.submit(command, timeout_s, applied)

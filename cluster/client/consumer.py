@@ -30,7 +30,7 @@ from cluster.client.errors import ClientError
 from cluster.client.metadata import Client, no_leader
 from cluster.client.retry import CallTimeoutError, Failure
 from statemachine.errors import ErrorCode
-from statemachine.records import SEQUENCE_MODULUS, BatchFormatError
+from statemachine.records import SEQUENCE_MODULUS, BatchFormatError, is_control_batch
 
 STALLED_WAIT_MS = 100
 
@@ -212,6 +212,9 @@ class Consumer:
         topic: str, partition: int, fetched: p.FetchedBatch, position: _Position
     ) -> list[ConsumedRecord]:
         base = fetched.base_offset
+        if is_control_batch(fetched.batch):  # a transaction's marker: one offset, no record
+            position.offset = max(position.offset, base + 1)
+            return []
         try:
             batch, records = read_batch(fetched.batch)  # verifies the CRC end to end
         except BatchFormatError as exc:  # as Kafka's consumers raise CorruptRecordException

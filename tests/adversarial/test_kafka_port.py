@@ -166,14 +166,19 @@ async def test_malformed_bodies_and_truncations(known: Known) -> None:
 
 
 async def test_batches_kafka_would_refuse_append_nothing(known: Known) -> None:
-    """A corrupted CRC, a lying record count, a transactional batch, two batches where v3+
+    """A corrupted CRC, a lying record count, transactional batches without a producer id or
+    a registered transaction, a control batch, two batches where v3+
     takes one, a batch past batch_bytes_max: each refused on every partition of `known` at its
     leader (the others say NOT_LEADER_OR_FOLLOWER), and `assert_intact` finds `known` as it was."""
     good = RecordBatch(-1, -1, -1, (Record(b"k", b"forged", 1),) * 2).encode()
+    idempotent = RecordBatch(4_242, 0, 0, (Record(b"k", b"forged", 1),)).encode()
     bad = [
         good[:-1] + bytes([good[-1] ^ 0xFF]),  # the CRC no longer matches
         good[:57] + (5).to_bytes(4, "big") + good[61:],  # record count against last offset delta
-        resealed(good[:21] + (0x10).to_bytes(2, "big") + good[23:]),  # transactional
+        resealed(good[:21] + (0x10).to_bytes(2, "big") + good[23:]),  # transactional, no pid
+        # a transaction no coordinator registered; a control batch (the broker's to write)
+        resealed(idempotent[:21] + (0x10).to_bytes(2, "big") + idempotent[23:]),
+        resealed(idempotent[:21] + (0x30).to_bytes(2, "big") + idempotent[23:]),
         good + good,
         good + bytes(1 << 20),  # past batch_bytes_max (1 MiB)
     ]
@@ -190,7 +195,12 @@ async def test_batches_kafka_would_refuse_append_nothing(known: Known) -> None:
                 p.error_code for t in answer.responses for p in t.partition_responses
             )
     assert ErrorCode.NONE not in refused_with
-    kinds = {ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD, ErrorCode.MESSAGE_TOO_LARGE}
+    kinds = {
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.INVALID_RECORD,
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.INVALID_TXN_STATE,
+    }
     assert kinds <= refused_with
     await still_answers(known)
 

@@ -423,7 +423,10 @@ async def test_a_follower_names_the_leader_and_a_bad_batch_appends_nothing(
     good = batch(-1, -1, -1, 2)
     corrupt_crc = good[:-1] + bytes([good[-1] ^ 1])
     lying_count = good[:57] + (3).to_bytes(4, "big") + good[61:]
-    transactional = sealed(good[:21] + (0x10).to_bytes(2, "big") + good[23:])
+    transactional = sealed(good[:21] + (0x10).to_bytes(2, "big") + good[23:])  # no pid
+    idempotent = batch(4_242, 0, 0, 1)
+    unregistered = sealed(idempotent[:21] + (0x10).to_bytes(2, "big") + idempotent[23:])
+    control = sealed(idempotent[:21] + (0x30).to_bytes(2, "big") + idempotent[23:])
     answers = await kafka_calls(
         leader,
         [
@@ -432,6 +435,8 @@ async def test_a_follower_names_the_leader_and_a_bad_batch_appends_nothing(
             (m.Api.PRODUCE, 9, produce(topic, good + good)),  # two batches: v3+ takes one
             (m.Api.PRODUCE, 9, produce(topic, b"")),
             (m.Api.PRODUCE, 9, produce(topic, transactional)),
+            (m.Api.PRODUCE, 9, produce(topic, unregistered)),
+            (m.Api.PRODUCE, 9, produce(topic, control)),
             (m.Api.PRODUCE, 9, produce(topic, good, acks=2)),
             (m.Api.PRODUCE, 9, produce(topic, good, partition=5)),
         ],
@@ -442,7 +447,9 @@ async def test_a_follower_names_the_leader_and_a_bad_batch_appends_nothing(
         ErrorCode.CORRUPT_MESSAGE,
         ErrorCode.CORRUPT_MESSAGE,
         ErrorCode.CORRUPT_MESSAGE,
-        ErrorCode.INVALID_RECORD,  # transactions come later
+        ErrorCode.CORRUPT_MESSAGE,  # a transactional batch needs a producer id
+        ErrorCode.INVALID_TXN_STATE,  # no coordinator registered the partition in a transaction
+        ErrorCode.INVALID_RECORD,  # markers are the broker's to write
         ErrorCode.INVALID_REQUIRED_ACKS,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ]

@@ -24,9 +24,11 @@ from statemachine.commands import (
     InitTransactionalProducer,
     Noop,
     RegisterBroker,
+    RegisterTxnPartition,
+    WriteTxnMarker,
 )
 from statemachine.metadata import MetadataStateMachine
-from statemachine.records import Record, RecordBatch
+from statemachine.records import Record, RecordBatch, encode_batch
 from statemachine.txn_registry import TxnEntry
 
 SEQ_MAX = 2**31 - 1
@@ -163,8 +165,38 @@ class SinkPart:
     part: int
 
 
+@dataclass(frozen=True)
+class TxnBegin:
+    """The coordinator registers the partition in the producer's next transaction (or, with
+    `back`, in an earlier one again: a replay of the open one, or a stale registration)."""
+
+    who: int
+    back: int
+
+
+@dataclass(frozen=True)
+class TxnSend:
+    """Transactional batches of the producer (inside a registered transaction or not)."""
+
+    who: int
+    counts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TxnEnd:
+    """A marker for the producer's transaction `back` transactions ago (0: the current)."""
+
+    who: int
+    commit: bool
+    back: int
+    coordinator_epoch: int
+
+
 PartitionOp = (
-    Produce
+    TxnBegin
+    | TxnSend
+    | TxnEnd
+    | Produce
     | Retry
     | Gap
     | Bump
@@ -196,6 +228,11 @@ PARTITION_OPS: st.SearchStrategy[PartitionOp] = st.one_of(
     st.builds(Raw, st.builds(lambda m: Noop(m).encode(), st.integers(0, 9))),
     st.builds(Raw, st.just(DeleteTopic("orders").encode())),
     st.builds(Raw, GARBAGE),
+    # Transactions: registrations, transactional data and markers, some stale or replayed.
+    st.builds(TxnBegin, WHO, st.sampled_from([0, 0, 0, 1])),
+    st.builds(TxnSend, WHO, st.lists(COUNT, min_size=1, max_size=3).map(tuple)),
+    st.builds(TxnSend, WHO, st.lists(COUNT, min_size=1, max_size=3).map(tuple)),
+    st.builds(TxnEnd, WHO, st.booleans(), st.sampled_from([0, 0, 0, 1]), st.integers(0, 2)),
     # A streaming sink's fenced parts: new, replayed and out of order, from two sinks.
     st.builds(
         Raw,
@@ -221,11 +258,14 @@ class ClientSession:
     epoch: int = 0
     next_seq: int = 0
     sent: list[bytes] = field(default_factory=list)
+    txn_sequence: int = 0  # the coordinator's number of this producer's next transaction
 
 
-def encode_batch(producer_id: int, epoch: int, base_seq: int, count: int, stamp: int) -> bytes:
+def batch_of(
+    producer_id: int, epoch: int, base_seq: int, count: int, stamp: int, *, txn: bool = False
+) -> bytes:
     records = tuple(Record(b"k", b"v%d" % i, stamp) for i in range(count))
-    return RecordBatch(producer_id, epoch, base_seq, records).encode()
+    return encode_batch(producer_id, epoch, base_seq, records, transactional=txn)
 
 
 class PartitionLog:
@@ -239,14 +279,39 @@ class PartitionLog:
     def append(self, batch: bytes) -> None:
         self.entries.append(AppendBatch(self.now_ms, batch).encode())
 
-    def send(self, client: ClientSession, epoch: int, base_seq: int, count: int) -> None:
-        batch = encode_batch(client.producer_id, epoch, base_seq, count, self.now_ms)
+    def send(
+        self, client: ClientSession, epoch: int, base_seq: int, count: int, *, txn: bool = False
+    ) -> None:
+        batch = batch_of(client.producer_id, epoch, base_seq, count, self.now_ms, txn=txn)
         client.sent.append(batch)
         self.append(batch)
 
-    def produce(self, client: ClientSession, count: int) -> None:
-        self.send(client, client.epoch, client.next_seq, count)
+    def produce(self, client: ClientSession, count: int, *, txn: bool = False) -> None:
+        self.send(client, client.epoch, client.next_seq, count, txn=txn)
         client.next_seq = (client.next_seq + count) % (SEQ_MAX + 1)
+
+    def add_txn(self, op: TxnBegin | TxnSend | TxnEnd) -> None:
+        match op:
+            case TxnBegin(who, back):
+                client = self.clients[who]
+                sequence = max(0, client.txn_sequence - back)
+                entry = RegisterTxnPartition(
+                    self.now_ms, client.producer_id, client.epoch, sequence
+                )
+                self.entries.append(entry.encode())
+            case TxnSend(who, counts):
+                for count in counts:
+                    self.produce(self.clients[who], count, txn=True)
+            case TxnEnd(who, commit, back, coordinator_epoch):
+                client = self.clients[who]
+                sequence = max(0, client.txn_sequence - back)
+                marker = WriteTxnMarker(
+                    self.now_ms, client.producer_id, client.epoch, sequence, int(commit),
+                    coordinator_epoch,
+                )  # fmt: skip
+                self.entries.append(marker.encode())
+                if back == 0:
+                    client.txn_sequence += 1
 
     def add(self, op: PartitionOp) -> None:
         match op:
@@ -271,9 +336,11 @@ class PartitionLog:
                 client = ClientSession(100 + len(self.clients), 0, SEQ_MAX - below_wrap)
                 self.clients.append(client)
                 self.produce(client, count)
+            case TxnBegin() | TxnSend() | TxnEnd():
+                self.add_txn(op)
             case Corrupt(who, position, mask):
                 client = self.clients[who]
-                batch = bytearray(encode_batch(client.producer_id, client.epoch, 0, 2, self.now_ms))
+                batch = bytearray(batch_of(client.producer_id, client.epoch, 0, 2, self.now_ms))
                 batch[position % len(batch)] ^= mask
                 self.append(bytes(batch))
             case _:
@@ -282,7 +349,7 @@ class PartitionLog:
     def add_other(self, op: PartitionOp) -> None:
         match op:
             case Plain(count):
-                self.append(encode_batch(-1, -1, -1, count, 1))
+                self.append(batch_of(-1, -1, -1, count, 1))
             case Tick(delta_ms):
                 self.now_ms += delta_ms
             case Expire(expiration_ms, lag_ms):

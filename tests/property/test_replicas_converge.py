@@ -3,7 +3,9 @@
 For random logs of partition entries (contiguous batches from several producers, retries, gaps,
 epoch bumps, fenced epochs, producers crossing the sequence wrap, non-idempotent batches,
 corrupted batches, `ExpireProducers` stamped by lagging leaders, `AdvanceLogStart`, `Noop`,
-fenced sink parts (new, replayed, out of order, an empty sink name),
+fenced sink parts (new, replayed, out of order, an empty sink name), transactions
+(registrations, replayed and stale ones, transactional data inside and outside them, commit
+and abort markers, replayed, stale, or from an older coordinator),
 metadata commands sent to the wrong group, garbage bytes) and random logs of metadata entries
 (`RegisterBroker`, `CreateTopic`, `DeleteTopic`, `AllocatePidBlock`,
 `InitTransactionalProducer` with no, current, previous, stale, and half-given expected
@@ -24,7 +26,8 @@ or stale) at that point of the log.
 Two replicas in one process share a hash seed, so they cannot diverge through it. The fixed
 history at the end of this file (`FIXED_PARTITION_OPS`, `FIXED_METADATA_OPS`: producers, epoch
 bumps, retries inside and outside the dedup window, gaps, fenced epochs, sink fences, expiry of
-both, pid blocks, transactional ids, topics recreated) is therefore also applied in separate
+both, transactions committed, aborted and left open, pid blocks, transactional ids, topics
+recreated) is therefore also applied in separate
 processes started with different PYTHONHASHSEED values, whose results and snapshot bytes must be
 identical: a snapshot that iterated a set of strings, say, would differ between them.
 
@@ -89,6 +92,9 @@ from tests.property.replica_logs import (
     Retry,
     SinkPart,
     Tick,
+    TxnBegin,
+    TxnEnd,
+    TxnSend,
     check_restore_at,
     check_restore_everywhere,
     check_two_replicas,
@@ -220,6 +226,29 @@ FIXED_PARTITION_OPS: tuple[PartitionOp, ...] = (
     SinkPart("billing", 0, 0, 0),  # a forgotten writer: new again
     Tick(100),
     Produce(0, (2,)),
+    # Transactions: data before any registration, a registration and its replay, data of two
+    # producers interleaved with a plain one, a plain batch inside a transaction, a commit and
+    # its replay, an abort, a marker from an older coordinator, a transaction without data
+    # here, a stale registration, and one left open (the snapshot holds it and its data).
+    TxnSend(0, (1,)),
+    Bump(0, 0),  # (the refused batch took a sequence the producer must not skip)
+    TxnBegin(0, 0),
+    TxnBegin(0, 0),
+    TxnSend(0, (2, 1)),
+    Plain(1),
+    TxnBegin(1, 0),
+    TxnSend(1, (2,)),
+    Produce(0, (1,)),
+    TxnEnd(0, True, 0, 1),
+    TxnEnd(0, True, 1, 1),
+    TxnEnd(1, False, 0, 0),
+    TxnEnd(0, False, 1, 0),
+    TxnBegin(0, 0),
+    TxnEnd(0, False, 0, 1),
+    TxnBegin(0, 1),
+    TxnBegin(1, 0),
+    TxnSend(1, (1,)),
+    Raw(AdvanceLogStart(40).encode()),
 )
 TXN_IDS = ("tx-a", "tx-b", "tx-c", "tx-d", "tx-e", "tx-f", "settlements", "nightly-job")
 FIXED_METADATA_OPS: tuple[MetadataOp, ...] = (
@@ -393,6 +422,8 @@ def test_the_fixed_history_covers_what_it_claims() -> None:
         "ProducersExpired",
         "LogStartAdvanced",
         "NoopApplied",
+        "TxnRegistered",
+        "TxnEnded",
         "BrokerRegistered",
         "TopicCreated",
         "TopicDeleted",
@@ -402,6 +433,9 @@ def test_the_fixed_history_covers_what_it_claims() -> None:
     }
     assert len(partition.producers.to_data()) >= 2
     assert len(partition.sinks.to_data()) >= 4
+    assert partition.txns.open_txns()  # one left open, with data
+    assert partition.txns.aborted_between(0, partition.log_end_offset)
+    assert partition.last_stable_offset < partition.log_end_offset
     assert len(metadata.txns.to_data()) >= 8
     assert len(metadata.topics) >= 4
 

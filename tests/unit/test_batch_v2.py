@@ -17,9 +17,9 @@ from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from cluster.client.batches import read_batch
+from statemachine.compression import COMPRESSION_GZIP
 from statemachine.limits import StateLimits
 from statemachine.records import (
-    COMPRESSION_GZIP,
     HEADER_BYTES,
     BatchFormatError,
     Record,

@@ -124,7 +124,7 @@ def _recrc(data: bytearray) -> bytes:
     [
         (57, (4).to_bytes(4, "big"), "count"),  # record_count 4, last_offset_delta says 3
         (23, (5).to_bytes(4, "big"), "count"),  # last_offset_delta 5, record_count says 3
-        (21, (0x10).to_bytes(2, "big"), "transactional"),
+        (21, (0x30).to_bytes(2, "big"), "control"),  # markers are the broker's to write
         (21, (0x05).to_bytes(2, "big"), "attributes"),  # compression codec 5 does not exist
         (21, (0x08).to_bytes(2, "big"), "attributes"),  # LogAppendTime: a broker's choice
         (16, b"\x01", "magic"),
