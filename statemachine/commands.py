@@ -289,6 +289,73 @@ class DeleteOffsets(Command):
     partitions: bytes = _bytes()
 
 
+# -- Transaction state partitions (the transaction coordinator) ----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InitTxnProducer(Command):
+    """InitProducerId for a transactional id at its coordinator; `expected_*` is -1 when the
+    caller has none. `fresh_producer_id` comes from the coordinator's lease of producer ids
+    and is taken only where the id needs a new one (a new id, or an exhausted epoch)."""
+
+    TAG: ClassVar[int] = 30
+    now_ms: int = _int(*_TIME_MS)
+    transactional_id: str = _str()
+    transaction_timeout_ms: int = _int(0, INT32_MAX)
+    expected_producer_id: int = _int(NO_PRODUCER_ID, INT64_MAX)
+    expected_epoch: int = _int(NO_PRODUCER_EPOCH, PRODUCER_EPOCH_MAX)
+    fresh_producer_id: int = _int(0, INT64_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class AddTxnPartitions(Command):
+    """AddPartitionsToTxn (and AddOffsetsToTxn's offsets partition): `partitions` is the
+    msgpack list of `[topic, partition]`."""
+
+    TAG: ClassVar[int] = 31
+    now_ms: int = _int(*_TIME_MS)
+    transactional_id: str = _str()
+    producer_id: int = _int(0, INT64_MAX)
+    producer_epoch: int = _int(0, PRODUCER_EPOCH_MAX)
+    partitions: bytes = _bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareTxnEnd(Command):
+    """EndTxn: the transaction goes PrepareCommit (commit 1) or PrepareAbort (0)."""
+
+    TAG: ClassVar[int] = 32
+    now_ms: int = _int(*_TIME_MS)
+    transactional_id: str = _str()
+    producer_id: int = _int(0, INT64_MAX)
+    producer_epoch: int = _int(0, PRODUCER_EPOCH_MAX)
+    commit: int = _int(0, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteTxn(Command):
+    """Every partition of transaction `txn_sequence` holds its marker: CompleteCommit or
+    CompleteAbort."""
+
+    TAG: ClassVar[int] = 33
+    now_ms: int = _int(*_TIME_MS)
+    transactional_id: str = _str()
+    producer_id: int = _int(0, INT64_MAX)
+    txn_sequence: int = _int(0, INT64_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class FenceTxn(Command):
+    """The coordinator aborts the open transaction of this producer session (its timeout
+    passed, or an operator's abort), bumping the epoch so the producer is fenced."""
+
+    TAG: ClassVar[int] = 34
+    now_ms: int = _int(*_TIME_MS)
+    transactional_id: str = _str()
+    producer_id: int = _int(0, INT64_MAX)
+    producer_epoch: int = _int(0, PRODUCER_EPOCH_MAX)
+
+
 COMMAND_TYPES: tuple[type[Command], ...] = (
     Noop,
     AppendBatch,
@@ -310,6 +377,11 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     ExpireOffsets,
     DeleteTopicOffsets,
     DeleteOffsets,
+    InitTxnProducer,
+    AddTxnPartitions,
+    PrepareTxnEnd,
+    CompleteTxn,
+    FenceTxn,
 )
 
 

@@ -38,6 +38,7 @@ class StateLimits:
     replication_factor_max: int = 7
     transactional_ids_max: int = 100_000
     transaction_timeout_ms_max: int = 900_000
+    txn_partitions_max: int = 1_000  # partitions (and offsets partitions) of one transaction
     pid_block_size_max: int = 1_000_000
     name_length_max: int = 249
     address_length_max: int = 261  # a DNS name (253) + ":" + a port
