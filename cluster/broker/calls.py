@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from cluster.broker.storage import StoredBatch
 from statemachine.errors import ErrorCode
+from statemachine.partition_txns import AbortedTxn
 from statemachine.producer_state import BatchMetadata
 
 EARLIEST, LATEST = -2, -1  # an offset query's specs besides a time
@@ -41,10 +42,13 @@ class FetchWant(NamedTuple):
     offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    read_committed: bool = False  # up to the last stable offset (Kafka's isolation level 1)
 
 
 class Fetched(NamedTuple):
-    """One partition's committed batches from `FetchWant.offset`, as stored, or why not."""
+    """One partition's committed batches from `FetchWant.offset`, as stored, or why not;
+    for a read_committed reader, up to the last stable offset, with the aborted transactions
+    whose data it must drop."""
 
     topic: str
     partition: int
@@ -53,6 +57,8 @@ class Fetched(NamedTuple):
     log_start_offset: int
     leader: str
     batches: tuple[StoredBatch, ...]
+    last_stable_offset: int = -1
+    aborted: tuple[AbortedTxn, ...] = ()
 
 
 class OffsetWant(NamedTuple):
@@ -63,6 +69,7 @@ class OffsetWant(NamedTuple):
     partition: int
     spec: int
     current_leader_epoch: int = -1
+    read_committed: bool = False  # LATEST is the last stable offset (isolation level 1)
 
 
 class OffsetFound(NamedTuple):

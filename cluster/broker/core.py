@@ -33,7 +33,7 @@ from cluster.broker.metrics import Metrics
 from cluster.broker.node import OFFSETS_TOPIC, Node, PartitionHandle, client_topics
 from cluster.broker.partition_admin import PartitionAdmin
 from cluster.broker.peers import PeerWatcher
-from cluster.broker.storage import StorageError, StoredBatch
+from cluster.broker.storage import StorageError
 from cluster.clock import wall_ms
 from cluster.config import Limits
 from cluster.errors import RequestRefusedError
@@ -312,9 +312,10 @@ class Broker(PartitionAdmin):
             return Fetched(topic, partition, handle[0], -1, -1, handle[1], ())
         replica = handle.replica
         high, start = replica.high_watermark, replica.log_start_offset
+        stable = replica.last_stable_offset
 
-        def answer(error: ErrorCode, batches: tuple[StoredBatch, ...] = ()) -> Fetched:
-            return Fetched(topic, partition, error, high, start, "", batches)
+        def answer(error: ErrorCode) -> Fetched:
+            return Fetched(topic, partition, error, high, start, "", (), stable)
 
         if not start <= offset <= high:
             return answer(ErrorCode.OFFSET_OUT_OF_RANGE)
@@ -322,15 +323,13 @@ class Broker(PartitionAdmin):
             # This replica is restoring records it missed; they exist on the others. Retriable.
             return answer(ErrorCode.LEADER_NOT_AVAILABLE)
         try:
-            stored = (
-                replica.store.read(offset, max_bytes, at_least_one=at_least_one)
-                if offset < high
-                else []
+            batches, aborted = replica.read(
+                offset, max_bytes, at_least_one=at_least_one, read_committed=want.read_committed
             )
         except StorageError:  # damage on disk: retriable, another replica can serve it
             return answer(ErrorCode.LEADER_NOT_AVAILABLE)
-        self.metrics.fetched_bytes.inc(sum(len(b.batch) for b in stored))
-        return answer(ErrorCode.NONE, tuple(b for b in stored if b.base_offset < high))
+        self.metrics.fetched_bytes.inc(sum(len(b.batch) for b in batches))
+        return Fetched(topic, partition, ErrorCode.NONE, high, start, "", batches, stable, aborted)
 
     # -- the metadata group ------------------------------------------------------------------
 

@@ -70,13 +70,15 @@ class PartitionAdmin:
         return [self._offset(want) for want in wants]
 
     def _offset(self, want: OffsetWant) -> OffsetFound:
-        topic, partition, spec, current = want
-        handle = self._serving(self._leading(topic, partition), topic, partition, current)
+        topic, partition, spec = want.topic, want.partition, want.spec
+        found = self._leading(topic, partition)
+        handle = self._serving(found, topic, partition, want.current_leader_epoch)
         if not isinstance(handle, PartitionHandle):
             return OffsetFound(topic, partition, handle[0], -1, handle[1])
         term, replica = handle.group.term, handle.replica
         if spec == LATEST:  # Kafka's leader has recorded its own epoch: the latest
-            return OffsetFound(topic, partition, ErrorCode.NONE, replica.high_watermark, "", term)
+            end = replica.last_stable_offset if want.read_committed else replica.high_watermark
+            return OffsetFound(topic, partition, ErrorCode.NONE, end, "", term)
         if spec == EARLIEST:
             offset = replica.log_start_offset
         elif replica.restoring:  # batches below the local log may match: not known yet
@@ -90,8 +92,9 @@ class PartitionAdmin:
         """ListOffsets' max timestamp (-3, KIP-734): the offset of the first record carrying
         the partition's largest producer timestamp and that record's leader epoch (-1s for a
         partition without records), and the timestamp."""
-        topic, partition, _spec, current = want
-        handle = self._serving(self._leading(topic, partition), topic, partition, current)
+        topic, partition = want.topic, want.partition
+        found = self._leading(topic, partition)
+        handle = self._serving(found, topic, partition, want.current_leader_epoch)
         if not isinstance(handle, PartitionHandle):
             return OffsetFound(topic, partition, handle[0], -1, handle[1]), -1
         error, timestamp, offset = self._max_timestamp(handle)

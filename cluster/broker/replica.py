@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, Protocol, Self, TypeVar
 
-from cluster.broker.storage import PartitionStore
+from cluster.broker.storage import PartitionStore, StoredBatch
 from statemachine.limits import DEFAULT_LIMITS, StateLimits
 from statemachine.metadata import MetadataResult, MetadataStateMachine
 from statemachine.offsets import OffsetsResult, OffsetsStateMachine
@@ -30,6 +30,7 @@ from statemachine.partition import (
     PartitionResult,
     PartitionStateMachine,
 )
+from statemachine.partition_txns import AbortedTxn
 
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
@@ -142,6 +143,28 @@ class PartitionReplica(_Notifying[PartitionResult]):
     def log_start_offset(self) -> int:
         """The first offset of the partition (every replica agrees on it)."""
         return self.machine.log_start_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed readers stop (statemachine/partition_txns.py)."""
+        return self.machine.last_stable_offset
+
+    def read(
+        self, offset: int, max_bytes: int, *, at_least_one: bool, read_committed: bool
+    ) -> tuple[tuple[StoredBatch, ...], tuple[AbortedTxn, ...]]:
+        """The stored batches from `offset` on, up to the high watermark, or for a
+        read_committed reader up to the last stable offset, with the aborted transactions
+        whose data that reader must drop from them (Kafka's `aborted_transactions`).
+        StorageError if the store fails."""
+        upper = self.last_stable_offset if read_committed else self.high_watermark
+        if offset >= upper:
+            return (), ()
+        stored = self.store.read(offset, max_bytes, at_least_one=at_least_one)
+        batches = tuple(b for b in stored if b.base_offset < upper)
+        if not read_committed or not batches:
+            return batches, ()
+        aborted = self.machine.txns.aborted_between(offset, batches[-1].next_offset)
+        return batches, tuple(aborted)
 
     def offset_for_time(self, time_ms: int) -> int:
         """The first offset appended at `time_ms` or later (the leader's log append time), for

@@ -61,6 +61,7 @@ SPECS_FROM = EARLIEST
 MAX_TIMESTAMP = -3
 MAX_TIMESTAMP_SINCE_VERSION = 7
 NO_TIME = -1
+READ_COMMITTED = 1  # isolation_level of Fetch (v4+) and ListOffsets (v2+)
 ACKS = (0, 1, -1)  # none, the leader, all in sync: 1 and -1 both answer after the Raft commit
 
 
@@ -252,12 +253,14 @@ class KafkaFrontend:
         self, request: m.ListOffsetsRequest, call: Call
     ) -> m.ListOffsetsResponse:
         """Each partition asked, in order (one may be asked more than once, by several specs):
-        earliest (-2: log start), latest (-1: high watermark, also the last stable offset, as
-        raftbroker has no transactions), a time, by the log append time of stored batches, or
-        from v7 the max timestamp (-3: the record with the largest producer timestamp)."""
+        earliest (-2: log start), latest (-1: the high watermark, or for isolation level 1,
+        read_committed, the last stable offset), a time, by the log append time of stored
+        batches, or from v7 the max timestamp (-3: the record with the largest producer
+        timestamp)."""
         asked = [(t.name, q) for t in request.topics for q in t.partitions]
+        committed = request.isolation_level == READ_COMMITTED
         wants = [
-            OffsetWant(name, q.partition_index, q.timestamp, q.current_leader_epoch)
+            OffsetWant(name, q.partition_index, q.timestamp, q.current_leader_epoch, committed)
             for name, q in asked
             if _askable(q)
         ]
@@ -473,15 +476,15 @@ class KafkaFrontend:
         if result.error != ErrorCode.NONE:
             leader = self._current_leader(result.topic, result.partition, result.error)
             return m.PartitionData(result.partition, result.error, current_leader=leader)
-        high = result.high_watermark
         records = b"".join(b.batch for b in result.batches)  # stored bytes, as they are
+        aborted = tuple(m.AbortedTransaction(a.producer_id, a.first_offset) for a in result.aborted)
         return m.PartitionData(
             result.partition,
             ErrorCode.NONE,
-            high,
-            high,  # the last stable offset: no transactions, so every committed record
+            result.high_watermark,
+            result.last_stable_offset,
             result.log_start_offset,
-            aborted_transactions=(),
+            aborted_transactions=aborted,
             records=records,
         )
 
@@ -530,6 +533,7 @@ def _wants(request: m.FetchRequest) -> list[FetchWant]:
             fp.fetch_offset,
             max(fp.partition_max_bytes, 0),
             fp.current_leader_epoch,
+            request.isolation_level == READ_COMMITTED,
         )
         for t in request.topics
         for fp in t.partitions

@@ -459,6 +459,37 @@ async def test_a_follower_names_the_leader_and_a_bad_batch_appends_nothing(
     assert offsets.topics[0].partitions[0].offset == 0, "a refused batch was appended"
 
 
+@pytest.mark.asyncio(loop_scope="function")
+async def test_read_committed_reads_every_committed_record_without_transactions(
+    three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str]
+) -> None:
+    """Isolation level 1 (read_committed, librdkafka's default) on data with no transaction
+    open: every committed batch, the last stable offset at the high watermark, no abort; the
+    same end from ListOffsets."""
+    topic = "committed-reads"
+    await asyncio.to_thread(create, three_nodes, topic, 1)
+    leader = await leader_address(kafka_bootstrap, topic)
+    for tag in ("a", "b"):
+        answer = await kafka_call(
+            leader, m.Api.PRODUCE, 9, produce(topic, batch(-1, -1, -1, 2, tag))
+        )
+        assert partition_result(answer).error_code == ErrorCode.NONE
+    partition = m.FetchPartition(0, 0, 1 << 20)
+    fetch = m.FetchRequest(0, 1, (m.FetchTopic(topic, (partition,)),), isolation_level=1)
+    answer = await kafka_call(leader, m.Api.FETCH, 12, fetch)
+    assert isinstance(answer, m.FetchResponse)
+    (data,) = answer.responses[0].partitions
+    assert (data.error_code, data.high_watermark, data.last_stable_offset) == (0, 4, 4)
+    assert data.aborted_transactions == ()
+    assert data.records is not None and len(data.records) == 2 * len(batch(-1, -1, -1, 2))
+    latest = m.ListOffsetsTopic(topic, (m.ListOffsetsPartition(0, -1),))
+    offsets = await kafka_call(
+        leader, m.Api.LIST_OFFSETS, 6, m.ListOffsetsRequest((latest,), isolation_level=1)
+    )
+    assert isinstance(offsets, m.ListOffsetsResponse)
+    assert offsets.topics[0].partitions[0].offset == 4
+
+
 @pytest.mark.alone  # no leader change in its long polls
 @pytest.mark.asyncio(loop_scope="function")
 async def test_fetch_waits_for_max_wait_and_min_bytes(
