@@ -209,12 +209,9 @@ class TxnStateMachine:
         partitions = self._partitions(cmd.partitions)
         if partitions is None:
             return Rejected(ErrorCode.INVALID_REQUEST)
-        txn = self.txns.get(cmd.transactional_id)
-        if txn is None:
-            return Rejected(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-        error = txn.check_producer(cmd.producer_id, cmd.producer_epoch)
-        if error != ErrorCode.NONE:
-            return Rejected(error)
+        txn = self._of_producer(cmd.transactional_id, cmd.producer_id, cmd.producer_epoch)
+        if isinstance(txn, Rejected):
+            return txn
         if txn.state in PREPARING:
             return Rejected(ErrorCode.CONCURRENT_TRANSACTIONS)
         open_now = txn.state == TxnState.ONGOING
@@ -226,6 +223,16 @@ class TxnStateMachine:
             return Rejected(ErrorCode.POLICY_VIOLATION)
         txn.begin(added, self._clock_ms)
         return TxnPartitionsAdded(cmd.transactional_id, *txn.current, txn.txn_sequence, added)
+
+    def _of_producer(self, txn_id: str, producer_id: int, epoch: int) -> TxnMetadata | Rejected:
+        """The id's metadata if the request's producer is its current one (AddPartitionsToTxn,
+        EndTxn): an unknown id or another producer id is INVALID_PRODUCER_ID_MAPPING, another
+        epoch PRODUCER_FENCED."""
+        txn = self.txns.get(txn_id)
+        if txn is None:
+            return Rejected(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        error = txn.check_producer(producer_id, epoch)
+        return txn if error == ErrorCode.NONE else Rejected(error)
 
     def _partitions(self, data: bytes) -> tuple[TopicPartition, ...] | None:
         """An entry's non-empty msgpack list of `[topic, partition]`, sorted, no repeats."""
@@ -248,12 +255,9 @@ class TxnStateMachine:
         return tuple(sorted(found))
 
     def _prepare_end(self, cmd: PrepareTxnEnd) -> TxnStateResult:
-        txn = self.txns.get(cmd.transactional_id)
-        if txn is None:
-            return Rejected(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-        error = txn.check_producer(cmd.producer_id, cmd.producer_epoch)
-        if error != ErrorCode.NONE:
-            return Rejected(error)
+        txn = self._of_producer(cmd.transactional_id, cmd.producer_id, cmd.producer_epoch)
+        if isinstance(txn, Rejected):
+            return txn
         commit = bool(cmd.commit)
         asked = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
