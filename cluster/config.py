@@ -74,6 +74,9 @@ class Limits:
     # the offsets topic, which groups hash over (read when the first group creates the topic).
     group_members_max: int = 1_000
     offsets_topic_partitions: int = 8
+    # Transactions: the partitions of the transaction state topic, which transactional ids hash
+    # over (read when its first FindCoordinator creates it; each is a Raft group).
+    txn_state_topic_partitions: int = 4
 
     def __post_init__(self) -> None:
         check_positive_ints(self, ConfigError)

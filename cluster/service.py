@@ -88,6 +88,7 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
             tasks.create_task(node.reconcile_forever())
             tasks.create_task(duties.run())
             tasks.create_task(groups.run())
+            tasks.create_task(broker.txns.run())
             tasks.create_task(peers.run())
             tasks.create_task(hosts.run())
             tasks.create_task(_watch_leaders(node, metrics))

@@ -158,7 +158,7 @@ class PartitionStateMachine:
     def last_stable_offset(self) -> int:
         """Where read_committed readers stop: the first offset of the oldest transaction still
         open with data here, else the log end (statemachine/partition_txns.py)."""
-        return self.txns.last_stable_offset(self._log_end_offset)
+        return max(self.txns.last_stable_offset(self._log_end_offset), self._log_start_offset)
 
     @property
     def clock_ms(self) -> int:
@@ -229,12 +229,12 @@ class PartitionStateMachine:
             return Rejected(ErrorCode.CORRUPT_MESSAGE)
         clock_ms = self._clock_ms = max(self._clock_ms, now_ms)
         if header.attributes & TRANSACTIONAL_BIT or (
-            self.txns.producers and self.txns.in_transaction(header.producer_id)
+            self.txns.producers and header.producer_id in self.txns.producers
         ):
             return self._append_to_txn(header, batch, term)
         if header.producer_id != NO_PRODUCER_ID:
             base_offset = self._log_end_offset
-            verdict = self.producers.admit(header, base_offset, clock_ms)
+            verdict = self.producers.admit(header, base_offset, clock_ms, self.txns.producers)
             if verdict is None:
                 self._log_end_offset = end = base_offset + header.record_count
                 if term > self.epochs.latest:
@@ -253,6 +253,8 @@ class PartitionStateMachine:
         """A batch of a producer with a transaction open here, or a transactional one: a retry
         of a retained batch is its duplicate first (Kafka's order), then the batch must be
         transactional, of the registered transaction's epoch, and next in its sequence."""
+        if header.producer_epoch < self.txns.fenced_epoch(header.producer_id):
+            return Rejected(ErrorCode.INVALID_PRODUCER_EPOCH)  # a marker's epoch fenced it
         verdict = self.producers.check(header)
         if isinstance(verdict, BatchMetadata):
             return Duplicate(verdict.base_offset, verdict.last_offset, verdict.timestamp_ms)
@@ -262,9 +264,10 @@ class PartitionStateMachine:
         if verdict is not None:
             return Rejected(verdict)
         appended = self._assign_offsets(header, batch, term)
-        self.txns.appended(
-            header.producer_id, appended.base_offset, appended.last_offset, self._clock_ms
-        )
+        if header.attributes & TRANSACTIONAL_BIT:
+            self.txns.appended(
+                header.producer_id, appended.base_offset, appended.last_offset, self._clock_ms
+            )
         return appended
 
     def txn_refusal(self, header: BatchHeader) -> ErrorCode:
@@ -272,15 +275,20 @@ class PartitionStateMachine:
         would not, or it is a retry of a retained batch): the leader's check at the edge, so
         that data outside a registered transaction never reaches the log."""
         transactional = header.attributes & TRANSACTIONAL_BIT
-        if not transactional and not self.txns.in_transaction(header.producer_id):
+        if not transactional and header.producer_id not in self.txns.producers:
             return ErrorCode.NONE
+        if header.producer_epoch < self.txns.fenced_epoch(header.producer_id):
+            return ErrorCode.INVALID_PRODUCER_EPOCH
         if isinstance(self.producers.check(header), BatchMetadata):
             return ErrorCode.NONE
         return self._txn_refusal(header)
 
     def _txn_refusal(self, header: BatchHeader) -> ErrorCode:
+        """A plain batch is refused inside an open transaction, a transactional one outside
+        its producer's open transaction (the producer table judges the rest)."""
         if not header.attributes & TRANSACTIONAL_BIT:
-            return ErrorCode.INVALID_TXN_STATE  # a plain batch inside a transaction
+            in_txn = self.txns.in_transaction(header.producer_id)
+            return ErrorCode.INVALID_TXN_STATE if in_txn else ErrorCode.NONE
         return self.txns.check_data(header.producer_id, header.producer_epoch)
 
     def _end_txn(
@@ -292,7 +300,7 @@ class PartitionStateMachine:
         if isinstance(verdict, ErrorCode):
             return Rejected(verdict)
         offset = self._log_end_offset if verdict.write else NO_OFFSET
-        self.txns.end(producer_id, marker, offset, self._clock_ms)
+        self.txns.end(producer_id, txn_sequence, marker, offset, self._clock_ms)
         if not verdict.write:
             return TxnEnded(producer_id, txn_sequence)
         batch = marker_batch(producer_id, epoch, commit, coordinator_epoch, self._clock_ms)
@@ -314,6 +322,8 @@ class PartitionStateMachine:
             return Rejected(ErrorCode.CORRUPT_MESSAGE)
         if header.attributes & TRANSACTIONAL_BIT:
             return Rejected(ErrorCode.INVALID_RECORD)  # a sink's parts are fenced, never in one
+        if self.txns.producers and self.txns.in_transaction(header.producer_id):
+            return Rejected(ErrorCode.INVALID_TXN_STATE)  # a plain batch inside a transaction
         self._clock_ms = max(self._clock_ms, now_ms)
         if header.producer_id != NO_PRODUCER_ID:
             verdict = self.producers.check(header)
@@ -336,7 +346,7 @@ class PartitionStateMachine:
         base_offset = self._log_end_offset
         self._log_end_offset = base_offset + header.record_count
         if header.idempotent:
-            self.producers.record(header, base_offset, self._clock_ms)
+            self.producers.record(header, base_offset, self._clock_ms, self.txns.producers)
         self.epochs.appended(term, base_offset)
         return Appended(base_offset, self._log_end_offset - 1, self._clock_ms, batch, term)
 

@@ -147,8 +147,10 @@ class PartitionTxns:
                 return ErrorCode.INVALID_TXN_STATE  # a transaction that ended here already
         elif len(self.producers) >= self._producers_max:
             return ErrorCode.THROTTLING_QUOTA_EXCEEDED
-        if len(self._aborted) >= self._aborted_max:
-            return ErrorCode.THROTTLING_QUOTA_EXCEEDED  # until retention cuts the index
+        if len(self._aborted) + self._open_count() >= self._aborted_max:
+            # Every open transaction may yet abort: the index stays within its bound (and a
+            # snapshot within what restore accepts) whatever they do. Until retention cuts it.
+            return ErrorCode.THROTTLING_QUOTA_EXCEEDED
         if entry is None:
             entry = self.producers[producer_id] = TxnProducer(epoch, txn_sequence, now_ms)
         entry.last_epoch, entry.last_txn_sequence, entry.last_update_ms = (
@@ -193,7 +195,7 @@ class PartitionTxns:
         """What a marker for this transaction does, or why it is refused."""
         entry = self.producers.get(producer_id)
         if entry is None:
-            return ErrorCode.INVALID_TXN_STATE  # nothing registered here: a marker opens nothing
+            return EndTxn(write=False, replay=False)  # never registered here: nothing to end
         if coordinator_epoch < entry.coordinator_epoch:
             return ErrorCode.TRANSACTION_COORDINATOR_FENCED
         if epoch < entry.last_epoch:
@@ -201,6 +203,10 @@ class PartitionTxns:
         txn = entry.open
         if txn is not None and txn.txn_sequence == txn_sequence:
             return EndTxn(write=txn.first_offset != NO_OFFSET, replay=False)
+        if txn is None and txn_sequence > entry.last_txn_sequence:
+            # Its registration never applied here (yet): nothing to end, but it is recorded,
+            # so that a registration arriving late is refused as stale.
+            return EndTxn(write=False, replay=False)
         if txn is None and txn_sequence == entry.last_txn_sequence and entry.committed is commit:
             return EndTxn(write=False, replay=True)
         return ErrorCode.INVALID_TXN_STATE
@@ -208,6 +214,7 @@ class PartitionTxns:
     def end(
         self,
         producer_id: int,
+        txn_sequence: int,
         marker: tuple[int, bool, int],
         marker_offset: int,
         now_ms: int,
@@ -215,14 +222,20 @@ class PartitionTxns:
         """Carry out what `check_end` allowed: `marker` is (epoch, commit, coordinator epoch),
         `marker_offset` the control batch's offset (NO_OFFSET: none written)."""
         epoch, commit, coordinator_epoch = marker
-        entry = self.producers[producer_id]
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            if len(self.producers) >= self._producers_max:
+                return  # nothing to end, nor room to remember it
+            entry = self.producers[producer_id] = TxnProducer(epoch, txn_sequence, now_ms)
         txn = entry.open
         entry.last_update_ms = now_ms
-        if txn is None:
-            return  # a replay
-        entry.open, entry.committed = None, commit
         entry.last_epoch = max(entry.last_epoch, epoch)
         entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        if txn is None:
+            if txn_sequence > entry.last_txn_sequence or entry.committed is None:
+                entry.last_txn_sequence, entry.committed = txn_sequence, commit
+            return  # a replay, or a transaction that never opened here
+        entry.open, entry.committed = None, commit
         if txn.first_offset == NO_OFFSET:
             return
         assert marker_offset > txn.last_offset, "a marker before its transaction's data"
@@ -231,6 +244,15 @@ class PartitionTxns:
             self._aborted_ends.append(marker_offset)
         if self._hold == txn.first_offset:
             self._hold = self._oldest_open()
+
+    def _open_count(self) -> int:
+        return sum(1 for e in self.producers.values() if e.open is not None)
+
+    def fenced_epoch(self, producer_id: int) -> int:
+        """The epoch below which this producer's batches are fenced here (-1: none known): its
+        last registration's or marker's, as a marker raises a Kafka producer's epoch."""
+        entry = self.producers.get(producer_id)
+        return -1 if entry is None else entry.last_epoch
 
     def _oldest_open(self) -> int | None:
         firsts = [

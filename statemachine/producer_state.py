@@ -108,16 +108,20 @@ class ProducerTable:
             return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         return None
 
-    def record(self, batch: BatchHeader, base_offset: int, timestamp_ms: int) -> None:
+    def record(
+        self, batch: BatchHeader, base_offset: int, timestamp_ms: int, keep: Container[int] = ()
+    ) -> None:
         """Store a batch that `check` accepted and that now holds the given offsets.
 
-        A new producer that finds the table full first evicts the least recently used one.
+        A new producer that finds the table full first evicts the least recently used one that
+        is not in `keep` (producers with a transaction open: their retries must stay
+        deduplicated inside it).
         """
         producer_id = batch.producer_id
         entry = self._entries.get(producer_id)
         previous_ms = None if entry is None else entry.last_timestamp_ms
         if entry is None and len(self._entries) >= self._capacity:
-            self._evict_least_recently_used()
+            self._evict_least_recently_used(keep)
         if entry is None or batch.producer_epoch > entry.epoch:
             entry = ProducerEntry(batch.producer_epoch, timestamp_ms)
             self._entries[producer_id] = entry
@@ -131,7 +135,9 @@ class ProducerTable:
         if timestamp_ms != previous_ms and self._recency is not None:
             self._touched(producer_id, timestamp_ms)
 
-    def admit(self, batch: BatchHeader, base_offset: int, timestamp_ms: int) -> Verdict:
+    def admit(
+        self, batch: BatchHeader, base_offset: int, timestamp_ms: int, keep: Container[int] = ()
+    ) -> Verdict:
         """`check`, then `record` if it accepts: one lookup, one pass over the header.
 
         The common case first: the next batch of a known producer in its epoch. It cannot also
@@ -157,7 +163,7 @@ class ProducerTable:
                 return None
         verdict = self.check(batch)
         if verdict is None:
-            self.record(batch, base_offset, timestamp_ms)
+            self.record(batch, base_offset, timestamp_ms, keep)
         return verdict
 
     def _touched(self, producer_id: int, timestamp_ms: int) -> None:
@@ -172,15 +178,22 @@ class ProducerTable:
         entry = self._entries.get(pair[1])
         return entry is None or entry.last_timestamp_ms != pair[0]
 
-    def _evict_least_recently_used(self) -> None:
+    def _evict_least_recently_used(self, keep: Container[int]) -> None:
         if self._recency is None:
             self._rebuild_recency()
         recency = self._recency
         assert recency is not None
-        while self._stale(recency[0]):  # an IndexError here: a live entry missing from the heap
-            heappop(recency)
-        _, victim = heappop(recency)
+        kept: list[tuple[int, int]] = []
+        while recency and (self._stale(recency[0]) or recency[0][1] in keep):
+            pair = heappop(recency)
+            if not self._stale(pair):
+                kept.append(pair)
+        # Every live producer kept (a table smaller than the transaction table, which the
+        # defaults rule out): the least recently used of them goes after all.
+        _, victim = heappop(recency) if recency else kept.pop(0)
         del self._entries[victim]
+        for pair in kept:
+            heappush(recency, pair)
 
     def _rebuild_recency(self) -> None:
         self._recency = [(e.last_timestamp_ms, pid) for pid, e in self._entries.items()]

@@ -161,17 +161,19 @@ class TxnStateMachine:
             return Rejected(ErrorCode.PRODUCER_FENCED)
         if txn.state in PREPARING:
             return Rejected(ErrorCode.CONCURRENT_TRANSACTIONS)  # retried once it completes
-        txn.timeout_ms, txn.last_update_ms = cmd.transaction_timeout_ms, self._clock_ms
         if txn.state == TxnState.ONGOING:
             # A successor: the open transaction is aborted under a bumped epoch first (the
             # caller answers CONCURRENT_TRANSACTIONS; the client's retry bumps again).
+            txn.timeout_ms = cmd.transaction_timeout_ms
             return self._abort_fencing(cmd.transactional_id, txn)
         if txn.epoch >= EPOCH_ROTATION_THRESHOLD and (not given or expected.epoch == txn.epoch):
             return self._fresh(cmd, txn, txn.epoch if given else NO_PRODUCER_EPOCH)
         if given and expected.epoch != txn.epoch:
             if expected.epoch != txn.last_epoch:
-                return Rejected(ErrorCode.PRODUCER_FENCED)
+                return Rejected(ErrorCode.PRODUCER_FENCED)  # refused: touches nothing
+            txn.timeout_ms, txn.last_update_ms = cmd.transaction_timeout_ms, self._clock_ms
             return txn.current  # a retry of the call that bumped: no second bump
+        txn.timeout_ms = cmd.transaction_timeout_ms
         txn.last_epoch = txn.epoch if given else NO_PRODUCER_EPOCH
         txn.epoch += 1
         txn.move(TxnState.EMPTY, self._clock_ms)
@@ -197,8 +199,9 @@ class TxnStateMachine:
         return txn.current
 
     def _abort_fencing(self, txn_id: str, txn: TxnMetadata) -> TxnEndPrepared:
-        assert txn.epoch < PRODUCER_EPOCH_MAX, "epochs rotate before the last one"
-        txn.last_epoch, txn.epoch = NO_PRODUCER_EPOCH, txn.epoch + 1  # as Kafka's fence
+        # As Kafka's fence: the next epoch, unless the last one is reached (a forged request
+        # may hold it); InitProducerId rotates from there.
+        txn.last_epoch, txn.epoch = NO_PRODUCER_EPOCH, min(txn.epoch + 1, PRODUCER_EPOCH_MAX)
         txn.move(TxnState.PREPARE_EPOCH_FENCE, self._clock_ms)
         txn.move(TxnState.PREPARE_ABORT, self._clock_ms)
         return _prepared(txn_id, txn)
@@ -214,6 +217,8 @@ class TxnStateMachine:
             return txn
         if txn.state in PREPARING:
             return Rejected(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if txn.epoch == PRODUCER_EPOCH_MAX:
+            return Rejected(ErrorCode.PRODUCER_FENCED)  # the fence's epoch, never handed out
         open_now = txn.state == TxnState.ONGOING
         added = tuple(tp for tp in partitions if not open_now or tp not in txn.partitions)
         if not added:

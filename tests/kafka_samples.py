@@ -84,6 +84,7 @@ REQUESTS: dict[m.Api, m.RequestBody] = {
         "txn", 1_000, 3, (m.AddPartitionsToTxnTopic("orders", (0, 2)),)
     ),
     m.Api.ADD_OFFSETS_TO_TXN: m.AddOffsetsToTxnRequest("txn", 1_000, 3, "g"),
+    m.Api.END_TXN: m.EndTxnRequest("txn", 1_000, 3, True),
     m.Api.FIND_COORDINATOR: m.FindCoordinatorRequest("txn", 1, ("txn", "other")),
     m.Api.JOIN_GROUP: m.JoinGroupRequest(
         "g",
@@ -250,6 +251,7 @@ RESPONSES: dict[m.Api, m.ResponseBody] = {
         10,
     ),
     m.Api.ADD_OFFSETS_TO_TXN: m.AddOffsetsToTxnResponse(ErrorCode.INVALID_TXN_STATE, 10),
+    m.Api.END_TXN: m.EndTxnResponse(ErrorCode.CONCURRENT_TRANSACTIONS, 10),
     m.Api.FIND_COORDINATOR: m.FindCoordinatorResponse(
         0, None, 1, "127.0.0.2", 9092, (m.Coordinator("txn", 1, "127.0.0.2", 9092, 0),)
     ),

@@ -15,6 +15,8 @@ from collections.abc import Iterator, Sequence
 
 from cluster.kafka import codec
 from cluster.kafka import messages as m
+from statemachine.errors import ErrorCode
+from tests.polling import apoll_until
 
 log = logging.getLogger(__name__)
 SOCKET_TIMEOUT_S = 10.0
@@ -119,6 +121,25 @@ def capturing(*names: str) -> Iterator[Captured]:
         for logger, level in zip(loggers, levels, strict=True):
             logger.removeHandler(handler)
             logger.setLevel(level)
+
+
+async def served_init(
+    address: str, version: int, request: m.InitProducerIdRequest, timeout_s: float = 30.0
+) -> m.InitProducerIdResponse:
+    """InitProducerId, asked again while its transaction coordinator is starting (the
+    transaction state topic is created on the first ask), as a Kafka client retries it."""
+    starting = {
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+
+    async def answered() -> m.InitProducerIdResponse | None:
+        answer = await kafka_call(address, m.Api.INIT_PRODUCER_ID, version, request)
+        assert isinstance(answer, m.InitProducerIdResponse)
+        return None if answer.error_code in starting else answer
+
+    return await apoll_until(answered, timeout_s, "InitProducerId served")
 
 
 def negotiated(lines: list[str], pattern: str) -> dict[str, set[int]]:

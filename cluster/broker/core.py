@@ -30,10 +30,18 @@ from cluster.broker.calls import (
 )
 from cluster.broker.configs import ConfigChange, altered
 from cluster.broker.metrics import Metrics
-from cluster.broker.node import OFFSETS_TOPIC, Node, PartitionHandle, client_topics
+from cluster.broker.node import (
+    INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    TXN_STATE_TOPIC,
+    Node,
+    PartitionHandle,
+    client_topics,
+)
 from cluster.broker.partition_admin import PartitionAdmin
 from cluster.broker.peers import PeerWatcher
 from cluster.broker.storage import StorageError
+from cluster.broker.txns import TxnService
 from cluster.clock import wall_ms
 from cluster.config import Limits
 from cluster.errors import RequestRefusedError
@@ -43,7 +51,6 @@ from statemachine.commands import (
     AlterTopicConfigs,
     CreateTopic,
     DeleteTopic,
-    InitTransactionalProducer,
     encode_append,
 )
 from statemachine.errors import ErrorCode, Rejected
@@ -84,6 +91,7 @@ class Broker(PartitionAdmin):
         self.node = node
         self.peers = peers
         self.metrics = metrics
+        self.txns = TxnService(node, peers)  # the transaction coordinator's requests
 
     @property
     def request_timeout_s(self) -> float:
@@ -123,7 +131,7 @@ class Broker(PartitionAdmin):
         if handle is not None:
             return handle
         info = self.node.metadata_replica.machine.topics.get(topic)
-        if info is None or not 0 <= partition < info.partitions or topic == OFFSETS_TOPIC:
+        if info is None or not 0 <= partition < info.partitions or topic in INTERNAL_TOPICS:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
@@ -402,24 +410,19 @@ class Broker(PartitionAdmin):
         expected_epoch: int = -1,
     ) -> ProducerIdAndEpoch:
         """A new id (epoch 0) for an idempotent producer (no `transactional_id`), from this
-        node's lease; for a transactional one, its id and next epoch (fencing the last)."""
+        node's lease; for a transactional one, its id and next epoch (fencing the last), from
+        its transaction coordinator (cluster/broker/txns.py)."""
         if not transactional_id:
             producer_id = self.node.lease.take()
             self.node.pid_block_wanted.set()  # prefetch, or refill an empty lease
             if isinstance(producer_id, ErrorCode):
                 raise RequestRefusedError(producer_id, "no producer-id block yet; retry")
             return ProducerIdAndEpoch(producer_id, 0)
-        command = InitTransactionalProducer(
-            transactional_id,
-            transaction_timeout_ms,
-            expected_producer_id,
-            expected_epoch,
-            wall_ms(),
+        result = await self.txns.init_producer(
+            transactional_id, transaction_timeout_ms, expected_producer_id, expected_epoch
         )
-        result = await self._propose_metadata(command.encode())
-        if isinstance(result, Rejected):
-            raise RequestRefusedError(result.error)
-        assert isinstance(result, ProducerIdAndEpoch), result
+        if isinstance(result, ErrorCode):
+            raise RequestRefusedError(result)
         return result
 
     async def topics_and_brokers(self) -> tuple[dict[str, TopicInfo], dict[int, BrokerInfo]]:
@@ -507,4 +510,6 @@ def _internal(name: str) -> str | None:
     """Why a client may not create or delete `name`, or None."""
     if name == OFFSETS_TOPIC:
         return f"{OFFSETS_TOPIC} is the consumer groups' internal topic"
+    if name == TXN_STATE_TOPIC:
+        return f"{TXN_STATE_TOPIC} is the transaction coordinator's internal topic"
     return None

@@ -24,10 +24,11 @@ import logging
 
 from cluster.broker.node import Node, PartitionHandle
 from cluster.broker.peers import MissedBatch, PeerTalk
+from cluster.broker.replica import MetadataReplica, TxnStateReplica
 from cluster.broker.storage import leader_epoch_of
 from cluster.clock import wall_ms
 from cluster.errors import RaftbrokerError
-from cluster.raft import ProposalError
+from cluster.raft import ProposalError, RaftGroup
 from statemachine.commands import (
     AdvanceLogStart,
     AllocatePidBlock,
@@ -193,13 +194,17 @@ class NodeDuties:
                 await handle.group.propose(command, self._timeout_s)
 
     async def _expire_transactional_ids(self) -> None:
-        group = self.node.metadata
-        if not group.serving:
-            return
+        """On each transaction state partition this node leads, and on the metadata group
+        (whose registry holds the ids of logs written before the coordinator existed)."""
         expiration_ms = self.node.config.timing.transactional_id_expiration_ms
-        stamp = wall_ms()
-        replica = self.node.metadata_replica
-        if await group.read(lambda: replica.machine.expiry_due(stamp, expiration_ms)):
+        holders: list[tuple[RaftGroup, MetadataReplica | TxnStateReplica]] = [
+            (self.node.metadata, self.node.metadata_replica),
+            *((h.group, h.replica) for h in self.node.txn_states.values()),
+        ]
+        for group, replica in holders:
+            stamp = wall_ms()
+            if not group.serving or not replica.machine.expiry_due(stamp, expiration_ms):
+                continue
             command = ExpireTransactionalIds(stamp, expiration_ms).encode()
             with contextlib.suppress(ProposalError):
                 await group.propose(command, self._timeout_s)

@@ -31,7 +31,6 @@ import contextlib
 import logging
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -48,14 +47,14 @@ from cluster.broker.coordinator import (
     SyncResult,
 )
 from cluster.broker.group_admin import GroupAdmin, Seat
-from cluster.broker.node import OFFSETS_TOPIC, Node, OffsetsHandle
+from cluster.broker.internal_topics import ensure_internal_topic, internal_topic, partition_of
+from cluster.broker.node import INTERNAL_TOPICS, OFFSETS_TOPIC, Node, OffsetsHandle
 from cluster.broker.peers import PeerWatcher
 from cluster.clock import wall_ms
 from cluster.raft import ProposalError
 from statemachine.codec import pack
 from statemachine.commands import (
     CommitOffsets,
-    CreateTopic,
     DeleteTopicOffsets,
     ExpireOffsets,
     StoreGroup,
@@ -67,17 +66,11 @@ from statemachine.offsets import GroupStored, OffsetsStateMachine, group_id_erro
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 0.1  # how often leadership of the offsets partitions is looked at
-OFFSETS_TOPIC_REPLICATION = 3  # or every broker, if fewer
 # A parked JoinGroup waits for the rebalance, bounded by the rebalance timeout it asked for
 # and the initial delay, plus this; a SyncGroup by the group's rebalance timeout, plus this.
 PARK_MARGIN_S = 5.0
 MEMBER_ID_PREFIX_CHARS_MAX = 255  # + 37 for "-<uuid>": well within every name bound
 NO_OFFSET = -1
-
-
-def partition_of(group_id: str, partitions: int) -> int:
-    """The offsets partition that holds `group_id`: the same on every node."""
-    return zlib.crc32(group_id.encode()) % partitions
 
 
 class CommitPartition(NamedTuple):
@@ -127,28 +120,13 @@ class GroupService(GroupAdmin):
         return int(self._clock() * 1000)
 
     def offsets_topic(self) -> TopicInfo | None:
-        return self.node.metadata_replica.machine.topics.get(OFFSETS_TOPIC)
+        return internal_topic(self.node, OFFSETS_TOPIC)
 
     async def ensure_offsets_topic(self) -> ErrorCode:
-        """NONE once the offsets topic exists; else its creation is proposed (once at a
-        time) and COORDINATOR_NOT_AVAILABLE is the answer meanwhile, as Kafka's."""
-        if self.offsets_topic() is not None:
-            return ErrorCode.NONE
-        brokers = len(self.node.metadata_replica.machine.brokers)
-        if brokers == 0:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        command = CreateTopic(
-            OFFSETS_TOPIC,
-            self.node.config.limits.offsets_topic_partitions,
-            min(OFFSETS_TOPIC_REPLICATION, brokers),
-            -1,
-            -1,
-        ).encode()
-        with contextlib.suppress(ProposalError):
-            result = await self.node.metadata.propose(command, self._timeout_s, forward=True)
-            if isinstance(result, Rejected) and result.error != ErrorCode.TOPIC_ALREADY_EXISTS:
-                log.warning("could not create %s: %s", OFFSETS_TOPIC, result.error.name)
-        return ErrorCode.NONE if self.offsets_topic() else ErrorCode.COORDINATOR_NOT_AVAILABLE
+        """NONE once the offsets topic exists; else COORDINATOR_NOT_AVAILABLE while its
+        creation is proposed (cluster/broker/internal_topics.py)."""
+        partitions = self.node.config.limits.offsets_topic_partitions
+        return await ensure_internal_topic(self.node, OFFSETS_TOPIC, partitions, self._timeout_s)
 
     def offsets_partition(self, group_id: str) -> int | None:
         """The offsets partition that holds `group_id` (None until the topic exists)."""
@@ -387,7 +365,7 @@ class GroupService(GroupAdmin):
         topic = self.node.metadata_replica.machine.topics.get(partition.topic)
         if (
             topic is None
-            or topic.name == OFFSETS_TOPIC
+            or topic.name in INTERNAL_TOPICS
             or not (0 <= partition.partition < topic.partitions)
         ):
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster.broker import layout
-from cluster.broker.replica import Fatal, MetadataReplica, OffsetsReplica, PartitionReplica
+from cluster.broker.replica import (
+    Fatal,
+    MetadataReplica,
+    OffsetsReplica,
+    PartitionReplica,
+    TxnStateReplica,
+)
 from cluster.broker.storage import PartitionStore
 from cluster.config import NodeConfig, Peer
 from cluster.raft import GroupSpec, GroupStatus, RaftDriver, RaftGroup
@@ -47,12 +53,16 @@ METADATA_GROUP = "__metadata"
 # The internal topic whose partitions hold consumer groups (Kafka's name): created by the
 # metadata group on the first need of a group coordinator, never by a client.
 OFFSETS_TOPIC = "__consumer_offsets"
+# The internal topic whose partitions hold the transaction coordinator's state (Kafka's name):
+# created by the metadata group on the first FindCoordinator for a transactional id.
+TXN_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_STATE_TOPIC})
 
 
 def client_topics(topics: dict[str, TopicInfo]) -> dict[str, TopicInfo]:
-    """The topics clients see: every one but the internal offsets topic, which no client lists,
-    produces to, reads or deletes (its partitions are not record logs)."""
-    return {name: info for name, info in topics.items() if name != OFFSETS_TOPIC}
+    """The topics clients see: every one but the internal ones, which no client lists,
+    produces to, reads or deletes (their partitions are not record logs)."""
+    return {name: info for name, info in topics.items() if name not in INTERNAL_TOPICS}
 
 
 RECONCILE_INTERVAL_S = 1.0
@@ -145,6 +155,19 @@ class OffsetsHandle:
     replica: OffsetsReplica
 
 
+@dataclass
+class TxnStateHandle:
+    """One transaction state partition replica hosted here (cluster/broker/txns.py)."""
+
+    topic: TopicInfo
+    partition: int
+    group: RaftGroup
+    replica: TxnStateReplica
+
+
+InternalHandle = OffsetsHandle | TxnStateHandle
+
+
 class Node:
     """Everything one broker process runs, except its sockets."""
 
@@ -164,6 +187,7 @@ class Node:
         self.metadata_replica = MetadataReplica(self.limits, self._on_metadata_applied)
         self.partitions: dict[PartitionKey, PartitionHandle] = {}
         self.offsets: dict[PartitionKey, OffsetsHandle] = {}
+        self.txn_states: dict[PartitionKey, TxnStateHandle] = {}
         self.lease = PidBlockLease()
         self.pid_block_wanted = asyncio.Event()
         self._metadata: RaftGroup | None = None
@@ -205,6 +229,7 @@ class Node:
             handle.replica.store.close()
         self.partitions.clear()
         self.offsets.clear()
+        self.txn_states.clear()
 
     async def reconcile_forever(self) -> None:
         while True:
@@ -222,9 +247,10 @@ class Node:
             for p in range(t.partitions)
             if self.config.node_id in t.replicas[p]
         }
-        hosted: dict[PartitionKey, PartitionHandle | OffsetsHandle] = {
+        hosted: dict[PartitionKey, PartitionHandle | InternalHandle] = {
             **self.partitions,
             **self.offsets,
+            **self.txn_states,
         }
         for key in [k for k, h in hosted.items() if not _same_topic(wanted.get(k), h.topic)]:
             await self._stop_partition(key, delete=True)
@@ -281,6 +307,15 @@ class Node:
             self.offsets[(topic.name, partition)] = OffsetsHandle(topic, partition, group, offsets)
             log.info("started offsets partition %s", spec.name)
             return
+        if topic.name == TXN_STATE_TOPIC:
+            txn_state = TxnStateReplica(self.limits)
+            group = await self.driver.add_group(
+                spec, txn_state, self.config.limits.pending_proposals_max
+            )
+            key = (topic.name, partition)
+            self.txn_states[key] = TxnStateHandle(topic, partition, group, txn_state)
+            log.info("started transaction state partition %s", spec.name)
+            return
         replica = PartitionReplica(
             self.open_store,
             directory,
@@ -333,9 +368,9 @@ class Node:
         )
 
     async def _stop_partition(self, key: PartitionKey, *, delete: bool) -> None:
-        handle: PartitionHandle | OffsetsHandle
-        if key in self.offsets:
-            handle = self.offsets.pop(key)
+        handle: PartitionHandle | InternalHandle
+        if key in self.offsets or key in self.txn_states:
+            handle = self.offsets.pop(key) if key in self.offsets else self.txn_states.pop(key)
             await self.driver.remove_group(handle.group.name)
         else:
             handle = self.partitions.pop(key)
@@ -369,6 +404,7 @@ class Node:
         statuses = [self.metadata.status()]
         statuses += [h.group.status() for h in self.partitions.values()]
         statuses += [h.group.status() for h in self.offsets.values()]
+        statuses += [h.group.status() for h in self.txn_states.values()]
         statuses += [
             GroupStatus(
                 name=f"{name}-{partition}",

@@ -31,6 +31,7 @@ from statemachine.partition import (
     PartitionStateMachine,
 )
 from statemachine.partition_txns import AbortedTxn
+from statemachine.txn_state import TxnStateMachine, TxnStateResult
 
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
@@ -256,3 +257,14 @@ class OffsetsReplica(_PlainReplica[OffsetsStateMachine, OffsetsResult]):
         on_applied: Callable[[OffsetsResult], None] | None = None,
     ) -> None:
         super().__init__(OffsetsStateMachine, limits, on_applied)
+
+
+class TxnStateReplica(_PlainReplica[TxnStateMachine, TxnStateResult]):
+    """A transaction state partition's machine on this node: its transactional ids."""
+
+    def __init__(
+        self,
+        limits: StateLimits = DEFAULT_LIMITS,
+        on_applied: Callable[[TxnStateResult], None] | None = None,
+    ) -> None:
+        super().__init__(TxnStateMachine, limits, on_applied)

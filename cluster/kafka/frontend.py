@@ -494,10 +494,10 @@ class KafkaFrontend:
     async def find_coordinator(
         self, request: m.FindCoordinatorRequest, call: Call
     ) -> m.FindCoordinatorResponse:
-        """Transactions (key type 1): this node, which serves InitProducerId for any
-        transactional id (the metadata group forwards it). Groups (key type 0): the leader of
-        the group's offsets partition (cluster/broker/groups.py), the offsets topic created
-        on the first ask (COORDINATOR_NOT_AVAILABLE until it has leaders)."""
+        """Transactions (key type 1): the leader of the transactional id's transaction state
+        partition (cluster/broker/txns.py); groups (key type 0): the leader of the group's
+        offsets partition (cluster/broker/groups.py). Each internal topic is created on its
+        first ask (COORDINATOR_NOT_AVAILABLE until it has leaders)."""
         keys = request.coordinator_keys if call.version >= 4 else (request.key,)
         answers = tuple([await self._coordinator(key, request.key_type) for key in keys])
         first = answers[0] if answers else m.Coordinator("", -1, "", -1, ErrorCode.NONE)
@@ -506,18 +506,17 @@ class KafkaFrontend:
         )
 
     async def _coordinator(self, key: str, key_type: int) -> m.Coordinator:
-        me = self.node.config.node_id
-        if key_type == m.COORDINATOR_TRANSACTION and me in self._addresses:
-            host, port = self._addresses[me]
-            return m.Coordinator(key, me, host, port, ErrorCode.NONE)
-        if key_type == m.COORDINATOR_GROUP:
-            error, node_id = await self.groups.coordinator_node(key)
+        if key_type in (m.COORDINATOR_GROUP, m.COORDINATOR_TRANSACTION):
+            if key_type == m.COORDINATOR_GROUP:
+                error, node_id = await self.groups.coordinator_node(key)
+            else:
+                error, node_id = await self.broker.txns.coordinator_node(key)
             if error is ErrorCode.NONE and node_id in self._addresses:
                 host, port = self._addresses[node_id]
                 return m.Coordinator(key, node_id, host, port, ErrorCode.NONE)
             if error is ErrorCode.NONE:
                 error = ErrorCode.COORDINATOR_NOT_AVAILABLE
-            message = "the group's coordinator is not known yet"
+            message = "the coordinator is not known yet"
         else:
             error, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
         return m.Coordinator(key, -1, "", -1, error, message)

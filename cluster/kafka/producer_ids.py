@@ -1,9 +1,10 @@
-"""Producer ids through Kafka's protocol: InitProducerId, and the transaction APIs refused.
+"""Producer ids and transactions through Kafka's protocol: InitProducerId, AddPartitionsToTxn,
+EndTxn; AddOffsetsToTxn refused (offsets in a transaction come later).
 
-Role: the part of a node's Kafka listener (its frontend, frontend.py) that gives out producer
-ids and epochs, through the broker core (`Broker.init_producer_id`: the metadata group's
-allocator and transactional-id registry, the rules of docs/semantics.md), and refuses the
-transaction APIs a client's first transaction sends (no transactions yet).
+Role: the part of a node's Kafka listener (its frontend, frontend.py) that translates these
+requests for the broker core (`Broker.init_producer_id`, and its transaction coordinator
+`Broker.txns`, cluster/broker/txns.py: the rules of docs/semantics.md) and back, with
+Kafka's version rules (PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to older clients).
 """
 
 from __future__ import annotations
@@ -19,10 +20,19 @@ from statemachine.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 PRODUCER_FENCED_SINCE_VERSION = 4  # InitProducerId: older clients know INVALID_PRODUCER_EPOCH
+TXN_FENCED_SINCE_VERSION = 2  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn: the same
+
+
+def _fenced_as(error: ErrorCode, version: int, since: int) -> ErrorCode:
+    """PRODUCER_FENCED as a client of `version` knows it."""
+    if error == ErrorCode.PRODUCER_FENCED and version < since:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error
 
 
 class KafkaProducerIds:
-    """InitProducerId, AddPartitionsToTxn and AddOffsetsToTxn, for one node's Kafka listener."""
+    """InitProducerId, the transaction APIs and AddOffsetsToTxn's refusal, for one node's
+    Kafka listener."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -48,17 +58,47 @@ class KafkaProducerIds:
         try:
             answer = await self.broker.init_producer_id(*asked)
         except RaftbrokerError as exc:
-            error = exc.error
-            if error == ErrorCode.PRODUCER_FENCED and version < PRODUCER_FENCED_SINCE_VERSION:
-                error = ErrorCode.INVALID_PRODUCER_EPOCH
-            return m.InitProducerIdResponse(error)
+            return m.InitProducerIdResponse(
+                _fenced_as(exc.error, version, PRODUCER_FENCED_SINCE_VERSION)
+            )
         return m.InitProducerIdResponse(ErrorCode.NONE, answer.producer_id, answer.epoch)
 
     @serves(m.AddPartitionsToTxnRequest)
     async def add_partitions_to_txn(
         self, request: m.AddPartitionsToTxnRequest, call: Call
-    ) -> m.ResponseBody:
-        _refuse_transaction(request.v3_and_below_transactional_id, call.source)
+    ) -> m.AddPartitionsToTxnResponse:
+        """Each partition's error: NONE once it is in the transaction and registered with its
+        own Raft group, so the producer's batches to it are taken."""
+        asked = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+        errors = await self.broker.txns.add_partitions(
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            list(dict.fromkeys(asked)),
+        )
+        return m.AddPartitionsToTxnResponse(
+            tuple(
+                m.AddPartitionsToTxnTopicResult(
+                    t.name,
+                    tuple(
+                        m.AddPartitionsToTxnPartitionResult(
+                            p,
+                            _fenced_as(errors[(t.name, p)], call.version, TXN_FENCED_SINCE_VERSION),
+                        )
+                        for p in t.partitions
+                    ),
+                )
+                for t in request.v3_and_below_topics
+            )
+        )
+
+    @serves(m.EndTxnRequest)
+    async def end_txn(self, request: m.EndTxnRequest, call: Call) -> m.EndTxnResponse:
+        """NONE once the transaction is prepared to commit or abort (its markers follow)."""
+        error = await self.broker.txns.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+        )
+        return m.EndTxnResponse(_fenced_as(error, call.version, TXN_FENCED_SINCE_VERSION))
 
     @serves(m.AddOffsetsToTxnRequest)
     async def add_offsets_to_txn(
@@ -68,10 +108,10 @@ class KafkaProducerIds:
 
 
 def _refuse_transaction(txn: str, source: str) -> NoReturn:
-    """Transactions are not served yet: a transaction's first request (a partition or a
-    group's offsets added to it) is refused INVALID_TXN_STATE, which librdkafka and Kafka's
-    Java client take as fatal, so the client's first transaction fails at once with its own
-    error (librdkafka's "Failed to add partitions to transaction") rather than at its
-    timeout. InitProducerId with a transactional id still fences as it did."""
-    log.info("transaction of %s from %s refused: not supported yet", quoted(txn), source)
-    raise RequestRefusedError(ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet")
+    """Offsets in a transaction are not served yet: AddOffsetsToTxn is refused
+    INVALID_TXN_STATE, which librdkafka and Kafka's Java client take as fatal, so the client's
+    transaction fails at once with its own error rather than at its timeout."""
+    log.info("offsets in a transaction of %s from %s refused", quoted(txn), source)
+    raise RequestRefusedError(
+        ErrorCode.INVALID_TXN_STATE, "offsets in a transaction are not supported yet"
+    )

@@ -4,10 +4,11 @@ kcat lists brokers and topics; confluent-kafka's (librdkafka's) AdminClient, kaf
 KafkaAdminClient and aiokafka's AIOKafkaAdminClient list, create and delete topics. Each client's
 debug log is read for the versions it negotiated, which are logged (`NEGOTIATED` lines, shown
 with `-o log_cli=true`) and asserted, so a change to our version table that moves a client shows
-here. Then, at the request level with our own codec as the client: InitProducerId twice with one
-transactional id bumps the epoch (KIP-360's retry and fencing too), FindCoordinator for
-transactions is answered by whichever node is asked, ListOffsets, DescribeProducers,
-DescribeCluster, and a Metadata that never creates a topic.
+here. Transactions: each client commits and aborts across partitions, read back by
+read_committed and read_uncommitted consumers. Then, at the request level with our own codec as
+the client: InitProducerId twice with one transactional id bumps the epoch (KIP-360's retry and
+fencing too), FindCoordinator for transactions names the id's coordinator, ListOffsets,
+DescribeProducers, DescribeCluster, and a Metadata that never creates a topic.
 """
 
 from __future__ import annotations
@@ -24,21 +25,27 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin import NewTopic as AioNewTopic
-from aiokafka.errors import KafkaError as AioKafkaError
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer as ConfluentConsumer
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from kafka import KafkaProducer as KafkaPythonProducer
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaPythonNewTopic
-from kafka.errors import KafkaError as KafkaPythonError
 
-from cluster.client import Admin, Client, Consumer, Producer
+from cluster.client import Admin, Client, Producer
 from cluster.kafka import messages as m
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
-from tests.kafka_wire import Captured, kafka_call, kafka_calls, negotiated, report
+from tests.kafka_wire import (
+    Captured,
+    kafka_call,
+    kafka_calls,
+    negotiated,
+    report,
+    served_init,
+)
 from tests.polling import apoll_until, poll_until
 
 CLIENT_TIMEOUT_S = 30.0
@@ -178,52 +185,102 @@ def init(txn: str | None, pid: int = -1, epoch: int = -1) -> m.InitProducerIdReq
     return m.InitProducerIdRequest(txn, TXN_TIMEOUT_MS, pid, epoch)
 
 
-TRANSACTION_FAILS_WITHIN_S = 5.0
+OFFSETS_IN_TXN_FAIL_WITHIN_S = 5.0
 
 
-def test_a_transaction_fails_at_once_and_fencing_still_holds(
+def read_all(kafka_bootstrap: list[str], topics: dict[str, int], isolation: str) -> list[str]:
+    """Every value of these topics' partitions, read from the start by a consumer of that
+    isolation level until each partition's end."""
+    consumer = ConfluentConsumer(
+        {
+            "bootstrap.servers": ",".join(kafka_bootstrap),
+            "group.id": f"reader-{uuid.uuid4()}",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
+    wanted = [TopicPartition(t, p, 0) for t, n in topics.items() for p in range(n)]
+    consumer.assign(wanted)
+    values: list[str] = []
+    ended: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    try:
+        while len(ended) < len(wanted):
+            assert time.monotonic() < deadline, f"read {len(values)} values, ended {ended}"
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                assert error.code() == KafkaError._PARTITION_EOF, error
+                ended.add((str(message.topic()), int(message.partition() or 0)))
+                continue
+            values.append(bytes(message.value() or b"").decode())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_transactions_commit_and_abort_atomically_across_clients(
     three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str], captured: Captured
 ) -> None:
-    """Issue 41, item 1: transactions are not served yet, and a client's first one must fail
-    at once with the client's own error, not at its timeout (librdkafka's commit waited 40 s
-    for an AddPartitionsToTxn it found unsupported). The node advertises AddPartitionsToTxn and
-    answers it INVALID_TXN_STATE, fatal to librdkafka and kafka-python alike; nothing is
-    appended, and a second producer with the same transactional id still fences in."""
-    create_native(three_nodes, "txn-refused", 1)
+    """confluent-kafka, kafka-python and aiokafka each commit one transaction over three
+    partitions of two topics and abort another after its data reached them: a read_committed
+    reader sees every committed record and none of the aborted ones, a read_uncommitted reader
+    both; a successor with the same transactional id fences the first instance; offsets in a
+    transaction (AddOffsetsToTxn) are refused at once, as not served yet."""
+    topics = {"txn-orders": 2, "txn-audit": 1}
+    for topic, partitions in topics.items():
+        create_native(three_nodes, topic, partitions)
     config: dict[str, Any] = {
         "bootstrap.servers": ",".join(kafka_bootstrap),
-        "transactional.id": "readme-txn",
+        "transactional.id": "orders-txn",
         "debug": "protocol",
         "logger": logging.getLogger("librdkafka"),
     }
     producer = ConfluentProducer(config)
     producer.init_transactions(CLIENT_TIMEOUT_S)
+    for tag, commit in (("ck-1", True), ("ck-abort", False), ("ck-2", True)):
+        producer.begin_transaction()
+        for i in range(4):
+            producer.produce("txn-orders", f"{tag}-{i}".encode(), partition=i % 2)
+            producer.produce("txn-audit", f"{tag}-audit-{i}".encode())
+        producer.flush(CLIENT_TIMEOUT_S)  # the data is in the partitions before the outcome
+        end = producer.commit_transaction if commit else producer.abort_transaction
+        end(CLIENT_TIMEOUT_S)
+    kafka_python_transactions(kafka_bootstrap)
+    asyncio.run(aiokafka_transactions(kafka_bootstrap))
+    committed = read_all(kafka_bootstrap, topics, "read_committed")
+    everything = read_all(kafka_bootstrap, topics, "read_uncommitted")
+    expected = {
+        *(f"{tag}-{i}" for tag in ("ck-1", "ck-2") for i in range(4)),
+        *(f"{tag}-audit-{i}" for tag in ("ck-1", "ck-2") for i in range(4)),
+        "kp-commit",
+        "aio-commit",
+    }
+    aborted = {*(f"ck-abort-{i}" for i in range(4)), "kp-abort", "aio-abort"}
+    assert sorted(committed) == sorted(expected)  # each committed record once, no aborted one
+    assert aborted <= set(everything)  # the aborted records are in the log, hidden
+    successor = ConfluentProducer(config)
+    successor.init_transactions(CLIENT_TIMEOUT_S)
     producer.begin_transaction()
-    producer.produce("txn-refused", b"never stored")
-    started = time.monotonic()
-    with pytest.raises(KafkaException) as failed:
+    producer.produce("txn-orders", b"zombie", partition=0)
+    with pytest.raises(KafkaException) as fenced:
         producer.commit_transaction(CLIENT_TIMEOUT_S)
-    assert time.monotonic() - started < TRANSACTION_FAILS_WITHIN_S
-    error = failed.value.args[0]
-    assert error.fatal()
-    assert "Failed to add partitions to transaction" in error.str(), error.str()
-    producer.poll(0)  # librdkafka's log reaches the logger when the client is polled
-    ConfluentProducer(config).init_transactions(CLIENT_TIMEOUT_S)  # the id fences as before
-    kp = KafkaPythonProducer(
-        bootstrap_servers=kafka_bootstrap, transactional_id="kp-txn", enable_idempotence=True
+    assert fenced.value.args[0].fatal(), fenced.value.args[0]
+    successor.begin_transaction()
+    offsets = [TopicPartition("txn-orders", 0, 1)]
+    group = ConfluentConsumer(
+        {"bootstrap.servers": ",".join(kafka_bootstrap), "group.id": "txn-group"}
     )
-    try:
-        kp.init_transactions()
-        kp.begin_transaction()
-        kp.send("txn-refused", b"never stored")
-        started = time.monotonic()
-        with pytest.raises(KafkaPythonError, match="InvalidTxnState"):
-            kp.commit_transaction()
-        assert time.monotonic() - started < TRANSACTION_FAILS_WITHIN_S
-    finally:
-        kp.close(timeout=1)
-    asyncio.run(aiokafka_transaction(kafka_bootstrap))
-    assert end_offset(three_nodes, "txn-refused") == 0
+    started = time.monotonic()
+    with pytest.raises(KafkaException):
+        successor.send_offsets_to_transaction(
+            offsets, group.consumer_group_metadata(), CLIENT_TIMEOUT_S
+        )
+    group.close()
+    assert time.monotonic() - started < OFFSETS_IN_TXN_FAIL_WITHIN_S
+    assert "zombie" not in read_all(kafka_bootstrap, topics, "read_committed")
     for client, pattern in (
         ("confluent-kafka 2.16", r"Sent (\w+)Request \(v(\d+)"),
         ("kafka-python 3.0", r"Request \d+: (\w+)Request\(version=(\d+)"),
@@ -231,41 +288,45 @@ def test_a_transaction_fails_at_once_and_fencing_still_holds(
     ):
         versions = negotiated(captured.lines, pattern)
         report(client, {k: v for k, v in versions.items() if "Txn" in k})
-    assert negotiated(captured.lines, r"Sent (AddPartitionsToTxn)Request \(v(\d+)") == {
-        "AddPartitionsToTxn": {0}
-    }
+    assert negotiated(captured.lines, r"Sent (EndTxn)Request \(v(\d+)") == {"EndTxn": {1}}
 
 
-async def aiokafka_transaction(kafka_bootstrap: list[str]) -> None:
+def kafka_python_transactions(kafka_bootstrap: list[str]) -> None:
+    producer = KafkaPythonProducer(
+        bootstrap_servers=kafka_bootstrap, transactional_id="kp-txn", enable_idempotence=True
+    )
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("txn-orders", b"kp-commit", partition=1)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send("txn-audit", b"kp-abort")
+        producer.flush()
+        producer.abort_transaction()
+    finally:
+        producer.close(timeout=1)
+
+
+async def aiokafka_transactions(kafka_bootstrap: list[str]) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id="aio-txn")
     await producer.start()
     try:
-        started = time.monotonic()
-        with pytest.raises(AioKafkaError):
-            async with producer.transaction():
-                await producer.send_and_wait("txn-refused", b"never stored")
-        assert time.monotonic() - started < TRANSACTION_FAILS_WITHIN_S
+        async with producer.transaction():
+            await producer.send_and_wait("txn-audit", b"aio-commit")
+        await producer.begin_transaction()
+        await producer.send_and_wait("txn-orders", b"aio-abort", partition=0)
+        await producer.abort_transaction()
     finally:
         await producer.stop()
-
-
-def end_offset(three_nodes: launcher.LocalCluster, topic: str) -> int:
-    async def ask() -> int:
-        client = Client(three_nodes.bootstrap, request_timeout_s=10.0)
-        try:
-            return await Admin(client).list_offsets(topic, 0, Consumer.LATEST)
-        finally:
-            await client.close()
-
-    return asyncio.run(ask())
 
 
 @pytest.mark.asyncio(loop_scope="function")
 async def test_init_producer_id_twice_bumps_the_epoch(kafka_bootstrap: list[str]) -> None:
     txn = f"txn-{uuid.uuid4()}"
     api = m.Api.INIT_PRODUCER_ID
-    first = await kafka_call(kafka_bootstrap[0], api, 0, init(txn))
-    second = await kafka_call(kafka_bootstrap[2], api, 1, init(txn))  # another node, older version
+    first = await served_init(kafka_bootstrap[0], 0, init(txn))
+    second = await served_init(kafka_bootstrap[2], 1, init(txn))  # another node, older version
     assert isinstance(first, m.InitProducerIdResponse)
     assert isinstance(second, m.InitProducerIdResponse)
     assert first.error_code == second.error_code == ErrorCode.NONE
@@ -309,27 +370,40 @@ async def test_init_producer_id_without_transactional_id_gives_a_new_producer(
 
 
 @pytest.mark.asyncio(loop_scope="function")
-async def test_find_coordinator_for_transactions_is_the_node_asked(
+async def test_find_coordinator_for_transactions_names_the_ids_coordinator(
     three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str]
 ) -> None:
+    """Every node names the same coordinator for a transactional id: the leader of its
+    transaction state partition, once the topic (created on the first ask) has leaders."""
     api = m.Api.FIND_COORDINATOR
+    nodes = {n.node_id: n for n in three_nodes.nodes}
+
+    async def found(address: str) -> tuple[int, int] | None:
+        answer = await kafka_call(address, api, 1, m.FindCoordinatorRequest("txn-a", 1))
+        assert isinstance(answer, m.FindCoordinatorResponse)
+        if answer.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE:
+            return None
+        assert answer.error_code == ErrorCode.NONE, answer
+        return answer.node_id, answer.port
+
+    answers = []
     for node in three_nodes.nodes:
-        old, batched = await kafka_calls(
-            node.kafka_address,
-            [
-                (api, 1, m.FindCoordinatorRequest("txn-a", m.COORDINATOR_TRANSACTION)),
-                (api, 4, m.FindCoordinatorRequest("", 1, ("txn-a", "txn-b"))),
-            ],
-        )
-        assert old == m.FindCoordinatorResponse(0, None, node.node_id, node.host, node.kafka_port)
-        assert isinstance(batched, m.FindCoordinatorResponse)
-        assert [(c.key, c.node_id, c.port, c.error_code) for c in batched.coordinators] == [
-            ("txn-a", node.node_id, node.kafka_port, 0),
-            ("txn-b", node.node_id, node.kafka_port, 0),
-        ]
-    group = await kafka_call(kafka_bootstrap[0], api, 2, m.FindCoordinatorRequest("g", 0))
-    assert isinstance(group, m.FindCoordinatorResponse)
-    assert group.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+        async def asked(address: str = node.kafka_address) -> tuple[int, int] | None:
+            return await found(address)
+
+        answers.append(await apoll_until(asked, CLIENT_TIMEOUT_S, "a coordinator"))
+    node_id, port = answers[0]
+    assert node_id in nodes and port == nodes[node_id].kafka_port
+    assert answers == [answers[0]] * 3
+    batched = await kafka_call(
+        kafka_bootstrap[1], api, 4, m.FindCoordinatorRequest("", 1, ("txn-a", ""))
+    )
+    assert isinstance(batched, m.FindCoordinatorResponse)
+    assert [(c.key, c.node_id, c.error_code) for c in batched.coordinators] == [
+        ("txn-a", node_id, 0),
+        ("", -1, ErrorCode.INVALID_REQUEST),
+    ]
 
 
 @pytest.mark.asyncio(loop_scope="function")

@@ -45,6 +45,7 @@ from tests.kafka_wire import (
     open_kafka,
     read_kafka_frame,
     report,
+    served_init,
 )
 from tests.polling import apoll_until, poll_until
 
@@ -361,12 +362,11 @@ async def test_a_fenced_epoch_is_refused_in_every_produce_version(
     leader = await leader_address(kafka_bootstrap, topic)
     txn = f"zombie-{uuid.uuid4()}"
     init = m.InitProducerIdRequest(txn, 60_000)
-    old = await kafka_call(kafka_bootstrap[1], m.Api.INIT_PRODUCER_ID, 4, init)
-    assert isinstance(old, m.InitProducerIdResponse)
+    old = await served_init(kafka_bootstrap[1], 4, init)
     pid = old.producer_id
     first = await kafka_call(leader, m.Api.PRODUCE, 9, produce(topic, batch(pid, 0, 0)))
     assert partition_result(first).error_code == ErrorCode.NONE
-    new = await kafka_call(kafka_bootstrap[2], m.Api.INIT_PRODUCER_ID, 4, init)
+    new = await served_init(kafka_bootstrap[2], 4, init)
     assert new == m.InitProducerIdResponse(0, pid, 1)
     successor = await kafka_call(leader, m.Api.PRODUCE, 9, produce(topic, batch(pid, 1, 0)))
     assert partition_result(successor).error_code == ErrorCode.NONE

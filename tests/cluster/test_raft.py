@@ -97,6 +97,7 @@ def anomalies(reports: list[dict[str, Any]], commands: int) -> list[str]:
     return found
 
 
+@pytest.mark.alone  # its replicas apply 20,000 entries within the harness's deadline
 def test_pipelined_load_with_compaction_keeps_every_replica_applying(tmp_path: Path) -> None:
     commands = 20_000
     reports = run_group(tmp_path, commands=commands, size=1_024)

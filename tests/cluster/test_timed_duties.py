@@ -17,13 +17,24 @@ from collections.abc import Iterator
 import pytest
 
 from cluster import native as p
+from cluster.broker.internal_topics import partition_of
 from cluster.client import Admin, Client, ClientError, Consumer, Producer, ProducerConfig
+from cluster.config import Limits
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from tests.cluster.conftest import running_cluster
 from tests.polling import apoll_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
+TXN_STATE_PARTITIONS = Limits().txn_state_topic_partitions
+# What the coordinator answers while its topic is being created and its leaders elected.
+STARTING = frozenset(
+    {
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
 FAST_DUTIES = (
     "[timing]\ntransactional_id_expiration_ms = 2000\nexpiry_tick_interval_ms = 200\n"
     "retention_check_interval_ms = 200\n[limits]\nsegment_bytes_max = 65536\n"
@@ -51,6 +62,21 @@ async def replicas_converge(
     await apoll_until(one_index, timeout_s, f"every replica of {group} at one applied index")
 
 
+async def served(client: Client, request: p.InitProducerId) -> p.Response:
+    """The first InitProducerId of a cluster creates the transaction state topic: asked again
+    until its coordinator answers."""
+
+    async def answered() -> p.Response | None:
+        try:
+            return await client.send_any(request)
+        except ClientError as exc:
+            if exc.error not in STARTING:
+                raise
+            return None
+
+    return await apoll_until(answered, 20, "the transaction coordinator")
+
+
 async def expired(client: Client, txn_id: str, holder: p.InitProducerIdResponse) -> int | None:
     """The producer id InitProducerId gives `txn_id` once the registry forgot it; None before.
 
@@ -75,7 +101,7 @@ async def test_idle_transactional_id_expires_on_every_replica(
 ) -> None:
     client = Client(expiring_cluster.bootstrap)
     try:
-        first = await client.send_any(p.InitProducerId("nightly-job", 60_000, -1, -1))
+        first = await served(client, p.InitProducerId("nightly-job", 60_000, -1, -1))
         assert isinstance(first, p.InitProducerIdResponse)
         touched = time.monotonic()
         again = await client.send_any(p.InitProducerId("nightly-job", 60_000, -1, -1))
@@ -92,7 +118,9 @@ async def test_idle_transactional_id_expires_on_every_replica(
         # The leader stamped the last touch after `touched`, and expires 2 s after that stamp.
         assert time.monotonic() - touched >= 1.9
         assert fresh_pid != first.producer_id
-        await replicas_converge(client, expiring_cluster.bootstrap)
+        # The id's transaction state partition: every replica applied the same expiry.
+        txn_state = f"__transaction_state-{partition_of('nightly-job', TXN_STATE_PARTITIONS)}"
+        await replicas_converge(client, expiring_cluster.bootstrap, txn_state)
     finally:
         await client.close()
 

@@ -112,8 +112,13 @@ def test_partition_replicas_converge(entries: list[bytes]) -> None:
 
 
 # A producer table of 2: the two first producers and those crossing the wrap
-# overflow it, and zero ticks give equal stamped times (the tie-break).
-EVICTING = StateLimits(producers_per_partition_max=2)
+# overflow it, and zero ticks give equal stamped times (the tie-break); the transaction
+# tables are as small.
+EVICTING = StateLimits(
+    producers_per_partition_max=2,
+    txn_producers_per_partition_max=2,  # full transaction tables refuse, and must restore
+    aborted_txns_per_partition_max=1,
+)
 
 
 def evicting_partition() -> PartitionStateMachine:

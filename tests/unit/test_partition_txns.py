@@ -4,15 +4,19 @@ the aborted index, and the refusals of stale, replayed and fenced entries."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from hypothesis import given, settings
 from kafka.record.default_records import ControlRecord, DefaultRecordBatch
 
 from cluster.client.consumer import Consumer, _Position
 from cluster.native.messages.records import FetchedBatch
+from statemachine.codec import pack, unpack
 from statemachine.commands import (
     AdvanceLogStart,
     AppendBatch,
+    AppendFencedBatch,
     ExpireProducers,
     RegisterTxnPartition,
     WriteTxnMarker,
@@ -175,12 +179,27 @@ def test_a_replayed_marker_is_harmless_and_a_stale_one_is_refused() -> None:
         ErrorCode.TRANSACTION_COORDINATOR_FENCED
     )
     assert p.end(PID, 2, commit=True, coordinator=2) == Rejected(ErrorCode.INVALID_TXN_STATE)
-    assert p.end(OTHER, 0, commit=True) == Rejected(ErrorCode.INVALID_TXN_STATE)
     assert p.lso == 2  # still open
     assert p.register(PID, 0) == Rejected(ErrorCode.INVALID_TXN_STATE)  # another one is open
     p.end(PID, 1, commit=True, coordinator=2)
     assert p.register(PID, 1) == Rejected(ErrorCode.INVALID_TXN_STATE)  # ended here already
     assert p.register(PID, 0) == Rejected(ErrorCode.INVALID_TXN_STATE)
+
+
+def test_a_marker_for_a_transaction_never_registered_here_ends_it_for_good() -> None:
+    """The coordinator gave up on a registration that commits only after the marker: the
+    marker ended nothing, but the late registration is refused as stale, so no transaction
+    is left open that no coordinator will ever end (and an unknown producer alike)."""
+    p = Partition()
+    assert p.end(PID, 0, commit=False, coordinator=1) == TxnEnded(PID, 0)
+    assert p.register(PID, 0) == Rejected(ErrorCode.INVALID_TXN_STATE)
+    assert p.send(PID, 1) == Rejected(ErrorCode.INVALID_TXN_STATE)
+    assert p.end_offset == 0
+    assert p.register(PID, 1) == TxnRegistered(PID, 1)  # the next transaction opens
+    assert p.end(PID, 0, commit=False, coordinator=0) == Rejected(
+        ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    )
+    assert p.end(PID, 1, commit=True, epoch=0, coordinator=1) == TxnEnded(PID, 1)
 
 
 def test_an_abort_by_a_bumped_epoch_fences_the_old_producer() -> None:
@@ -189,7 +208,13 @@ def test_an_abort_by_a_bumped_epoch_fences_the_old_producer() -> None:
     p = Partition()
     p.register(PID, 0, epoch=0)
     p.send(PID, 1, epoch=0)
+    zombie = p.batch(PID, 1, epoch=0)
+    p.apply(AppendBatch(NOW, zombie).encode())
     assert isinstance(p.end(PID, 0, commit=False, epoch=1), Appended)
+    # The zombie's retry of its aborted batch is no duplicate, its plain batch no append.
+    assert p.apply(AppendBatch(NOW, zombie).encode()) == Rejected(ErrorCode.INVALID_PRODUCER_EPOCH)
+    assert p.send(PID, 1, epoch=0, txn=False) == Rejected(ErrorCode.INVALID_PRODUCER_EPOCH)
+    assert p.end(PID, 0, commit=True, epoch=0) == Rejected(ErrorCode.INVALID_PRODUCER_EPOCH)
     assert p.send(PID, 1, epoch=0) == Rejected(ErrorCode.INVALID_PRODUCER_EPOCH)
     assert p.register(PID, 1, epoch=0) == Rejected(ErrorCode.INVALID_PRODUCER_EPOCH)
     assert p.register(PID, 1, epoch=1) == TxnRegistered(PID, 1)
@@ -240,6 +265,47 @@ def test_idle_producers_expire_but_not_while_a_transaction_is_open() -> None:
     p.apply(ExpireProducers(NOW + 20_000, 1_000).encode())
     assert p.machine.producers.get(PID) is None
     assert not p.machine.txns
+
+
+def test_the_aborted_index_holds_its_bound_whatever_open_transactions_do() -> None:
+    """Open transactions count against the index: each may yet abort, and a snapshot past
+    the bound would not restore."""
+    limits = StateLimits(txn_producers_per_partition_max=4, aborted_txns_per_partition_max=2)
+    p = Partition(limits)
+    p.register(PID, 0)
+    p.register(OTHER, 0)
+    assert p.register(OTHER + 1, 0) == Rejected(ErrorCode.THROTTLING_QUOTA_EXCEEDED)
+    for pid in (PID, OTHER):
+        p.send(pid, 1)
+        p.end(pid, 0, commit=False)
+    restored = PartitionStateMachine.restore(p.machine.snapshot(), limits)
+    assert len(restored.txns.aborted_between(0, p.end_offset)) == 2
+
+
+def test_the_last_stable_offset_never_falls_below_the_log_start() -> None:
+    p = Partition()
+    p.register(PID, 0)
+    p.send(PID, 2)
+    p.send(OTHER, 2, txn=False)
+    p.apply(AdvanceLogStart(3).encode())  # retention or DeleteRecords past the open data
+    assert p.lso == 3
+
+
+def test_a_sink_part_of_a_producer_inside_a_transaction_is_refused() -> None:
+    p = Partition()
+    p.register(PID, 0)
+    part = AppendFencedBatch(NOW, p.batch(PID, 1, txn=False), "sink", 0, 0, 0)
+    assert p.apply(part.encode()) == Rejected(ErrorCode.INVALID_TXN_STATE)
+
+
+def test_a_version_3_snapshot_restores_with_no_transactions() -> None:
+    p = Partition()
+    p.send(OTHER, 1, txn=False)
+    fields = cast(tuple[object, ...], unpack(p.machine.snapshot(), size_max=1 << 20))
+    older = pack([3, *fields[1:7]])
+    restored = PartitionStateMachine.restore(older)
+    assert not restored.txns
+    assert restored.log_end_offset == 1
 
 
 def test_full_tables_refuse_new_transactions_rather_than_forget() -> None:
@@ -301,3 +367,16 @@ def test_the_native_consumer_skips_a_marker_and_reads_past_it() -> None:
         read += Consumer._records("t", 0, fetched, position)
     assert [r.offset for r in read] == [0, 1]
     assert position.offset == 3
+
+
+def test_a_full_producer_table_keeps_the_producers_inside_a_transaction() -> None:
+    """A new producer evicts the least recently used one outside a transaction: the one inside
+    keeps its window, so its retry is still a duplicate, not a second append."""
+    p = Partition(StateLimits(producers_per_partition_max=2))
+    p.register(PID, 0)
+    first = p.batch(PID, 1)
+    p.apply(AppendBatch(NOW, first).encode())  # the least recently used from here on
+    p.send(OTHER, 1, txn=False)
+    p.send(OTHER + 1, 1, txn=False)  # the table is full: OTHER goes, not PID
+    assert p.machine.producers.get(OTHER) is None
+    assert p.apply(AppendBatch(NOW, first).encode()) == Duplicate(0, 0, NOW)

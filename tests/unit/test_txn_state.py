@@ -333,3 +333,55 @@ ENTRIES = st.one_of(
 def test_txn_state_replicas_converge_and_restore_anywhere(entries: list[bytes]) -> None:
     check_two_replicas(entries, TxnStateMachine)
     check_restore_everywhere(entries, TxnStateMachine, TxnStateMachine.restore)
+
+
+def test_the_producer_id_before_a_rotation_counts_only_with_its_exhausted_epoch() -> None:
+    c = Coordinator()
+    first = c.init()
+    assert isinstance(first, ProducerIdAndEpoch)
+    c.machine.txns[TXN].epoch = EPOCH_ROTATION_THRESHOLD
+    rotated = c.init()  # no expected pair: rotates, and keeps no last epoch
+    assert rotated == ProducerIdAndEpoch(c.next_pid, 0)
+    assert c.machine.txns[TXN].last_epoch == -1
+    assert c.init(expected=(first.producer_id, 0)) == Rejected(ErrorCode.PRODUCER_FENCED)
+
+
+def test_a_fence_for_another_session_aborts_nothing_and_init_keeps_the_new_timeout() -> None:
+    c = Coordinator()
+    producer = c.started()
+    stale = FenceTxn(c.now_ms + 10 * TIMEOUT_MS, TXN, producer.producer_id, producer.epoch + 1)
+    assert c.machine.apply(stale.encode()) == Rejected(ErrorCode.PRODUCER_FENCED)
+    assert c.state() == TxnState.ONGOING
+    c.end(*producer, commit=True)
+    c.complete(producer.producer_id, 0)
+    c.init(timeout_ms=5_000)
+    assert c.machine.txns[TXN].timeout_ms == 5_000
+
+
+def test_the_last_epoch_fences_without_overflowing() -> None:
+    """A forged request at the last epoch may open a transaction; fencing it stays at 32767
+    (no assert on a replicated apply), and that epoch adds no partition."""
+    c = Coordinator()
+    producer = c.init()
+    assert isinstance(producer, ProducerIdAndEpoch)
+    c.machine.txns[TXN].epoch = 32_767
+    assert c.add(producer.producer_id, 32_767, ORDERS) == Rejected(ErrorCode.PRODUCER_FENCED)
+    c.machine.txns[TXN].epoch = 32_766
+    c.add(producer.producer_id, 32_766, ORDERS)
+    prepared = c.init()
+    assert isinstance(prepared, TxnEndPrepared)
+    assert prepared.epoch == 32_767
+    c.complete(producer.producer_id, prepared.txn_sequence)
+    assert c.add(producer.producer_id, 32_767, ORDERS) == Rejected(ErrorCode.PRODUCER_FENCED)
+    assert c.init() == ProducerIdAndEpoch(c.next_pid, 0)  # rotates
+
+
+def test_a_refused_init_touches_nothing_so_the_idle_id_still_expires() -> None:
+    c = Coordinator()
+    producer = c.init()
+    assert isinstance(producer, ProducerIdAndEpoch)
+    c.now_ms += 5_000
+    assert c.init(expected=(producer.producer_id, 9)) == Rejected(ErrorCode.PRODUCER_FENCED)
+    assert c.machine.txns[TXN].last_update_ms == 1_000
+    expiry = ExpireTransactionalIds(c.now_ms, 5_000).encode()
+    assert c.machine.apply(expiry) == TransactionalIdsExpired((TXN,))

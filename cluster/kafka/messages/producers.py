@@ -1,5 +1,6 @@
-"""Producer ids: InitProducerId (22), DescribeProducers (61), and AddPartitionsToTxn (24)
-and AddOffsetsToTxn (25), served only to refuse (no transactions yet).
+"""Producer ids and transactions: InitProducerId (22), AddPartitionsToTxn (24),
+AddOffsetsToTxn (25, served only to refuse: offsets in transactions come later), EndTxn (26)
+and DescribeProducers (61).
 
 Part of the Kafka messages (cluster/kafka/messages/__init__.py has their rules): each request
 class names its API, the versions served, its response and how it is refused whole.
@@ -37,7 +38,7 @@ class InitProducerIdRequest(Request):
         return InitProducerIdResponse(code)
 
 
-# -- AddPartitionsToTxn (24), AddOffsetsToTxn (25): served only to refuse (no transactions yet) --
+# -- AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26) ----------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +73,7 @@ class AddOffsetsToTxnResponse(Response):
 
 @dataclass(frozen=True, slots=True)
 class AddPartitionsToTxnRequest(Request):
-    # Served to refuse (no transactions yet): v0-v3 are a client's (v4+ batch transactions: a
-    # broker's).
+    # v0-v3 are a client's (v4+ batch transactions: a broker's, not served).
     API = Api.ADD_PARTITIONS_TO_TXN
     VERSIONS = VersionRange(0, 3)
     RESPONSE = AddPartitionsToTxnResponse
@@ -97,7 +97,7 @@ class AddPartitionsToTxnRequest(Request):
 
 @dataclass(frozen=True, slots=True)
 class AddOffsetsToTxnRequest(Request):
-    # Served to refuse, as AddPartitionsToTxn.
+    # Served to refuse: offsets in a transaction (TxnOffsetCommit) come later.
     API = Api.ADD_OFFSETS_TO_TXN
     VERSIONS = VersionRange(0, 4)
     RESPONSE = AddOffsetsToTxnResponse
@@ -109,6 +109,28 @@ class AddOffsetsToTxnRequest(Request):
 
     def refusal(self, code: int, message: str) -> AddOffsetsToTxnResponse:  # noqa: ARG002
         return AddOffsetsToTxnResponse(code)
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnResponse(Response):
+    error_code: int
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnRequest(Request):
+    # v0-v3 (v4 adds a broker-side error; v5, KIP-890's epoch per transaction: not served).
+    API = Api.END_TXN
+    VERSIONS = VersionRange(0, 3)
+    RESPONSE = EndTxnResponse
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+
+    def refusal(self, code: int, message: str) -> EndTxnResponse:  # noqa: ARG002
+        return EndTxnResponse(code)
 
 
 # -- DescribeProducers (61) ----------------------------------------------------------------------

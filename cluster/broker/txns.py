@@ -1,0 +1,317 @@
+"""Transactions on this node: the coordinator of each transaction state partition it hosts.
+
+Role: a transactional id lives in one partition of the internal topic `__transaction_state`
+(`partition_of`), whose replicas apply statemachine/txn_state.py; its coordinator is that
+partition's Raft leader, as in Kafka. `TxnService` turns the transaction APIs into that
+partition's entries and answers from their results (InitProducerId, AddPartitionsToTxn,
+EndTxn), and on the leader it carries out what the results ask: it registers a transaction's
+partitions with their Raft groups before AddPartitionsToTxn is answered, writes the markers of
+every prepared transaction, then completes it, and fences and aborts the transactions past
+their timeout (`run`). Both client listeners reach it through the broker core.
+
+Rules (docs/semantics.md, "The transaction coordinator"):
+- Requests may arrive at any node hosting a replica of the id's partition: their entries are
+  forwarded to its leader (`propose(forward=True)`); a node hosting none answers
+  NOT_COORDINATOR, and FindCoordinator names the leader.
+- EndTxn is answered once PrepareCommit or PrepareAbort is committed, as Kafka answers it; the
+  markers follow, and until CompleteTxn the id answers CONCURRENT_TRANSACTIONS. A new leader
+  writes the markers of every prepared transaction again (a partition takes a replay
+  harmlessly), with its own term as the coordinator epoch, which fences the old leader's.
+- A registration or a marker goes to the partition's own Raft group through this node's
+  replica of it; a partition this node hosts no replica of is retried until one is (the
+  transaction's client sees COORDINATOR_NOT_AVAILABLE for its registration meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import cast
+
+from cluster.broker.internal_topics import ensure_internal_topic, internal_topic, partition_of
+from cluster.broker.node import INTERNAL_TOPICS, TXN_STATE_TOPIC, Node, TxnStateHandle
+from cluster.broker.peers import PeerWatcher
+from cluster.clock import wall_ms
+from cluster.raft import ProposalError
+from statemachine.codec import pack
+from statemachine.commands import (
+    AddTxnPartitions,
+    CompleteTxn,
+    FenceTxn,
+    InitTxnProducer,
+    PrepareTxnEnd,
+    RegisterTxnPartition,
+    WriteTxnMarker,
+)
+from statemachine.errors import ErrorCode, Rejected
+from statemachine.metadata import transactional_id_error
+from statemachine.partition import Appended, TxnEnded, TxnRegistered
+from statemachine.txn_metadata import TopicPartition
+from statemachine.txn_registry import ProducerIdAndEpoch
+from statemachine.txn_state import (
+    TxnAlreadyEnded,
+    TxnEndPrepared,
+    TxnPartitionsAdded,
+    TxnStateResult,
+)
+
+log = logging.getLogger(__name__)
+WATCH_INTERVAL_S = 0.1  # how often leadership and timeouts are looked at
+MARKER_RETRY_S = 0.1  # a marker whose partition group could not take it is tried again after
+# A marker a partition refuses thus has nothing left to end there: the transaction was not
+# open there (never registered, or ended already), or a newer epoch of its producer acted.
+MARKER_DONE = frozenset({ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_PRODUCER_EPOCH})
+
+
+class _CoordinatorFencedError(Exception):
+    """A partition knows a newer coordinator of this transaction: this one stops."""
+
+
+class TxnService:
+    """Every transaction request this node answers, and the coordinators' own work."""
+
+    def __init__(self, node: Node, peers: PeerWatcher) -> None:
+        self.node = node
+        self.peers = peers
+        self._timeout_s = node.config.timing.request_timeout_ms / 1000
+        self._wake = asyncio.Event()
+        self._ending: set[tuple[str, int, int]] = set()  # (id, producer id, txn sequence)
+        self._fencing: set[tuple[str, int, int]] = set()  # (id, producer id, epoch)
+
+    # -- where a transactional id lives ---------------------------------------------------------
+
+    async def coordinator_node(self, txn_id: str) -> tuple[ErrorCode, int]:
+        """FindCoordinator's answer for a transactional id: its partition's leader, the topic
+        created on the first ask (COORDINATOR_NOT_AVAILABLE until it has leaders)."""
+        if transactional_id_error(txn_id, self.node.limits):
+            return ErrorCode.INVALID_REQUEST, -1
+        await self._ensure_topic()
+        partition = self._partition(txn_id)
+        node_id = None
+        if partition is not None:
+            handle = self.node.txn_states.get((TXN_STATE_TOPIC, partition))
+            if handle is not None:
+                node_id = self.peers.node_of_raft_address(handle.group.leader_address)
+            else:
+                node_id = self.peers.leader_of(TXN_STATE_TOPIC, partition)
+        if node_id is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1
+        return ErrorCode.NONE, node_id
+
+    async def _ensure_topic(self) -> ErrorCode:
+        partitions = self.node.config.limits.txn_state_topic_partitions
+        return await ensure_internal_topic(self.node, TXN_STATE_TOPIC, partitions, self._timeout_s)
+
+    def _partition(self, txn_id: str) -> int | None:
+        topic = internal_topic(self.node, TXN_STATE_TOPIC)
+        return None if topic is None else partition_of(txn_id, topic.partitions)
+
+    async def _handle(self, txn_id: str) -> TxnStateHandle | ErrorCode:
+        if transactional_id_error(txn_id, self.node.limits):
+            return ErrorCode.INVALID_REQUEST
+        if await self._ensure_topic() != ErrorCode.NONE:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        partition = self._partition(txn_id)
+        assert partition is not None, "the topic exists"
+        handle = self.node.txn_states.get((TXN_STATE_TOPIC, partition))
+        return ErrorCode.NOT_COORDINATOR if handle is None else handle
+
+    async def _propose(self, handle: TxnStateHandle, command: bytes) -> TxnStateResult | ErrorCode:
+        try:
+            result = await handle.group.propose(command, self._timeout_s, forward=True)
+        except ProposalError as exc:
+            # Kafka's mapping of a failed write to the transaction log.
+            if exc.error == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                return ErrorCode.NOT_COORDINATOR
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return cast(TxnStateResult, result)
+
+    # -- the requests ----------------------------------------------------------------------------
+
+    async def init_producer(
+        self, txn_id: str, timeout_ms: int, expected_producer_id: int, expected_epoch: int
+    ) -> ProducerIdAndEpoch | ErrorCode:
+        """InitProducerId for a transactional id: its producer id and next epoch, fencing the
+        last; CONCURRENT_TRANSACTIONS while an open transaction of it is being aborted."""
+        handle = await self._handle(txn_id)
+        if isinstance(handle, ErrorCode):
+            return handle
+        fresh = self.node.lease.take()  # used only if the id needs a new producer id
+        self.node.pid_block_wanted.set()
+        if isinstance(fresh, ErrorCode):
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS  # no block yet: retried
+        command = InitTxnProducer(
+            wall_ms(), txn_id, timeout_ms, expected_producer_id, expected_epoch, fresh
+        )
+        result = await self._propose(handle, command.encode())
+        match result:
+            case ProducerIdAndEpoch():
+                return result
+            case TxnEndPrepared():
+                self._wake.set()
+                return ErrorCode.CONCURRENT_TRANSACTIONS
+            case Rejected(error=error):
+                return error
+            case ErrorCode():
+                return result
+        raise AssertionError(f"unexpected result {result!r}")
+
+    async def add_partitions(
+        self, txn_id: str, producer_id: int, epoch: int, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn: each partition's error, NONE once it is in the transaction and
+        registered with its own Raft group (so its data can be appended)."""
+        unknown = [tp for tp in partitions if not self._exists(tp)]
+        if unknown:  # Kafka's: the others are not attempted
+            return {
+                tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if tp in unknown
+                else ErrorCode.OPERATION_NOT_ATTEMPTED
+                for tp in partitions
+            }
+        handle = await self._handle(txn_id)
+        if isinstance(handle, ErrorCode):
+            return dict.fromkeys(partitions, handle)
+        data = pack([list(tp) for tp in partitions])
+        command = AddTxnPartitions(wall_ms(), txn_id, producer_id, epoch, data)
+        result = await self._propose(handle, command.encode())
+        if isinstance(result, ErrorCode | Rejected):
+            error = result if isinstance(result, ErrorCode) else result.error
+            return dict.fromkeys(partitions, error)
+        assert isinstance(result, TxnPartitionsAdded), result
+        registration = RegisterTxnPartition(wall_ms(), producer_id, epoch, result.txn_sequence)
+        errors = await asyncio.gather(*(self._register(tp, registration) for tp in partitions))
+        return dict(zip(partitions, errors, strict=True))
+
+    def _exists(self, tp: TopicPartition) -> bool:
+        topic = self.node.metadata_replica.machine.topics.get(tp[0])
+        return topic is not None and 0 <= tp[1] < topic.partitions and tp[0] not in INTERNAL_TOPICS
+
+    async def _register(self, tp: TopicPartition, registration: RegisterTxnPartition) -> ErrorCode:
+        """Every partition asked is registered again (a replay of an open registration is
+        accepted), so a retry after a registration that failed completes it."""
+        handle = self.node.partitions.get(tp)
+        if handle is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        try:
+            result = await handle.group.propose(
+                registration.encode(), self._timeout_s, forward=True
+            )
+        except ProposalError:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if isinstance(result, TxnRegistered):
+            return ErrorCode.NONE
+        assert isinstance(result, Rejected), result
+        return result.error
+
+    async def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
+        """EndTxn: NONE once the transaction is prepared (its markers follow) or a retry of an
+        ended one; Kafka's errors otherwise."""
+        handle = await self._handle(txn_id)
+        if isinstance(handle, ErrorCode):
+            return handle
+        command = PrepareTxnEnd(wall_ms(), txn_id, producer_id, epoch, int(commit))
+        result = await self._propose(handle, command.encode())
+        match result:
+            case TxnEndPrepared():
+                self._wake.set()
+                return ErrorCode.NONE
+            case TxnAlreadyEnded():
+                return ErrorCode.NONE
+            case Rejected(error=error):
+                return error
+            case ErrorCode():
+                return result
+        raise AssertionError(f"unexpected result {result!r}")
+
+    # -- the coordinators' own work --------------------------------------------------------------
+
+    async def run(self) -> None:
+        """On each transaction state partition this node leads: end every prepared
+        transaction (markers, then CompleteTxn) and fence every timed-out one."""
+        async with asyncio.TaskGroup() as tasks:
+            while True:
+                for handle in list(self.node.txn_states.values()):
+                    handle.replica.on_applied = self._applied
+                    if handle.group.serving:
+                        self._start_work(handle, tasks)
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), WATCH_INTERVAL_S)
+
+    def _applied(self, result: TxnStateResult) -> None:  # in a Raft tick
+        if isinstance(result, TxnEndPrepared):
+            self._wake.set()
+
+    def _start_work(self, handle: TxnStateHandle, tasks: asyncio.TaskGroup) -> None:
+        machine = handle.replica.machine
+        for prepared in machine.preparing():
+            key = (prepared.transactional_id, prepared.producer_id, prepared.txn_sequence)
+            if key not in self._ending:
+                self._ending.add(key)
+                tasks.create_task(self._end(handle, prepared, key))
+        for txn_id, producer_id, epoch in machine.timed_out(wall_ms()):
+            if (txn_id, producer_id, epoch) not in self._fencing:
+                self._fencing.add((txn_id, producer_id, epoch))
+                tasks.create_task(self._fence(handle, txn_id, producer_id, epoch))
+
+    async def _end(
+        self, handle: TxnStateHandle, txn: TxnEndPrepared, key: tuple[str, int, int]
+    ) -> None:
+        """Markers to every partition of the transaction, then CompleteTxn, while this node
+        leads the transaction's partition in the term it started in."""
+        term = handle.group.term
+        try:
+            marker = WriteTxnMarker(
+                wall_ms(), txn.producer_id, txn.epoch, txn.txn_sequence, int(txn.commit), term
+            ).encode()
+            await asyncio.gather(*(self._mark(handle, term, tp, marker) for tp in txn.partitions))
+            if handle.group.serving and handle.group.term == term:
+                done = CompleteTxn(
+                    wall_ms(), txn.transactional_id, txn.producer_id, txn.txn_sequence
+                )
+                await self._propose(handle, done.encode())
+        except _CoordinatorFencedError:
+            log.warning("transaction of %r: a newer coordinator wrote its markers", key[0])
+        finally:
+            self._ending.discard(key)
+
+    async def _mark(
+        self, handle: TxnStateHandle, term: int, tp: TopicPartition, marker: bytes
+    ) -> None:
+        """One marker, tried until a partition's group took it or this term ended."""
+        while handle.group.serving and handle.group.term == term:
+            if not self._exists(tp):
+                return  # the topic is gone, and its data with it (Kafka drops its markers)
+            partition = self.node.partitions.get(tp)
+            if partition is not None:
+                try:
+                    result = await partition.group.propose(marker, self._timeout_s, forward=True)
+                except ProposalError:
+                    result = None
+                if isinstance(result, Appended | TxnEnded):
+                    return
+                if isinstance(result, Rejected):
+                    if result.error == ErrorCode.TRANSACTION_COORDINATOR_FENCED:
+                        raise _CoordinatorFencedError
+                    if result.error in MARKER_DONE:
+                        return
+                    log.error("marker refused by %s-%d: %s", *tp, result.error.name)
+            await asyncio.sleep(MARKER_RETRY_S)
+
+    async def _fence(
+        self, handle: TxnStateHandle, txn_id: str, producer_id: int, epoch: int
+    ) -> None:
+        """A transaction past its timeout: its producer is fenced and the transaction aborted
+        (the prepared abort is then ended like any other)."""
+        try:
+            result = await self._propose(
+                handle, FenceTxn(wall_ms(), txn_id, producer_id, epoch).encode()
+            )
+            if isinstance(result, TxnEndPrepared):
+                log.info("transaction of %r timed out: aborted, its producer fenced", txn_id)
+                self._wake.set()
+        finally:
+            self._fencing.discard((txn_id, producer_id, epoch))
