@@ -98,8 +98,8 @@ class TxnMetadata:
 
     def end_complete(self, now_ms: int) -> None:
         """PrepareX -> CompleteX: every marker is written."""
+        # The start time stays (Kafka's CompleteX keeps it; only a new epoch clears it).
         self.move(S.COMPLETE_COMMIT if self.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT, now_ms)
-        self.txn_start_ms = -1
 
     def check_producer(self, producer_id: int, epoch: int) -> ErrorCode:
         """The request's producer against this id's (AddPartitionsToTxn, EndTxn): another

@@ -173,7 +173,7 @@ class TxnStateMachine:
                 return Rejected(ErrorCode.PRODUCER_FENCED)  # refused: touches nothing
             txn.timeout_ms, txn.last_update_ms = cmd.transaction_timeout_ms, self._clock_ms
             return txn.current  # a retry of the call that bumped: no second bump
-        txn.timeout_ms = cmd.transaction_timeout_ms
+        txn.timeout_ms, txn.txn_start_ms, txn.partitions = cmd.transaction_timeout_ms, -1, ()
         txn.last_epoch = txn.epoch if given else NO_PRODUCER_EPOCH
         txn.epoch += 1
         txn.move(TxnState.EMPTY, self._clock_ms)

@@ -85,6 +85,8 @@ REQUESTS: dict[m.Api, m.RequestBody] = {
     ),
     m.Api.ADD_OFFSETS_TO_TXN: m.AddOffsetsToTxnRequest("txn", 1_000, 3, "g"),
     m.Api.END_TXN: m.EndTxnRequest("txn", 1_000, 3, True),
+    m.Api.DESCRIBE_TRANSACTIONS: m.DescribeTransactionsRequest(("txn", "other")),
+    m.Api.LIST_TRANSACTIONS: m.ListTransactionsRequest(("Ongoing",), (1_000,), 60_000),
     m.Api.FIND_COORDINATOR: m.FindCoordinatorRequest("txn", 1, ("txn", "other")),
     m.Api.JOIN_GROUP: m.JoinGroupRequest(
         "g",
@@ -252,6 +254,25 @@ RESPONSES: dict[m.Api, m.ResponseBody] = {
     ),
     m.Api.ADD_OFFSETS_TO_TXN: m.AddOffsetsToTxnResponse(ErrorCode.INVALID_TXN_STATE, 10),
     m.Api.END_TXN: m.EndTxnResponse(ErrorCode.CONCURRENT_TRANSACTIONS, 10),
+    m.Api.DESCRIBE_TRANSACTIONS: m.DescribeTransactionsResponse(
+        (
+            m.DescribedTransaction(
+                0,
+                "txn",
+                "Ongoing",
+                60_000,
+                1_700_000_000_000,
+                1_000,
+                3,
+                (m.TopicData("orders", (0, 2)),),
+            ),
+            m.DescribedTransaction(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, "other"),
+        ),
+        10,
+    ),
+    m.Api.LIST_TRANSACTIONS: m.ListTransactionsResponse(
+        0, ("Nope",), (m.ListedTransaction("txn", 1_000, "Ongoing"),), 10
+    ),
     m.Api.FIND_COORDINATOR: m.FindCoordinatorResponse(
         0, None, 1, "127.0.0.2", 9092, (m.Coordinator("txn", 1, "127.0.0.2", 9092, 0),)
     ),

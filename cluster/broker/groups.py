@@ -47,7 +47,12 @@ from cluster.broker.coordinator import (
     SyncResult,
 )
 from cluster.broker.group_admin import GroupAdmin, Seat
-from cluster.broker.internal_topics import ensure_internal_topic, internal_topic, partition_of
+from cluster.broker.internal_topics import (
+    coordinator_of,
+    ensure_internal_topic,
+    internal_topic,
+    partition_of,
+)
 from cluster.broker.node import INTERNAL_TOPICS, OFFSETS_TOPIC, Node, OffsetsHandle
 from cluster.broker.peers import PeerWatcher
 from cluster.clock import wall_ms
@@ -141,17 +146,7 @@ class GroupService(GroupAdmin):
         if group_id_error(group_id, self.node.limits):
             return ErrorCode.INVALID_GROUP_ID, -1
         await self.ensure_offsets_topic()
-        partition = self.offsets_partition(group_id)
-        node_id = None
-        if partition is not None:
-            handle = self.node.offsets.get((OFFSETS_TOPIC, partition))
-            if handle is not None:
-                node_id = self.peers.node_of_raft_address(handle.group.leader_address)
-            else:
-                node_id = self.peers.leader_of(OFFSETS_TOPIC, partition)
-        if node_id is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1
-        return ErrorCode.NONE, node_id
+        return coordinator_of(self.node, self.peers, OFFSETS_TOPIC, group_id)
 
     def _seat_for(self, group_id: str) -> Seat | ErrorCode:
         if group_id_error(group_id, self.node.limits):

@@ -1,5 +1,5 @@
-"""The internal topics' shared rules: a key's partition, and the topic created through the
-metadata group on first need.
+"""The internal topics' shared rules: a key's partition, its coordinator (the partition's
+leader), and the topic created through the metadata group on first need.
 
 Role: consumer groups (`__consumer_offsets`, cluster/broker/groups.py) and transactions
 (`__transaction_state`, cluster/broker/txns.py) each keep their state in the partitions of an
@@ -14,7 +14,8 @@ import contextlib
 import logging
 import zlib
 
-from cluster.broker.node import Node
+from cluster.broker.node import OFFSETS_TOPIC, Node
+from cluster.broker.peers import PeerWatcher
 from cluster.raft import ProposalError
 from statemachine.commands import CreateTopic
 from statemachine.errors import ErrorCode, Rejected
@@ -50,3 +51,22 @@ async def ensure_internal_topic(
         if isinstance(result, Rejected) and result.error != ErrorCode.TOPIC_ALREADY_EXISTS:
             log.warning("could not create %s: %s", name, result.error.name)
     return ErrorCode.NONE if internal_topic(node, name) else ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+def coordinator_of(node: Node, peers: PeerWatcher, name: str, key: str) -> tuple[ErrorCode, int]:
+    """FindCoordinator's answer for `key`: the leader of its partition of topic `name`, known
+    here when this node hosts a replica of it, else from the peers' status reports;
+    COORDINATOR_NOT_AVAILABLE (retriable) while the topic or a leader is missing."""
+    topic = internal_topic(node, name)
+    node_id = None
+    if topic is not None:
+        partition = partition_of(key, topic.partitions)
+        hosted = node.offsets if name == OFFSETS_TOPIC else node.txn_states
+        handle = hosted.get((name, partition))
+        if handle is not None:
+            node_id = peers.node_of_raft_address(handle.group.leader_address)
+        else:
+            node_id = peers.leader_of(name, partition)
+    if node_id is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1
+    return ErrorCode.NONE, node_id

@@ -30,7 +30,12 @@ import logging
 from collections.abc import Sequence
 from typing import cast
 
-from cluster.broker.internal_topics import ensure_internal_topic, internal_topic, partition_of
+from cluster.broker.internal_topics import (
+    coordinator_of,
+    ensure_internal_topic,
+    internal_topic,
+    partition_of,
+)
 from cluster.broker.node import INTERNAL_TOPICS, TXN_STATE_TOPIC, Node, TxnStateHandle
 from cluster.broker.peers import PeerWatcher
 from cluster.clock import wall_ms
@@ -48,7 +53,7 @@ from statemachine.commands import (
 from statemachine.errors import ErrorCode, Rejected
 from statemachine.metadata import transactional_id_error
 from statemachine.partition import Appended, TxnEnded, TxnRegistered
-from statemachine.txn_metadata import TopicPartition
+from statemachine.txn_metadata import TopicPartition, TxnMetadata, TxnState
 from statemachine.txn_registry import ProducerIdAndEpoch
 from statemachine.txn_state import (
     TxnAlreadyEnded,
@@ -88,17 +93,7 @@ class TxnService:
         if transactional_id_error(txn_id, self.node.limits):
             return ErrorCode.INVALID_REQUEST, -1
         await self._ensure_topic()
-        partition = self._partition(txn_id)
-        node_id = None
-        if partition is not None:
-            handle = self.node.txn_states.get((TXN_STATE_TOPIC, partition))
-            if handle is not None:
-                node_id = self.peers.node_of_raft_address(handle.group.leader_address)
-            else:
-                node_id = self.peers.leader_of(TXN_STATE_TOPIC, partition)
-        if node_id is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1
-        return ErrorCode.NONE, node_id
+        return coordinator_of(self.node, self.peers, TXN_STATE_TOPIC, txn_id)
 
     async def _ensure_topic(self) -> ErrorCode:
         partitions = self.node.config.limits.txn_state_topic_partitions
@@ -225,6 +220,43 @@ class TxnService:
             case ErrorCode():
                 return result
         raise AssertionError(f"unexpected result {result!r}")
+
+    # -- what administrators read (DescribeTransactions, ListTransactions) ----------------------
+
+    def describe(self, txn_id: str) -> TxnMetadata | ErrorCode:
+        """The id's transaction, from its coordinator only (NOT_COORDINATOR elsewhere, as
+        Kafka's); TRANSACTIONAL_ID_NOT_FOUND for an id it does not hold."""
+        partition = self._partition(txn_id)
+        handle = (
+            None if partition is None else self.node.txn_states.get((TXN_STATE_TOPIC, partition))
+        )
+        if handle is None or not handle.group.serving:
+            return ErrorCode.NOT_COORDINATOR
+        txn = handle.replica.machine.txns.get(txn_id)
+        return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND if txn is None else txn
+
+    def listing(
+        self, states: frozenset[TxnState], producer_ids: frozenset[int], running_ms_min: int
+    ) -> list[tuple[str, TxnMetadata]]:
+        """The ids of the partitions this node coordinates (a client asks every node), in
+        these states (all: none given), of these producer ids (all: none given), and open
+        longer than `running_ms_min` (-1: any)."""
+        now_ms = wall_ms()
+        found = []
+        for handle in self.node.txn_states.values():
+            if not handle.group.serving:
+                continue
+            for txn_id, txn in sorted(handle.replica.machine.txns.items()):
+                if states and txn.state not in states:
+                    continue
+                if producer_ids and txn.producer_id not in producer_ids:
+                    continue
+                if running_ms_min >= 0 and (
+                    txn.state != TxnState.ONGOING or now_ms - txn.txn_start_ms <= running_ms_min
+                ):
+                    continue  # (the duration filter is about transactions still open)
+                found.append((txn_id, txn))
+        return found
 
     # -- the coordinators' own work --------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from cluster.errors import RaftbrokerError, RequestRefusedError, quoted
 from cluster.kafka import messages as m
 from cluster.kafka.dispatch import Call, serves
 from statemachine.errors import ErrorCode
+from statemachine.txn_metadata import TxnState
 
 log = logging.getLogger(__name__)
 PRODUCER_FENCED_SINCE_VERSION = 4  # InitProducerId: older clients know INVALID_PRODUCER_EPOCH
@@ -99,6 +100,58 @@ class KafkaProducerIds:
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed
         )
         return m.EndTxnResponse(_fenced_as(error, call.version, TXN_FENCED_SINCE_VERSION))
+
+    @serves(m.DescribeTransactionsRequest)
+    async def describe_transactions(
+        self, request: m.DescribeTransactionsRequest, _call: Call
+    ) -> m.DescribeTransactionsResponse:
+        """Each id's transaction, from its coordinator (kafka-transactions.sh describe)."""
+        return m.DescribeTransactionsResponse(
+            tuple(self._described(txn_id) for txn_id in request.transactional_ids)
+        )
+
+    def _described(self, txn_id: str) -> m.DescribedTransaction:
+        txn = self.broker.txns.describe(txn_id)
+        if isinstance(txn, ErrorCode):
+            return m.DescribedTransaction(txn, txn_id)
+        topics: dict[str, list[int]] = {}
+        for topic, partition in txn.partitions:
+            topics.setdefault(topic, []).append(partition)
+        return m.DescribedTransaction(
+            ErrorCode.NONE,
+            txn_id,
+            txn.state.kafka_name,
+            txn.timeout_ms,
+            # Kafka says -1 for an id with no transaction yet; kio, the Python clients' codec,
+            # cannot read a negative time, so 0 (the Java Admin shows it as a time, not None).
+            max(txn.txn_start_ms, 0),
+            txn.producer_id,
+            txn.epoch,
+            tuple(m.TopicData(t, tuple(ps)) for t, ps in sorted(topics.items())),
+        )
+
+    @serves(m.ListTransactionsRequest)
+    async def list_transactions(
+        self, request: m.ListTransactionsRequest, _call: Call
+    ) -> m.ListTransactionsResponse:
+        """The transactional ids this node coordinates, filtered as asked; a state name Kafka
+        does not have is answered in `unknown_state_filters` (kafka-transactions.sh list)."""
+        by_name = {state.kafka_name: state for state in TxnState}
+        unknown = tuple(name for name in request.state_filters if name not in by_name)
+        states = frozenset(by_name[n] for n in request.state_filters if n in by_name)
+        listed = self.broker.txns.listing(
+            states, frozenset(request.producer_id_filters), request.duration_filter
+        )
+        if request.state_filters and not states:
+            listed = []  # only states Kafka does not have were asked for: none is in one
+        return m.ListTransactionsResponse(
+            ErrorCode.NONE,
+            unknown,
+            tuple(
+                m.ListedTransaction(txn_id, txn.producer_id, txn.state.kafka_name)
+                for txn_id, txn in listed
+            ),
+        )
 
     @serves(m.AddOffsetsToTxnRequest)
     async def add_offsets_to_txn(

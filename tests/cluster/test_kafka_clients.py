@@ -14,6 +14,7 @@ DescribeProducers, DescribeCluster, and a Metadata that never creates a topic.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import subprocess
@@ -498,3 +499,84 @@ def _partitions(listed: Any, topic: str) -> int:
     it yet: a topic just created reaches each node's metadata when that node applies it)."""
     found = listed.topics.get(topic)
     return 0 if found is None else len(found.partitions)
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_describe_and_list_transactions(
+    three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str]
+) -> None:
+    """KIP-664 at the request level: the coordinator describes an open transaction with its
+    partitions; every node lists the ids it coordinates, so the union over the nodes holds
+    each once; an unknown state filter is named back; after EndTxn the abort completes."""
+    await asyncio.to_thread(create_native, three_nodes, "txn-described", 2)
+    txn = f"admin-{uuid.uuid4()}"
+    producer = await served_init(kafka_bootstrap[0], 4, init(txn))
+    pid, epoch = producer.producer_id, producer.producer_epoch
+    find = await kafka_call(
+        kafka_bootstrap[0], m.Api.FIND_COORDINATOR, 1, m.FindCoordinatorRequest(txn, 1)
+    )
+    assert isinstance(find, m.FindCoordinatorResponse)
+    coordinator = f"{find.host}:{find.port}"
+    topics = (m.AddPartitionsToTxnTopic("txn-described", (1, 0)),)
+    added = await kafka_call(
+        coordinator,
+        m.Api.ADD_PARTITIONS_TO_TXN,
+        3,
+        m.AddPartitionsToTxnRequest(txn, pid, epoch, topics),
+    )
+    assert isinstance(added, m.AddPartitionsToTxnResponse)
+    errors = [
+        r.partition_error_code
+        for t in added.results_by_topic_v3_and_below
+        for r in t.results_by_partition
+    ]
+    assert errors == [0, 0]
+    # An id no producer used, coordinated by the same node (the others answer NOT_COORDINATOR).
+    for n in itertools.count():
+        stranger = f"no-such-id-{n}"
+        asked = m.FindCoordinatorRequest(stranger, 1)
+        found = await kafka_call(kafka_bootstrap[0], m.Api.FIND_COORDINATOR, 1, asked)
+        assert isinstance(found, m.FindCoordinatorResponse)
+        if found.node_id == find.node_id:
+            break
+    described = await kafka_call(
+        coordinator, m.Api.DESCRIBE_TRANSACTIONS, 0, m.DescribeTransactionsRequest((txn, stranger))
+    )
+    assert isinstance(described, m.DescribeTransactionsResponse)
+    (mine, unknown) = described.transaction_states
+    assert (mine.error_code, mine.transaction_state, mine.producer_id, mine.producer_epoch) == (
+        0, "Ongoing", pid, epoch,
+    )  # fmt: skip
+    assert mine.topics == (m.TopicData("txn-described", (0, 1)),)
+    assert mine.transaction_start_time > 0
+    assert unknown.error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    listed: list[str] = []
+    for node in three_nodes.nodes:
+        answer = await kafka_call(
+            node.kafka_address,
+            m.Api.LIST_TRANSACTIONS,
+            1,
+            m.ListTransactionsRequest(("Ongoing",), (pid,)),
+        )
+        assert isinstance(answer, m.ListTransactionsResponse)
+        listed += [
+            t.transactional_id
+            for t in answer.transaction_states
+            if t.transaction_state == "Ongoing"
+        ]
+    assert listed == [txn]
+    nope = await kafka_call(
+        kafka_bootstrap[1], m.Api.LIST_TRANSACTIONS, 0, m.ListTransactionsRequest(("Nope",))
+    )
+    assert nope == m.ListTransactionsResponse(0, ("Nope",), ())
+    ended = await kafka_call(coordinator, m.Api.END_TXN, 3, m.EndTxnRequest(txn, pid, epoch, False))
+    assert ended == m.EndTxnResponse(ErrorCode.NONE)
+
+    async def completed() -> bool:
+        answer = await kafka_call(
+            coordinator, m.Api.DESCRIBE_TRANSACTIONS, 0, m.DescribeTransactionsRequest((txn,))
+        )
+        assert isinstance(answer, m.DescribeTransactionsResponse)
+        return answer.transaction_states[0].transaction_state == "CompleteAbort"
+
+    await apoll_until(completed, CLIENT_TIMEOUT_S, "the abort's markers written")

@@ -1,7 +1,7 @@
 """Kafka's own command-line tools (kafka-tools 4.x, from Maven Central) against the Kafka
 listener, as README's "Using Kafka's own tools" shows them: kafka-topics, the console producer
 and consumer, kafka-consumer-groups (with --delete-offsets), kafka-get-offsets, kafka-configs
---alter, kafka-delete-records and kafka-producer-perf-test.
+--alter, kafka-delete-records, kafka-producer-perf-test and kafka-transactions.
 
 Each tool runs as its class on the classpath `bench.java` resolves (`tests.kafka_java`), one JVM
 a call, against the module's cluster; skipped with the reason where Java or Maven is missing.
@@ -16,7 +16,7 @@ import tempfile
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 from confluent_kafka.cimpl import NewTopic
 
@@ -33,6 +33,7 @@ OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
 PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONFIGS = "org.apache.kafka.tools.ConfigCommand"
 DELETE_RECORDS = "org.apache.kafka.tools.DeleteRecordsCommand"
+TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 TIMEOUT_S = 30
 
 
@@ -158,3 +159,29 @@ def test_producer_perf_test_acks_every_record(jars: Jars, bootstrap: str) -> Non
                         "enable.idempotence=true"))  # fmt: skip
     # Its last line: "20000 records sent, N records/sec (...), ... ms avg latency, ..."
     assert re.search(r"^20000 records sent, [\d.]+ records/sec", out, re.M), out
+
+
+def test_kafka_transactions_lists_and_describes_a_transaction(jars: Jars, bootstrap: str) -> None:
+    """kafka-transactions (TransactionsCommand) `list` and `describe` a confluent-kafka
+    transaction while it is open (its partitions, Ongoing), and once it committed."""
+    ok(kafka_tool(jars, TOPICS, "--bootstrap-server", bootstrap, "--create", "--topic",
+                  "tools-txn", "--partitions", "2"))  # fmt: skip
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tools-txn"})
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce("tools-txn", b"open", partition=1)
+    producer.flush(TIMEOUT_S)  # the partition is in the transaction once its data is sent
+    b = ("--bootstrap-server", bootstrap)
+    listed = ok(kafka_tool(jars, TRANSACTIONS, *b, "list"))
+    assert re.search(r"^tools-txn\s+\d+\s+\d+\s+Ongoing\s*$", listed, re.M), listed
+    described = ok(kafka_tool(jars, TRANSACTIONS, *b, "describe", "--transactional-id",
+                              "tools-txn"))  # fmt: skip
+    assert re.search(r"\btools-txn\s+\d+\s+0\s+Ongoing\b.*\btools-txn-1\b", described), described
+    producer.commit_transaction(TIMEOUT_S)
+
+    def committed() -> str | None:
+        out = ok(kafka_tool(jars, TRANSACTIONS, *b, "describe", "--transactional-id",
+                            "tools-txn"))  # fmt: skip
+        return out if "CompleteCommit" in out else None
+
+    poll_until(committed, TIMEOUT_S, "the transaction described as committed")

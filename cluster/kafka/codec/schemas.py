@@ -130,8 +130,10 @@ def _timedelta_to_ms(value: datetime.timedelta) -> int:
     return round(value.total_seconds() * 1000)
 
 
-def _ms_to_time(value: Any) -> datetime.datetime | None:
-    return None if value < 0 else datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC)
+def _ms_to_time(value: Any) -> datetime.datetime:
+    """A time in ms since the epoch; Kafka's -1 ("none") too, a millisecond before the epoch,
+    which kio writes back as -1 whether or not its field is nullable."""
+    return datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC)
 
 
 def _time_to_ms(value: Any) -> int:

@@ -1,6 +1,6 @@
 """Producer ids and transactions: InitProducerId (22), AddPartitionsToTxn (24),
-AddOffsetsToTxn (25, served only to refuse: offsets in transactions come later), EndTxn (26)
-and DescribeProducers (61).
+AddOffsetsToTxn (25, served only to refuse: offsets in transactions come later), EndTxn (26),
+DescribeProducers (61), DescribeTransactions (65) and ListTransactions (66).
 
 Part of the Kafka messages (cluster/kafka/messages/__init__.py has their rules): each request
 class names its API, the versions served, its response and how it is refused whole.
@@ -189,3 +189,75 @@ class DescribeProducersRequest(Request):
                 for t in self.topics
             )
         )
+
+
+# -- DescribeTransactions (65), ListTransactions (66): KIP-664 ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicData:
+    topic: str
+    partitions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedTransaction:
+    error_code: int
+    transactional_id: str
+    transaction_state: str = ""
+    transaction_timeout: int = 0
+    # ms since the epoch: 0 for an id with no transaction yet (Kafka: -1) and in an error's entry
+    transaction_start_time: int = 0
+    producer_id: int = -1
+    producer_epoch: int = -1
+    topics: tuple[TopicData, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeTransactionsResponse(Response):
+    transaction_states: tuple[DescribedTransaction, ...]
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeTransactionsRequest(Request):
+    API = Api.DESCRIBE_TRANSACTIONS
+    VERSIONS = VersionRange(0, 0)
+    RESPONSE = DescribeTransactionsResponse
+
+    transactional_ids: tuple[str, ...] = ()
+
+    def refusal(self, code: int, message: str) -> DescribeTransactionsResponse:  # noqa: ARG002
+        return DescribeTransactionsResponse(
+            tuple(DescribedTransaction(code, t) for t in self.transactional_ids)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ListedTransaction:
+    transactional_id: str
+    producer_id: int
+    transaction_state: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListTransactionsResponse(Response):
+    error_code: int
+    unknown_state_filters: tuple[str, ...] = ()
+    transaction_states: tuple[ListedTransaction, ...] = ()
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ListTransactionsRequest(Request):
+    # v1 adds the duration filter (KIP-994); v2's id pattern is not served.
+    API = Api.LIST_TRANSACTIONS
+    VERSIONS = VersionRange(0, 1)
+    RESPONSE = ListTransactionsResponse
+
+    state_filters: tuple[str, ...] = ()
+    producer_id_filters: tuple[int, ...] = ()
+    duration_filter: int = -1
+
+    def refusal(self, code: int, message: str) -> ListTransactionsResponse:  # noqa: ARG002
+        return ListTransactionsResponse(code)
