@@ -114,6 +114,8 @@ class ProducerView(NamedTuple):
     last_sequence: int
     last_timestamp_ms: int
     window: tuple[BatchMetadata, ...]
+    coordinator_epoch: int = -1  # of the last marker it got here (-1: none)
+    txn_start_offset: int = -1  # its open transaction's first offset here (-1: none with data)
 
 
 class PartitionProducers(NamedTuple):

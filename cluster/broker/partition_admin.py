@@ -28,6 +28,7 @@ from cluster.errors import RaftbrokerError
 from statemachine.commands import AdvanceLogStart
 from statemachine.errors import ErrorCode
 from statemachine.partition import LogStartAdvanced
+from statemachine.partition_txns import TxnProducer
 from statemachine.records import BatchFormatError, decode_records
 
 HIGH_WATERMARK = -1  # DeleteRecords' offset for "everything committed so far"
@@ -190,14 +191,19 @@ class PartitionAdmin:
 
 
 def _describe(handle: PartitionHandle) -> tuple[ProducerView, ...]:
-    """Between applies: the producer table as DescribeProducers shows it."""
+    """Between applies: the producer table as DescribeProducers shows it, with each
+    producer's open transaction here (Kafka's currentTxnStartOffset)."""
+    machine = handle.replica.machine
     return tuple(
-        ProducerView(
-            pid,
-            entry.epoch,
-            entry.last_sequence,
-            entry.last_timestamp_ms,
-            tuple(entry.window),
-        )
-        for pid, entry in handle.replica.machine.producers
-    )
+        ProducerView(pid, entry.epoch, entry.last_sequence, entry.last_timestamp_ms,
+                     tuple(entry.window), *_txn_of(machine.txns.producers.get(pid)))
+        for pid, entry in machine.producers
+    )  # fmt: skip
+
+
+def _txn_of(entry: TxnProducer | None) -> tuple[int, int]:
+    """(coordinator epoch, first offset of the open transaction), -1 for what is not there."""
+    if entry is None:
+        return -1, -1
+    first = -1 if entry.open is None else entry.open.first_offset
+    return entry.coordinator_epoch, first

@@ -570,7 +570,14 @@ def _producers(partition: int, result: PartitionProducers | None) -> m.Partition
         ErrorCode.NONE,
         None,
         tuple(
-            m.ProducerState(d.producer_id, d.epoch, d.last_sequence, d.last_timestamp_ms)
+            m.ProducerState(
+                d.producer_id,
+                d.epoch,
+                d.last_sequence,
+                d.last_timestamp_ms,
+                d.coordinator_epoch,
+                d.txn_start_offset,
+            )
             for d in result.producers
         ),
     )

@@ -162,8 +162,9 @@ def test_producer_perf_test_acks_every_record(jars: Jars, bootstrap: str) -> Non
 
 
 def test_kafka_transactions_lists_and_describes_a_transaction(jars: Jars, bootstrap: str) -> None:
-    """kafka-transactions (TransactionsCommand) `list` and `describe` a confluent-kafka
-    transaction while it is open (its partitions, Ongoing), and once it committed."""
+    """kafka-transactions (TransactionsCommand) `list`, `describe` and `describe-producers`
+    a confluent-kafka transaction while it is open (its partitions, Ongoing, where it starts),
+    and once it committed."""
     ok(kafka_tool(jars, TOPICS, "--bootstrap-server", bootstrap, "--create", "--topic",
                   "tools-txn", "--partitions", "2"))  # fmt: skip
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tools-txn"})
@@ -177,6 +178,11 @@ def test_kafka_transactions_lists_and_describes_a_transaction(jars: Jars, bootst
     described = ok(kafka_tool(jars, TRANSACTIONS, *b, "describe", "--transactional-id",
                               "tools-txn"))  # fmt: skip
     assert re.search(r"\btools-txn\s+\d+\s+0\s+Ongoing\b.*\btools-txn-1\b", described), described
+    # describe-producers (DescribeProducers): the open transaction starts at the record's offset
+    producers = ok(kafka_tool(jars, TRANSACTIONS, *b, "describe-producers", "--topic",
+                              "tools-txn", "--partition", "1"))  # fmt: skip
+    # ProducerId ProducerEpoch LatestCoordinatorEpoch LastSequence LastTimestamp StartOffset
+    assert re.search(r"^\d+\s+0\s+-1\s+0\s+\d+\s+0\s*$", producers, re.M), producers
     producer.commit_transaction(TIMEOUT_S)
 
     def committed() -> str | None:
