@@ -8,7 +8,12 @@
 //   {"op": "produce", "topic": T, "partition": P, "count": N, "prefix": S, "pace_ms": M}
 //       an idempotent producer (acks=all) sends S-0 .. S-(N-1) to partition P, one every M ms,
 //       then flushes: {"acked": N, "errors": [...], "offsets": [first, last]}
-//   {"op": "consume", "topic": T, "count": N, "group": G or null, "timeout_ms": M}
+//   {"op": "transactions", "topic": T, "partitions": N, "txn_id": X, "outcomes": [true, false]}
+//       a transactional producer runs one transaction an outcome, each writing "X-i-p" to
+//       every partition p < N (i: the transaction's index), flushed, then committed (true)
+//       or aborted (false): {"ended": k}
+//   {"op": "consume", "topic": T, "count": N, "group": G or null, "timeout_ms": M,
+//       "isolation": "read_committed" or "read_uncommitted" (the default)}
 //       reads from the beginning (assigned partitions without G; as member of G with manual
 //       commits otherwise) until N records or M ms: {"values": [...], "partitions": [...],
 //       "epochs": [...]} (each record's leader epoch, -1 for none)
@@ -117,7 +122,11 @@ public class ClientDriver {
             case "consume":
                 return consume(r.path("topic").asText(), r.path("count").asInt(),
                         r.hasNonNull("group") ? r.get("group").asText() : null,
-                        r.path("timeout_ms").asLong(30_000));
+                        r.path("timeout_ms").asLong(30_000),
+                        r.path("isolation").asText("read_uncommitted"));
+            case "transactions":
+                return transactions(r.path("topic").asText(), r.path("partitions").asInt(1),
+                        r.path("txn_id").asText(), r.path("outcomes"));
             case "seek":
                 return seek(r.path("topic").asText(), r.path("partition").asInt(),
                         r.path("offset").asLong(), r.path("epoch").asInt(), r.path("count").asInt(),
@@ -192,12 +201,40 @@ public class ClientDriver {
         return p;
     }
 
-    ObjectNode consume(String topic, int count, String group, long timeoutMs) {
+    ObjectNode transactions(String topic, int partitionCount, String txnId, JsonNode outcomes) {
+        Properties p = base();
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        int ended = 0;
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
+            producer.initTransactions();
+            for (JsonNode outcome : outcomes) {
+                producer.beginTransaction();
+                for (int partition = 0; partition < partitionCount; partition++) {
+                    String value = txnId + "-" + ended + "-" + partition;
+                    producer.send(new ProducerRecord<>(topic, partition, null, value));
+                }
+                producer.flush();  // the data is in the partitions before the outcome
+                if (outcome.asBoolean()) {
+                    producer.commitTransaction();
+                } else {
+                    producer.abortTransaction();
+                }
+                ended++;
+            }
+        }
+        return JSON.createObjectNode().put("ended", ended);
+    }
+
+    ObjectNode consume(String topic, int count, String group, long timeoutMs, String isolation) {
         ObjectNode answer = JSON.createObjectNode();
         ArrayNode values = answer.putArray("values");
         ArrayNode partitions = answer.putArray("partitions");
         ArrayNode epochs = answer.putArray("epochs");
-        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(consumerProps(group))) {
+        Properties props = consumerProps(group);
+        props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props)) {
             if (group == null) {
                 List<TopicPartition> tps = new ArrayList<>();
                 for (PartitionInfo info : consumer.partitionsFor(topic)) {

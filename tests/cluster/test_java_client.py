@@ -73,6 +73,31 @@ def test_the_idempotent_producer_rides_out_a_leader_kill_every_record_once_in_or
     check_positions_by_epoch(client, read["epochs"])
 
 
+def test_transactions_commit_and_abort_and_read_committed_sees_only_commits(
+    java: JavaClients,
+) -> None:
+    """Kafka's Java client, the strictest: a transactional producer commits, aborts and
+    commits again over three partitions; its read_committed consumer reads exactly the two
+    committed transactions (the aborted one's records and every marker skipped), and a
+    read_uncommitted one the aborted records too."""
+    client = java.start()
+    client.call({"op": "admin", "action": "create_topic", "topic": "java-txn", "partitions": 3})
+    outcomes = [True, False, True]
+    ended = client.call({"op": "transactions", "topic": "java-txn", "partitions": 3,
+                         "txn_id": "jt", "outcomes": outcomes})  # fmt: skip
+    assert ended == {"ended": 3}
+    committed = {f"jt-{i}-{p}" for i in (0, 2) for p in range(3)}
+    aborted = {f"jt-1-{p}" for p in range(3)}
+
+    def read(isolation: str, count: int) -> list[str]:
+        asked = {"op": "consume", "topic": "java-txn", "count": count + 1, "group": None}
+        answer = client.call({**asked, "timeout_ms": 5_000, "isolation": isolation})
+        return sorted(answer["values"])
+
+    assert read("read_committed", len(committed)) == sorted(committed)
+    assert read("read_uncommitted", len(committed | aborted)) == sorted(committed | aborted)
+
+
 def check_positions_by_epoch(client: JavaClient, epochs: list[int]) -> None:
     """The records of the kill's two leaders carry two leader epochs; a position read in the
     first is validated by the client with OffsetForLeaderEpoch (KIP-320) before it fetches:
