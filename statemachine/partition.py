@@ -40,7 +40,7 @@ from statemachine.errors import ErrorCode, Rejected
 from statemachine.leader_epochs import LeaderEpochs
 from statemachine.limits import DEFAULT_LIMITS, StateLimits
 from statemachine.partition_txns import NO_OFFSET, PartitionTxns, marker_batch
-from statemachine.producer_state import BatchMetadata, ProducerTable
+from statemachine.producer_state import BatchMetadata, ProducerTable, Verdict
 from statemachine.records import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
@@ -253,12 +253,9 @@ class PartitionStateMachine:
         """A batch of a producer with a transaction open here, or a transactional one: a retry
         of a retained batch is its duplicate first (Kafka's order), then the batch must be
         transactional, of the registered transaction's epoch, and next in its sequence."""
-        if header.producer_epoch < self.txns.fenced_epoch(header.producer_id):
-            return Rejected(ErrorCode.INVALID_PRODUCER_EPOCH)  # a marker's epoch fenced it
-        verdict = self.producers.check(header)
+        error, verdict = self._txn_check(header)
         if isinstance(verdict, BatchMetadata):
             return Duplicate(verdict.base_offset, verdict.last_offset, verdict.timestamp_ms)
-        error = self._txn_refusal(header)
         if error != ErrorCode.NONE:
             return Rejected(error)
         if verdict is not None:
@@ -277,11 +274,19 @@ class PartitionStateMachine:
         transactional = header.attributes & TRANSACTIONAL_BIT
         if not transactional and header.producer_id not in self.txns.producers:
             return ErrorCode.NONE
+        return self._txn_check(header)[0]
+
+    def _txn_check(self, header: BatchHeader) -> tuple[ErrorCode, Verdict]:
+        """A batch of a producer with transactional state, in Kafka's order: below the epoch
+        a marker raised, fenced; a retry of a retained batch, its duplicate (the window's
+        metadata as verdict, NONE as error); else the transaction's refusal, if any, and the
+        producer table's verdict on the sequence."""
         if header.producer_epoch < self.txns.fenced_epoch(header.producer_id):
-            return ErrorCode.INVALID_PRODUCER_EPOCH
-        if isinstance(self.producers.check(header), BatchMetadata):
-            return ErrorCode.NONE
-        return self._txn_refusal(header)
+            return ErrorCode.INVALID_PRODUCER_EPOCH, None
+        verdict = self.producers.check(header)
+        if isinstance(verdict, BatchMetadata):
+            return ErrorCode.NONE, verdict
+        return self._txn_refusal(header), verdict
 
     def _txn_refusal(self, header: BatchHeader) -> ErrorCode:
         """A plain batch is refused inside an open transaction, a transactional one outside
@@ -297,11 +302,11 @@ class PartitionStateMachine:
         """A WriteTxnMarker: the control batch where the transaction wrote data here."""
         epoch, commit, coordinator_epoch = marker
         verdict = self.txns.check_end(producer_id, epoch, txn_sequence, commit, coordinator_epoch)
-        if isinstance(verdict, ErrorCode):
+        if isinstance(verdict, ErrorCode):  # (True: a control batch is written)
             return Rejected(verdict)
-        offset = self._log_end_offset if verdict.write else NO_OFFSET
+        offset = self._log_end_offset if verdict else NO_OFFSET
         self.txns.end(producer_id, txn_sequence, marker, offset, self._clock_ms)
-        if not verdict.write:
+        if not verdict:
             return TxnEnded(producer_id, txn_sequence)
         batch = marker_batch(producer_id, epoch, commit, coordinator_epoch, self._clock_ms)
         self._log_end_offset = offset + 1

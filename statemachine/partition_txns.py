@@ -96,20 +96,11 @@ class AbortedTxn(NamedTuple):
     last_offset: int  # its abort marker's offset
 
 
-class EndTxn(NamedTuple):
-    """What a marker does: write a control batch (the transaction wrote data here), or close
-    the registration only (`write` False), or nothing at all (`replay`)."""
-
-    write: bool
-    replay: bool
-
-
 class PartitionTxns:
     """Producer id -> TxnProducer, the aborted index and the last stable offset's hold."""
 
     __slots__ = (
         "_aborted",
-        "_aborted_ends",
         "_aborted_max",
         "_hold",
         "_producers_max",
@@ -122,8 +113,7 @@ class PartitionTxns:
         self._producers_max = producers_max
         self._aborted_max = aborted_max
         self.producers: dict[int, TxnProducer] = {}
-        self._aborted: list[AbortedTxn] = []
-        self._aborted_ends: list[int] = []  # each one's last_offset, for bisect
+        self._aborted: list[AbortedTxn] = []  # in marker order: ascending last_offset
         self._hold: int | None = None  # the oldest open transaction's first offset
 
     def __bool__(self) -> bool:
@@ -191,24 +181,26 @@ class PartitionTxns:
 
     def check_end(
         self, producer_id: int, epoch: int, txn_sequence: int, commit: bool, coordinator_epoch: int
-    ) -> EndTxn | ErrorCode:
-        """What a marker for this transaction does, or why it is refused."""
+    ) -> bool | ErrorCode:
+        """Whether a marker for this transaction writes a control batch here (True: the
+        transaction wrote data here; False: it ends a registration without data, a
+        transaction never registered here, or nothing, as a replay), or why it is refused."""
         entry = self.producers.get(producer_id)
         if entry is None:
-            return EndTxn(write=False, replay=False)  # never registered here: nothing to end
+            return False  # never registered here: nothing to end
         if coordinator_epoch < entry.coordinator_epoch:
             return ErrorCode.TRANSACTION_COORDINATOR_FENCED
         if epoch < entry.last_epoch:
             return ErrorCode.INVALID_PRODUCER_EPOCH
         txn = entry.open
         if txn is not None and txn.txn_sequence == txn_sequence:
-            return EndTxn(write=txn.first_offset != NO_OFFSET, replay=False)
+            return txn.first_offset != NO_OFFSET
         if txn is None and txn_sequence > entry.last_txn_sequence:
             # Its registration never applied here (yet): nothing to end, but it is recorded,
             # so that a registration arriving late is refused as stale.
-            return EndTxn(write=False, replay=False)
+            return False
         if txn is None and txn_sequence == entry.last_txn_sequence and entry.committed is commit:
-            return EndTxn(write=False, replay=True)
+            return False  # a replay
         return ErrorCode.INVALID_TXN_STATE
 
     def end(
@@ -241,7 +233,6 @@ class PartitionTxns:
         assert marker_offset > txn.last_offset, "a marker before its transaction's data"
         if not commit:
             self._aborted.append(AbortedTxn(producer_id, txn.first_offset, marker_offset))
-            self._aborted_ends.append(marker_offset)
         if self._hold == txn.first_offset:
             self._hold = self._oldest_open()
 
@@ -271,7 +262,7 @@ class PartitionTxns:
     def aborted_between(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """The aborted transactions with data in [start_offset, end_offset): those a reader of
         that range must drop, in marker order (Kafka's `collectAbortedTransactions`)."""
-        first = bisect_left(self._aborted_ends, start_offset)
+        first = bisect_left(self._aborted, start_offset, key=_marker_offset)
         return [a for a in self._aborted[first:] if a.first_offset < end_offset]
 
     def open_txns(self) -> list[tuple[int, OpenTxn]]:
@@ -282,9 +273,8 @@ class PartitionTxns:
 
     def start_moved(self, log_start_offset: int) -> None:
         """Aborts wholly below the new log start are no reader's business any more."""
-        cut = bisect_left(self._aborted_ends, log_start_offset)
-        if cut:
-            del self._aborted[:cut], self._aborted_ends[:cut]
+        cut = bisect_left(self._aborted, log_start_offset, key=_marker_offset)
+        del self._aborted[:cut]
 
     def expiry_due(self, now_ms: int, expiration_ms: int) -> bool:
         return any(self._idle(now_ms, expiration_ms))
@@ -338,10 +328,13 @@ class PartitionTxns:
                 txns.producers[int(pid)] = entry
             for pid, first, last in aborted:
                 txns._aborted.append(AbortedTxn(int(pid), int(first), int(last)))
-                txns._aborted_ends.append(int(last))
         except (TypeError, ValueError) as exc:
             raise SnapshotError(f"partition transactions: {exc}") from exc
-        if txns._aborted_ends != sorted(txns._aborted_ends):
+        if txns._aborted != sorted(txns._aborted, key=_marker_offset):
             raise SnapshotError("partition transactions: aborts out of marker order")
         txns._hold = txns._oldest_open()
         return txns
+
+
+def _marker_offset(aborted: AbortedTxn) -> int:
+    return aborted.last_offset
