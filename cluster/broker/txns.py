@@ -99,18 +99,19 @@ class TxnService:
         partitions = self.node.config.limits.txn_state_topic_partitions
         return await ensure_internal_topic(self.node, TXN_STATE_TOPIC, partitions, self._timeout_s)
 
-    def _partition(self, txn_id: str) -> int | None:
+    def _hosted(self, txn_id: str) -> TxnStateHandle | None:
+        """This node's replica of the id's transaction state partition, if it has one."""
         topic = internal_topic(self.node, TXN_STATE_TOPIC)
-        return None if topic is None else partition_of(txn_id, topic.partitions)
+        if topic is None:
+            return None
+        return self.node.txn_states.get((TXN_STATE_TOPIC, partition_of(txn_id, topic.partitions)))
 
     async def _handle(self, txn_id: str) -> TxnStateHandle | ErrorCode:
         if transactional_id_error(txn_id, self.node.limits):
             return ErrorCode.INVALID_REQUEST
         if await self._ensure_topic() != ErrorCode.NONE:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        partition = self._partition(txn_id)
-        assert partition is not None, "the topic exists"
-        handle = self.node.txn_states.get((TXN_STATE_TOPIC, partition))
+        handle = self._hosted(txn_id)
         return ErrorCode.NOT_COORDINATOR if handle is None else handle
 
     async def _propose(self, handle: TxnStateHandle, command: bytes) -> TxnStateResult | ErrorCode:
@@ -226,10 +227,7 @@ class TxnService:
     def describe(self, txn_id: str) -> TxnMetadata | ErrorCode:
         """The id's transaction, from its coordinator only (NOT_COORDINATOR elsewhere, as
         Kafka's); TRANSACTIONAL_ID_NOT_FOUND for an id it does not hold."""
-        partition = self._partition(txn_id)
-        handle = (
-            None if partition is None else self.node.txn_states.get((TXN_STATE_TOPIC, partition))
-        )
+        handle = self._hosted(txn_id)
         if handle is None or not handle.group.serving:
             return ErrorCode.NOT_COORDINATOR
         txn = handle.replica.machine.txns.get(txn_id)
