@@ -82,6 +82,23 @@ def unpack_snapshot(data: bytes, version: int, arity: int, what: str) -> tuple[A
     return raw[1:]
 
 
+def unpack_versioned_snapshot(
+    data: bytes, arities: dict[int, int], what: str
+) -> tuple[int, tuple[Any, ...]]:
+    """Decode a snapshot `[version, *fields]` of any version in `arities` (version -> its
+    field count): its version and fields, so that a reader keeps reading older snapshots."""
+    try:
+        raw = unpack(data, size_max=len(data))
+    except CodecError as exc:
+        raise SnapshotError(f"{what} snapshot: {exc}") from exc
+    if not isinstance(raw, tuple) or not raw or raw[0] not in arities:
+        raise SnapshotError(f"{what} snapshot: not [version, ...] of a version {sorted(arities)}")
+    version = raw[0]
+    if len(raw) != arities[version] + 1:
+        raise SnapshotError(f"{what} snapshot: expected [{version}, {arities[version]} fields]")
+    return version, raw[1:]
+
+
 def expect_int(value: object, what: str) -> int:
     """An integer field of a snapshot, or SnapshotError."""
     if type(value) is not int:

@@ -289,6 +289,20 @@ class DeleteOffsets(Command):
     partitions: bytes = _bytes()
 
 
+@dataclass(frozen=True, slots=True)
+class CommitTxnOffsets(Command):
+    """TxnOffsetCommit: a group's offsets, pending in producer `producer_id`'s open transaction
+    on this offsets partition until its marker commits or drops them. `offsets` as
+    CommitOffsets'; the coordinator checked the committer's membership before proposing."""
+
+    TAG: ClassVar[int] = 26
+    group_id: str = _str()
+    now_ms: int = _int(*_TIME_MS)
+    producer_id: int = _int(0, INT64_MAX)
+    producer_epoch: int = _int(0, PRODUCER_EPOCH_MAX)
+    offsets: bytes = _bytes()
+
+
 # -- Transaction state partitions (the transaction coordinator) ----------------------------------
 
 
@@ -377,6 +391,7 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     ExpireOffsets,
     DeleteTopicOffsets,
     DeleteOffsets,
+    CommitTxnOffsets,
     InitTxnProducer,
     AddTxnPartitions,
     PrepareTxnEnd,

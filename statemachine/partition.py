@@ -18,12 +18,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from statemachine.codec import (
-    CodecError,
     SnapshotError,
     expect_int,
     pack,
-    unpack,
-    unpack_snapshot,
+    unpack_versioned_snapshot,
 )
 from statemachine.commands import (
     AdvanceLogStart,
@@ -406,14 +404,5 @@ def _snapshot_fields(data: bytes) -> tuple[object, ...]:
     """A version-4 snapshot's seven fields; an older one's, with None for no transactions (3),
     no leader epochs either (2: a reader's question about an epoch before the first one kept
     is answered with that one's start, after everything it holds), no sink fences either (1)."""
-    try:
-        raw = unpack(data, size_max=len(data))
-    except CodecError as exc:
-        raise SnapshotError(f"partition snapshot: {exc}") from exc
-    if isinstance(raw, tuple) and raw[:1] == (1,):
-        return (*unpack_snapshot(data, 1, 4, "partition"), (), (), None)
-    if isinstance(raw, tuple) and raw[:1] == (2,):
-        return (*unpack_snapshot(data, 2, 5, "partition"), (), None)
-    if isinstance(raw, tuple) and raw[:1] == (3,):
-        return (*unpack_snapshot(data, 3, 6, "partition"), None)
-    return unpack_snapshot(data, SNAPSHOT_VERSION, 7, "partition")
+    version, fields = unpack_versioned_snapshot(data, {1: 4, 2: 5, 3: 6, 4: 7}, "partition")
+    return (*fields, *((), (), None)[version - 1 :]) if version < SNAPSHOT_VERSION else fields

@@ -127,6 +127,24 @@ REQUESTS: dict[m.Api, m.RequestBody] = {
         "i-1",
         86_400_000,
     ),
+    m.Api.TXN_OFFSET_COMMIT: m.TxnOffsetCommitRequest(
+        "txn",
+        "g",
+        1_000,
+        3,
+        (
+            m.OffsetCommitRequestTopic(
+                "orders",
+                (
+                    m.OffsetCommitRequestPartition(0, 42, 3, "meta"),
+                    m.OffsetCommitRequestPartition(1, 7, -1, None),
+                ),
+            ),
+        ),
+        5,
+        "m-1",
+        "i-1",
+    ),
     m.Api.OFFSET_FETCH: m.OffsetFetchRequest(
         "g",
         (m.OffsetFetchRequestTopic("orders", (0, 1)),),
@@ -252,7 +270,7 @@ RESPONSES: dict[m.Api, m.ResponseBody] = {
         ),
         10,
     ),
-    m.Api.ADD_OFFSETS_TO_TXN: m.AddOffsetsToTxnResponse(ErrorCode.INVALID_TXN_STATE, 10),
+    m.Api.ADD_OFFSETS_TO_TXN: m.AddOffsetsToTxnResponse(ErrorCode.CONCURRENT_TRANSACTIONS, 10),
     m.Api.END_TXN: m.EndTxnResponse(ErrorCode.CONCURRENT_TRANSACTIONS, 10),
     m.Api.DESCRIBE_TRANSACTIONS: m.DescribeTransactionsResponse(
         (
@@ -307,6 +325,18 @@ RESPONSES: dict[m.Api, m.ResponseBody] = {
                 (
                     m.OffsetCommitResponsePartition(0, 0),
                     m.OffsetCommitResponsePartition(1, ErrorCode.OFFSET_METADATA_TOO_LARGE),
+                ),
+            ),
+        ),
+        10,
+    ),
+    m.Api.TXN_OFFSET_COMMIT: m.TxnOffsetCommitResponse(
+        (
+            m.OffsetCommitResponseTopic(
+                "orders",
+                (
+                    m.OffsetCommitResponsePartition(0, 0),
+                    m.OffsetCommitResponsePartition(1, ErrorCode.INVALID_PRODUCER_EPOCH),
                 ),
             ),
         ),

@@ -60,6 +60,7 @@ from cluster.raft import ProposalError
 from statemachine.codec import pack
 from statemachine.commands import (
     CommitOffsets,
+    CommitTxnOffsets,
     DeleteTopicOffsets,
     ExpireOffsets,
     StoreGroup,
@@ -336,24 +337,39 @@ class GroupService(GroupAdmin):
         member_id: str,
         instance_id: str | None,
         partitions: list[CommitPartition],
+        *,
+        producer: tuple[int, int] | None = None,
     ) -> list[ErrorCode]:
-        """One error per partition, in order: NONE for each committed."""
+        """One error per partition, in order: NONE for each committed. With a `producer`
+        (its id and epoch): TxnOffsetCommit, the offsets pending in its transaction, which
+        must have registered this group's offsets partition (AddOffsetsToTxn) first."""
         seat = self._seat_for(group_id)
         if isinstance(seat, ErrorCode):
             return [seat] * len(partitions)
         assert seat.coordinator is not None
         refusal = seat.coordinator.commit_refusal(
-            group_id, generation, member_id, instance_id, self._now_ms()
+            group_id,
+            generation,
+            member_id,
+            instance_id,
+            self._now_ms(),
+            transactional=producer is not None,
         )
+        if refusal is ErrorCode.NONE and producer is not None:
+            # Checked again in apply; here so that a refused one never reaches the log.
+            refusal = seat.handle.replica.machine.txns.check_data(*producer)
         if refusal is not ErrorCode.NONE:
             return [refusal] * len(partitions)
         errors = [self._commit_refusal(p) for p in partitions]
-        taken = [p for p, e in zip(partitions, errors, strict=True) if e is ErrorCode.NONE]
+        taken = [list(p) for p, e in zip(partitions, errors, strict=True) if e is ErrorCode.NONE]
         if not taken:
             return errors
-        error = await self._propose(
-            seat, CommitOffsets(group_id, wall_ms(), pack([list(p) for p in taken])).encode()
+        command = (
+            CommitOffsets(group_id, wall_ms(), pack(taken))
+            if producer is None
+            else CommitTxnOffsets(group_id, wall_ms(), *producer, pack(taken))
         )
+        error = await self._propose(seat, command.encode())
         return [error if e is ErrorCode.NONE else e for e in errors]
 
     def _commit_refusal(self, partition: CommitPartition) -> ErrorCode:
@@ -381,9 +397,11 @@ class GroupService(GroupAdmin):
         return result.error if isinstance(result, Rejected) else ErrorCode.NONE
 
     def fetch(
-        self, group_id: str, asked: list[tuple[str, int]] | None
+        self, group_id: str, asked: list[tuple[str, int]] | None, *, require_stable: bool = False
     ) -> tuple[ErrorCode, list[FetchedOffset]]:
-        """The group's committed offsets of `asked` (every one it has: None), -1 where none."""
+        """The group's committed offsets of `asked` (every one it has: None), -1 where none.
+        With `require_stable` (KIP-447), a partition whose offset a transaction has pending
+        answers UNSTABLE_OFFSET_COMMIT (retriable) instead, until its marker."""
         seat = self._seat_for(group_id)
         if isinstance(seat, ErrorCode):
             return seat, []
@@ -393,7 +411,10 @@ class GroupService(GroupAdmin):
         fetched = []
         for topic, partition in keys:
             c = committed.get((topic, partition))
-            if c is None:
+            if require_stable and entry is not None and entry.is_pending((topic, partition)):
+                fetched.append(FetchedOffset(topic, partition, NO_OFFSET, -1, "",
+                                             ErrorCode.UNSTABLE_OFFSET_COMMIT))  # fmt: skip
+            elif c is None:
                 fetched.append(FetchedOffset(topic, partition, NO_OFFSET, -1, ""))
             else:
                 fetched.append(FetchedOffset(topic, partition, c.offset, c.leader_epoch,

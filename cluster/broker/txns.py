@@ -4,10 +4,10 @@ Role: a transactional id lives in one partition of the internal topic `__transac
 (`partition_of`), whose replicas apply statemachine/txn_state.py; its coordinator is that
 partition's Raft leader, as in Kafka. `TxnService` turns the transaction APIs into that
 partition's entries and answers from their results (InitProducerId, AddPartitionsToTxn,
-EndTxn), and on the leader it carries out what the results ask: it registers a transaction's
-partitions with their Raft groups before AddPartitionsToTxn is answered, writes the markers of
-every prepared transaction, then completes it, and fences and aborts the transactions past
-their timeout (`run`). Both client listeners reach it through the broker core.
+AddOffsetsToTxn, EndTxn), and on the leader it carries out what the results ask: it registers
+a transaction's partitions with their Raft groups before AddPartitionsToTxn is answered, writes
+the markers of every prepared transaction, then completes it, and fences and aborts the
+transactions past their timeout (`run`). Both client listeners reach it through the broker core.
 
 Rules (docs/semantics.md, "The transaction coordinator"):
 - Requests may arrive at any node hosting a replica of the id's partition: their entries are
@@ -17,6 +17,9 @@ Rules (docs/semantics.md, "The transaction coordinator"):
   markers follow, and until CompleteTxn the id answers CONCURRENT_TRANSACTIONS. A new leader
   writes the markers of every prepared transaction again (a partition takes a replay
   harmlessly), with its own term as the coordinator epoch, which fences the old leader's.
+- Offsets in a transaction: AddOffsetsToTxn adds the group's partition of `__consumer_offsets`
+  to the transaction and registers it there, as a data partition is; its marker commits or
+  drops the offsets the group coordinator took as pending (TxnOffsetCommit).
 - A registration or a marker goes to the partition's own Raft group through this node's
   replica of it; a partition this node hosts no replica of is retried until one is (the
   transaction's client sees COORDINATOR_NOT_AVAILABLE for its registration meanwhile).
@@ -36,10 +39,16 @@ from cluster.broker.internal_topics import (
     internal_topic,
     partition_of,
 )
-from cluster.broker.node import INTERNAL_TOPICS, TXN_STATE_TOPIC, Node, TxnStateHandle
+from cluster.broker.node import (
+    INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    TXN_STATE_TOPIC,
+    Node,
+    TxnStateHandle,
+)
 from cluster.broker.peers import PeerWatcher
 from cluster.clock import wall_ms
-from cluster.raft import ProposalError
+from cluster.raft import ProposalError, RaftGroup
 from statemachine.codec import pack
 from statemachine.commands import (
     AddTxnPartitions,
@@ -52,6 +61,7 @@ from statemachine.commands import (
 )
 from statemachine.errors import ErrorCode, Rejected
 from statemachine.metadata import transactional_id_error
+from statemachine.offsets import group_id_error
 from statemachine.partition import Appended, TxnEnded, TxnRegistered
 from statemachine.txn_metadata import TopicPartition, TxnMetadata, TxnState
 from statemachine.txn_registry import ProducerIdAndEpoch
@@ -167,6 +177,27 @@ class TxnService:
                 else ErrorCode.OPERATION_NOT_ATTEMPTED
                 for tp in partitions
             }
+        return await self._add(txn_id, producer_id, epoch, partitions)
+
+    async def add_offsets(
+        self, txn_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> ErrorCode:
+        """AddOffsetsToTxn: the group's offsets partition joins the transaction, registered
+        with its Raft group, so the group's coordinator takes the producer's TxnOffsetCommit
+        and the transaction's marker commits or drops those offsets."""
+        if group_id_error(group_id, self.node.limits):
+            return ErrorCode.INVALID_GROUP_ID
+        partitions = self.node.config.limits.offsets_topic_partitions
+        created = await ensure_internal_topic(self.node, OFFSETS_TOPIC, partitions, self._timeout_s)
+        topic = internal_topic(self.node, OFFSETS_TOPIC)
+        if created != ErrorCode.NONE or topic is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        tp = (OFFSETS_TOPIC, partition_of(group_id, topic.partitions))
+        return (await self._add(txn_id, producer_id, epoch, [tp]))[tp]
+
+    async def _add(
+        self, txn_id: str, producer_id: int, epoch: int, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]:
         handle = await self._handle(txn_id)
         if isinstance(handle, ErrorCode):
             return dict.fromkeys(partitions, handle)
@@ -182,19 +213,26 @@ class TxnService:
         return dict(zip(partitions, errors, strict=True))
 
     def _exists(self, tp: TopicPartition) -> bool:
+        """A client's partition (AddPartitionsToTxn names no internal one)."""
         topic = self.node.metadata_replica.machine.topics.get(tp[0])
         return topic is not None and 0 <= tp[1] < topic.partitions and tp[0] not in INTERNAL_TOPICS
+
+    def _group_of(self, tp: TopicPartition) -> RaftGroup | None:
+        """This node's replica's Raft group of a transaction's partition: a client's partition
+        or, for offsets in the transaction, an offsets partition."""
+        handle = (
+            self.node.offsets.get(tp) if tp[0] == OFFSETS_TOPIC else self.node.partitions.get(tp)
+        )
+        return None if handle is None else handle.group
 
     async def _register(self, tp: TopicPartition, registration: RegisterTxnPartition) -> ErrorCode:
         """Every partition asked is registered again (a replay of an open registration is
         accepted), so a retry after a registration that failed completes it."""
-        handle = self.node.partitions.get(tp)
-        if handle is None:
+        group = self._group_of(tp)
+        if group is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         try:
-            result = await handle.group.propose(
-                registration.encode(), self._timeout_s, forward=True
-            )
+            result = await group.propose(registration.encode(), self._timeout_s, forward=True)
         except ProposalError:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if isinstance(result, TxnRegistered):
@@ -313,12 +351,12 @@ class TxnService:
     ) -> None:
         """One marker, tried until a partition's group took it or this term ended."""
         while handle.group.serving and handle.group.term == term:
-            if not self._exists(tp):
+            if not (self._exists(tp) or tp[0] == OFFSETS_TOPIC):
                 return  # the topic is gone, and its data with it (Kafka drops its markers)
-            partition = self.node.partitions.get(tp)
-            if partition is not None:
+            group = self._group_of(tp)
+            if group is not None:
                 try:
-                    result = await partition.group.propose(marker, self._timeout_s, forward=True)
+                    result = await group.propose(marker, self._timeout_s, forward=True)
                 except ProposalError:
                     result = None
                 if isinstance(result, Appended | TxnEnded):

@@ -1,8 +1,8 @@
 """The Kafka listener's consumer-group APIs, mapped onto the node's `GroupService`.
 
-Role: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups,
-ListGroups and DeleteGroups in Kafka's terms; what is decided, and when it is answered, is the
-group service's (cluster/broker/groups.py) and its coordinator's
+Role: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit, OffsetFetch,
+DescribeGroups, ListGroups and DeleteGroups in Kafka's terms; what is decided, and when it is
+answered, is the group service's (cluster/broker/groups.py) and its coordinator's
 (cluster/broker/coordinator/).
 
 Rules:
@@ -11,8 +11,9 @@ Rules:
   member id (KIP-394), so a new dynamic member gets MEMBER_ID_REQUIRED and an id first;
   LeaveGroup v0-2 names one member, v3+ several; OffsetFetch v8 asks for several groups; a
   JoinGroup's protocol name is null from v7 where no protocol was chosen.
-- OffsetFetch with `require_stable` (KIP-447): raftbroker has no transactions, so no offset is
-  ever pending and the committed ones are stable.
+- OffsetFetch with `require_stable` (KIP-447) answers UNSTABLE_OFFSET_COMMIT for a partition
+  whose offset a transaction has pending (TxnOffsetCommit, v0-3; KIP-447's member checks from
+  v3), until the transaction's marker; without it, the committed offset.
 - Per-partition and per-group errors are answered where Kafka answers them; a whole-request
   failure is the wire's `refusal`.
 """
@@ -129,59 +130,60 @@ class KafkaGroups:
 
     @serves(m.OffsetCommitRequest)
     async def commit(self, request: m.OffsetCommitRequest, _call: Call) -> m.OffsetCommitResponse:
-        asked = [
-            CommitPartition(
-                t.name,
-                p.partition_index,
-                p.committed_offset,
-                p.committed_leader_epoch,
-                p.committed_metadata or "",
-            )
-            for t in request.topics
-            for p in t.partitions
-        ]
-        errors = iter(
-            await self.groups.commit(
-                request.group_id,
-                request.generation_id_or_member_epoch,
-                request.member_id,
-                request.group_instance_id,
-                asked,
-            )
+        errors = await self.groups.commit(
+            request.group_id,
+            request.generation_id_or_member_epoch,
+            request.member_id,
+            request.group_instance_id,
+            _commit_partitions(request.topics),
         )
-        return m.OffsetCommitResponse(
-            tuple(
-                m.OffsetCommitResponseTopic(
-                    t.name,
-                    tuple(
-                        m.OffsetCommitResponsePartition(p.partition_index, int(next(errors)))
-                        for p in t.partitions
-                    ),
-                )
-                for t in request.topics
-            )
+        return m.OffsetCommitResponse(_commit_answer(request.topics, errors))
+
+    @serves(m.TxnOffsetCommitRequest)
+    async def txn_commit(
+        self, request: m.TxnOffsetCommitRequest, _call: Call
+    ) -> m.TxnOffsetCommitResponse:
+        """Offsets pending in the producer's transaction until its marker (AddOffsetsToTxn
+        registered the group's offsets partition in it first)."""
+        errors = await self.groups.commit(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            request.group_instance_id,
+            _commit_partitions(request.topics),
+            producer=(request.producer_id, request.producer_epoch),
         )
+        return m.TxnOffsetCommitResponse(_commit_answer(request.topics, errors))
 
     @serves(m.OffsetFetchRequest)
     async def fetch(self, request: m.OffsetFetchRequest, call: Call) -> m.OffsetFetchResponse:
         version = call.version
         if version >= MULTI_GROUP_FETCH_SINCE_VERSION:
             return m.OffsetFetchResponse(
-                groups=tuple(self._fetch_group(g.group_id, g.topics) for g in request.groups)
+                groups=tuple(
+                    self._fetch_group(g.group_id, g.topics, require_stable=request.require_stable)
+                    for g in request.groups
+                )
             )
-        group = self._fetch_group(request.group_id, request.topics)
+        group = self._fetch_group(
+            request.group_id, request.topics, require_stable=request.require_stable
+        )
         if version < GROUP_ERROR_SINCE_VERSION and group.error_code:
             # v0-1 carry no group error: each partition says it.
             return m.OffsetFetchResponse(topics=_every_partition(request, group.error_code))
         return m.OffsetFetchResponse(topics=group.topics, error_code=group.error_code)
 
     def _fetch_group(
-        self, group_id: str, topics: tuple[m.OffsetFetchRequestTopic, ...] | None
+        self,
+        group_id: str,
+        topics: tuple[m.OffsetFetchRequestTopic, ...] | None,
+        *,
+        require_stable: bool,
     ) -> m.OffsetFetchResponseGroup:
         asked = (
             None if topics is None else [(t.name, i) for t in topics for i in t.partition_indexes]
         )
-        error, fetched = self.groups.fetch(group_id, asked)
+        error, fetched = self.groups.fetch(group_id, asked, require_stable=require_stable)
         if error is not ErrorCode.NONE:
             return m.OffsetFetchResponseGroup(group_id, int(error))
         by_topic: dict[str, list[m.OffsetFetchResponsePartition]] = {}
@@ -270,6 +272,36 @@ class KafkaGroups:
                 for t in request.topics
             ),
         )
+
+
+def _commit_partitions(topics: tuple[m.OffsetCommitRequestTopic, ...]) -> list[CommitPartition]:
+    return [
+        CommitPartition(
+            t.name,
+            p.partition_index,
+            p.committed_offset,
+            p.committed_leader_epoch,
+            p.committed_metadata or "",
+        )
+        for t in topics
+        for p in t.partitions
+    ]
+
+
+def _commit_answer(
+    topics: tuple[m.OffsetCommitRequestTopic, ...], errors: list[ErrorCode]
+) -> tuple[m.OffsetCommitResponseTopic, ...]:
+    codes = iter(errors)
+    return tuple(
+        m.OffsetCommitResponseTopic(
+            t.name,
+            tuple(
+                m.OffsetCommitResponsePartition(p.partition_index, int(next(codes)))
+                for p in t.partitions
+            ),
+        )
+        for t in topics
+    )
 
 
 def _rebalance_timeout_ms(request: m.JoinGroupRequest) -> int:

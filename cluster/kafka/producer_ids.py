@@ -1,5 +1,5 @@
 """Producer ids and transactions through Kafka's protocol: InitProducerId, AddPartitionsToTxn,
-EndTxn; AddOffsetsToTxn refused (offsets in a transaction come later).
+AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions.
 
 Role: the part of a node's Kafka listener (its frontend, frontend.py) that translates these
 requests for the broker core (`Broker.init_producer_id`, and its transaction coordinator
@@ -9,17 +9,13 @@ Kafka's version rules (PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to older client
 
 from __future__ import annotations
 
-import logging
-from typing import NoReturn
-
 from cluster.broker.core import Broker
-from cluster.errors import RaftbrokerError, RequestRefusedError, quoted
+from cluster.errors import RaftbrokerError
 from cluster.kafka import messages as m
 from cluster.kafka.dispatch import Call, serves
 from statemachine.errors import ErrorCode
 from statemachine.txn_metadata import TxnState
 
-log = logging.getLogger(__name__)
 PRODUCER_FENCED_SINCE_VERSION = 4  # InitProducerId: older clients know INVALID_PRODUCER_EPOCH
 TXN_FENCED_SINCE_VERSION = 2  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn: the same
 
@@ -32,8 +28,7 @@ def _fenced_as(error: ErrorCode, version: int, since: int) -> ErrorCode:
 
 
 class KafkaProducerIds:
-    """InitProducerId, the transaction APIs and AddOffsetsToTxn's refusal, for one node's
-    Kafka listener."""
+    """InitProducerId and the transaction APIs, for one node's Kafka listener."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -156,15 +151,10 @@ class KafkaProducerIds:
     @serves(m.AddOffsetsToTxnRequest)
     async def add_offsets_to_txn(
         self, request: m.AddOffsetsToTxnRequest, call: Call
-    ) -> m.ResponseBody:
-        _refuse_transaction(request.transactional_id, call.source)
-
-
-def _refuse_transaction(txn: str, source: str) -> NoReturn:
-    """Offsets in a transaction are not served yet: AddOffsetsToTxn is refused
-    INVALID_TXN_STATE, which librdkafka and Kafka's Java client take as fatal, so the client's
-    transaction fails at once with its own error rather than at its timeout."""
-    log.info("offsets in a transaction of %s from %s refused", quoted(txn), source)
-    raise RequestRefusedError(
-        ErrorCode.INVALID_TXN_STATE, "offsets in a transaction are not supported yet"
-    )
+    ) -> m.AddOffsetsToTxnResponse:
+        """NONE once the group's offsets partition is in the transaction and registered, so
+        the group's coordinator takes the producer's TxnOffsetCommit."""
+        error = await self.broker.txns.add_offsets(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+        )
+        return m.AddOffsetsToTxnResponse(_fenced_as(error, call.version, TXN_FENCED_SINCE_VERSION))

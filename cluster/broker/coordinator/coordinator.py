@@ -111,13 +111,26 @@ class Coordinator:
         return NO_GENERATION if group is None else group.generation
 
     def commit_refusal(
-        self, group_id: str, generation: int, member_id: str, instance_id: str | None, now_ms: int
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        now_ms: int,
+        *,
+        transactional: bool = False,
     ) -> ErrorCode:
         """Why an OffsetCommit may not be written now (NONE: it may), as Kafka decides:
         generation -1 is a commit from outside the group, taken while the group has no
         members; a member commits in its generation, Stable or while the group rebalances (a
         consumer commits what it read before it rejoins), not between the join and the
-        assignment. An unknown group with a generation: ILLEGAL_GENERATION (Kafka's)."""
+        assignment. An unknown group with a generation: ILLEGAL_GENERATION (Kafka's).
+        A TxnOffsetCommit (`transactional`) naming no member is taken whatever the group's
+        state (the producer of a pre-KIP-447 client knows none); one naming a member is
+        checked as a member's commit, except between the join and the assignment, as
+        Kafka's `validateOffsetCommit`."""
+        if transactional and generation < 0 and not member_id and instance_id is None:
+            return ErrorCode.NONE
         group = self._groups.get(group_id)
         if group is None or not group.members:
             if generation < 0:
@@ -128,7 +141,7 @@ class Coordinator:
             return error
         if generation != group.generation:
             return ErrorCode.ILLEGAL_GENERATION
-        if group.state is GroupState.COMPLETING_REBALANCE:
+        if group.state is GroupState.COMPLETING_REBALANCE and not transactional:
             return ErrorCode.REBALANCE_IN_PROGRESS
         member = group.members[member_id]
         member.session_deadline_ms = now_ms + member.session_timeout_ms

@@ -111,6 +111,8 @@ from cluster.kafka.messages.groups import (
     SyncGroupRequest,
     SyncGroupRequestAssignment,
     SyncGroupResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 from cluster.kafka.messages.producers import (
     AddOffsetsToTxnRequest,
@@ -390,5 +392,7 @@ __all__ = [
     "TopicProduceResponse",
     "TopicRequest",
     "TopicResponse",
+    "TxnOffsetCommitRequest",
+    "TxnOffsetCommitResponse",
     "VersionRange",
 ]

@@ -251,17 +251,50 @@ class OffsetCommitRequest(Request):
     retention_time: int = -1  # v2-v4; -1: the broker's retention
 
     def refusal(self, code: int, message: str) -> OffsetCommitResponse:  # noqa: ARG002
-        return OffsetCommitResponse(
-            tuple(
-                OffsetCommitResponseTopic(
-                    t.name,
-                    tuple(
-                        OffsetCommitResponsePartition(p.partition_index, code) for p in t.partitions
-                    ),
-                )
-                for t in self.topics
-            )
+        return OffsetCommitResponse(commit_refused(self.topics, code))
+
+
+def commit_refused(
+    topics: tuple[OffsetCommitRequestTopic, ...], code: int
+) -> tuple[OffsetCommitResponseTopic, ...]:
+    """`code` for every partition of a commit (OffsetCommit's or TxnOffsetCommit's)."""
+    return tuple(
+        OffsetCommitResponseTopic(
+            t.name,
+            tuple(OffsetCommitResponsePartition(p.partition_index, code) for p in t.partitions),
         )
+        for t in topics
+    )
+
+
+# -- TxnOffsetCommit (28) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitResponse(Response):
+    topics: tuple[OffsetCommitResponseTopic, ...]
+    throttle_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitRequest(Request):
+    # v0-v3 (v3: the member's generation and ids, KIP-447); v4+ ask the broker to verify the
+    # transaction itself (KIP-890), which this one always does: not served.
+    API = Api.TXN_OFFSET_COMMIT
+    VERSIONS = VersionRange(0, 3)
+    RESPONSE = TxnOffsetCommitResponse
+
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    topics: tuple[OffsetCommitRequestTopic, ...]
+    generation_id: int = NO_GENERATION  # v3+
+    member_id: str = UNKNOWN_MEMBER_ID
+    group_instance_id: str | None = None
+
+    def refusal(self, code: int, message: str) -> TxnOffsetCommitResponse:  # noqa: ARG002
+        return TxnOffsetCommitResponse(commit_refused(self.topics, code))
 
 
 @dataclass(frozen=True, slots=True)

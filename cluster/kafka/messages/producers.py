@@ -1,5 +1,5 @@
 """Producer ids and transactions: InitProducerId (22), AddPartitionsToTxn (24),
-AddOffsetsToTxn (25, served only to refuse: offsets in transactions come later), EndTxn (26),
+AddOffsetsToTxn (25), EndTxn (26),
 DescribeProducers (61), DescribeTransactions (65) and ListTransactions (66).
 
 Part of the Kafka messages (cluster/kafka/messages/__init__.py has their rules): each request
@@ -97,7 +97,7 @@ class AddPartitionsToTxnRequest(Request):
 
 @dataclass(frozen=True, slots=True)
 class AddOffsetsToTxnRequest(Request):
-    # Served to refuse: offsets in a transaction (TxnOffsetCommit) come later.
+    # v0-v4 (v4 adds TRANSACTION_ABORTABLE, which this coordinator never answers).
     API = Api.ADD_OFFSETS_TO_TXN
     VERSIONS = VersionRange(0, 4)
     RESPONSE = AddOffsetsToTxnResponse
