@@ -82,6 +82,13 @@ def run_command(
         hidden=True,
         help="Negative control: nodes append retried batches again; the checker must say so.",
     ),
+    unsafe_ignore_isolation: bool = typer.Option(
+        False,
+        "--unsafe-ignore-isolation",
+        hidden=True,
+        help="Negative control of transactions (--client kafka): nodes serve read_committed "
+        "readers as read_uncommitted ones; the checker must say so.",
+    ),
 ) -> None:
     """Run the workload under faults, then check that nothing was lost or duplicated."""
     if client is ClientKind.kafka and importlib.util.find_spec("confluent_kafka") is None:
@@ -100,6 +107,7 @@ def run_command(
         fault_interval_s=fault_interval,
         client=client.value,
         unsafe_disable_deduplication=unsafe_disable_deduplication,
+        unsafe_ignore_isolation=unsafe_ignore_isolation,
         fsync=fsync,
         power_loss=power_loss,
         no_network_reason=None if inside else reason,

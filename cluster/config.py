@@ -150,6 +150,12 @@ class Timing:
     group_session_timeout_ms_max: int = 1_800_000
     offsets_retention_ms: int = 604_800_000
     offsets_retention_check_interval_ms: int = 600_000
+    # Each entry the transaction coordinator writes for a request (InitProducerId, a
+    # transaction's partitions and their registrations, EndTxn) is awaited this long at most,
+    # then answered COORDINATOR_NOT_AVAILABLE, which clients retry (librdkafka and Kafka's Java
+    # client bound these calls by transaction.timeout.ms: a short wait and a retry keep them
+    # within it while a partition's leader moves). At most request_timeout_ms.
+    txn_write_timeout_ms: int = 3_000
 
     def __post_init__(self) -> None:
         check_positive_ints(self, ConfigError)
@@ -167,6 +173,8 @@ class Timing:
             )
         if self.answer_timeout_ms <= self.request_timeout_ms:
             raise ConfigError("Timing.answer_timeout_ms must exceed request_timeout_ms")
+        if self.txn_write_timeout_ms > self.request_timeout_ms:
+            raise ConfigError("Timing.txn_write_timeout_ms must not exceed request_timeout_ms")
         if self.group_session_timeout_ms_min > self.group_session_timeout_ms_max:
             raise ConfigError(
                 "Timing.group_session_timeout_ms_min must not exceed group_session_timeout_ms_max"
@@ -246,6 +254,10 @@ class NodeConfig:
     # A deliberate fault, for the chaos suite's negative control only: apply appends a retried
     # batch again instead of returning its original offsets.
     unsafe_disable_deduplication: bool = False
+    # A deliberate fault, for the chaos suite's negative control of transactions only: Fetch
+    # serves read_committed readers as read_uncommitted ones (no last stable offset, no
+    # aborted transactions), so they read aborted and open transactions' records.
+    unsafe_ignore_isolation: bool = False
     # A test-only instrument, for the chaos suite's power-loss fault (cluster/chaos/power.py):
     # every fsync the node makes is recorded beside its data directory. Never in production.
     unsafe_record_syncs: bool = False
@@ -276,7 +288,13 @@ class NodeConfig:
                 "authenticates and encrypts Raft links (whoever can send Raft messages can "
                 "rewrite the log)"
             )
-        for flag in ("fsync", "unsafe_disable_deduplication", "unsafe_record_syncs"):
+        flags = (
+            "fsync",
+            "unsafe_disable_deduplication",
+            "unsafe_ignore_isolation",
+            "unsafe_record_syncs",
+        )
+        for flag in flags:
             if type(getattr(self, flag)) is not bool:
                 raise ConfigError(f"{flag} must be true or false")
         if self.cluster_secret is not None:

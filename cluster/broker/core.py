@@ -321,6 +321,9 @@ class Broker(PartitionAdmin):
         replica = handle.replica
         high, start = replica.high_watermark, replica.log_start_offset
         stable = replica.last_stable_offset
+        read_committed = want.read_committed
+        if self.node.config.unsafe_ignore_isolation:  # the chaos suite's negative control
+            stable, read_committed = high, False
 
         def answer(error: ErrorCode) -> Fetched:
             return Fetched(topic, partition, error, high, start, "", (), stable)
@@ -332,7 +335,7 @@ class Broker(PartitionAdmin):
             return answer(ErrorCode.LEADER_NOT_AVAILABLE)
         try:
             batches, aborted = replica.read(
-                offset, max_bytes, at_least_one=at_least_one, read_committed=want.read_committed
+                offset, max_bytes, at_least_one=at_least_one, read_committed=read_committed
             )
         except StorageError:  # damage on disk: retriable, another replica can serve it
             return answer(ErrorCode.LEADER_NOT_AVAILABLE)

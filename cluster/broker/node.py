@@ -205,6 +205,8 @@ class Node:
     async def start(self) -> None:
         if self.config.unsafe_disable_deduplication:
             log.warning("UNSAFE: deduplication is disabled (a test switch): retries duplicate")
+        if self.config.unsafe_ignore_isolation:
+            log.warning("UNSAFE: read_committed is served as read_uncommitted (a test switch)")
         self.driver.start()
         me = self.config.self_peer
         spec = GroupSpec(

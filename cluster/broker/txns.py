@@ -91,6 +91,7 @@ class TxnService:
         self.node = node
         self.peers = peers
         self._timeout_s = node.config.timing.request_timeout_ms / 1000
+        self._write_timeout_s = node.config.timing.txn_write_timeout_ms / 1000
         self._wake = asyncio.Event()
         self._ending: set[tuple[str, int, int]] = set()  # (id, producer id, txn sequence)
         self._fencing: set[tuple[str, int, int]] = set()  # (id, producer id, epoch)
@@ -126,7 +127,7 @@ class TxnService:
 
     async def _propose(self, handle: TxnStateHandle, command: bytes) -> TxnStateResult | ErrorCode:
         try:
-            result = await handle.group.propose(command, self._timeout_s, forward=True)
+            result = await handle.group.propose(command, self._write_timeout_s, forward=True)
         except ProposalError as exc:
             # Kafka's mapping of a failed write to the transaction log.
             if exc.error == ErrorCode.NOT_LEADER_OR_FOLLOWER:
@@ -232,7 +233,7 @@ class TxnService:
         if group is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         try:
-            result = await group.propose(registration.encode(), self._timeout_s, forward=True)
+            result = await group.propose(registration.encode(), self._write_timeout_s, forward=True)
         except ProposalError:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if isinstance(result, TxnRegistered):
@@ -356,7 +357,7 @@ class TxnService:
             group = self._group_of(tp)
             if group is not None:
                 try:
-                    result = await group.propose(marker, self._timeout_s, forward=True)
+                    result = await group.propose(marker, self._write_timeout_s, forward=True)
                 except ProposalError:
                     result = None
                 if isinstance(result, Appended | TxnEnded):

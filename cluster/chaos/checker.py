@@ -33,7 +33,9 @@ counted):
 - group-lost: a record the group should have read (below the end it drained to) that no member
   read;
 - group-order: within one generation a member's successive records of a partition are not at
-  successive offsets (a record skipped, or delivered again without a rebalance).
+  successive offsets (a record skipped, or delivered again without a rebalance);
+- the transactions' kinds (txn-lost, txn-aborted-read, txn-torn, txn-duplicate,
+  txn-dirty-read, lso-backwards, txn-hanging, ctp-not-exactly-once): txn_checker.py.
 A record delivered again after a rebalance is no anomaly (uncommitted work is redone, at least
 once): the figures count them.
 """
@@ -52,6 +54,7 @@ from typing import Any
 
 from cluster.chaos.history import Event, Record, read_history
 from cluster.chaos.report import KINDS, Anomaly, Report
+from cluster.chaos.txn_checker import check_transactions
 from statemachine.records import SEQUENCE_MODULUS
 
 EXAMPLES_MAX = 100
@@ -81,6 +84,9 @@ def check(events: Sequence[Event]) -> Report:
     _check_clients(history, found)
     _check_group(history, found)
     figures = _figures(history)
+    transactions = check_transactions(events, found.add)
+    if transactions:
+        figures["transactions"] = transactions
     # Every duplicated value counted by its writer (the value's prefix, `s0` for the sink),
     # whatever the cap on examples: a control can ask which writers it duplicated.
     figures["duplicates_by_writer"] = dict(sorted(found.duplicates_by_writer.items()))

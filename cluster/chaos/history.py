@@ -33,6 +33,11 @@ or may not have (a timeout, a lost connection). Operations and their fields:
 - `group_error` (info): a member's poll failed: `error`.
 - `group_drain` (ok, info): after the producers stopped, the group committed up to `ends`
   (`[partition, end offset]`) of every partition (ok), or not within the drain's time (info).
+- Transactions (Kafka-client runs, kafka_txns.py): `txn` (invoke: `txn`, `topic`, `values`,
+  `intent`, and a processor's `inputs` and `read_ms`; its outcome `txn`, `error`,
+  `ending_ms`), `txn_producer` (info: a transactional producer ended, `error`),
+  `client_hang` (info: a librdkafka `call` never returned), `lso`,
+  `txn_read`, `ctp_committed`: kafka_txns.py says what each carries.
 
 Reading is strict: a line that is not such an event is a `HistoryError` naming the line, since a
 checker that skipped input could miss the one anomaly that matters.
@@ -73,7 +78,16 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "committed": {"group": str, "offsets": list},
     "group_error": {"group": str, "error": str},
     "group_drain": {"group": str, "ends": list},
+    "txn": {"txn": str},
+    "txn_producer": {"error": str},
+    "client_hang": {"call": str},
+    "lso": {"topic": str, "partition": int, "lso": int, "hw": int, "final": bool},
+    "txn_read": {"topic": str, "partition": int, "isolation": str, "records": list},
+    "ctp_committed": {"group": str, "offsets": list},
+    "ctp_drain": {"ends": list},
 }
+TXN_INVOKE: dict[str, type | tuple[type, ...]] = {"topic": str, "values": list, "intent": str}
+TXN_OUTCOME: dict[str, type | tuple[type, ...]] = {"error": str, "ending_ms": (int, float)}
 SEND_OK: dict[str, type | tuple[type, ...]] = {
     "offset": int,
     "pid": int,
@@ -132,9 +146,7 @@ def parse_event(obj: object) -> Event:
     f = obj["f"]
     if f not in REQUIRED:
         raise HistoryError(f"unknown operation {f!r}")
-    required = dict(REQUIRED[f])
-    if f == "send" and obj["type"] == "ok":
-        required.update(SEND_OK)
+    required = _required(f, obj["type"])
     for name, kind in required.items():
         value = obj.get(name)
         if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
@@ -146,6 +158,16 @@ def parse_event(obj: object) -> Event:
             raise HistoryError(f"stats: {counter!r} must be an integer")
     fields = {k: v for k, v in obj.items() if k not in ("type", "time_ms", "process", "f")}
     return Event(obj["type"], float(time_ms), obj["process"], f, fields)
+
+
+def _required(f: str, kind: str) -> dict[str, type | tuple[type, ...]]:
+    """The fields an event of operation `f` and this type must carry."""
+    required = dict(REQUIRED[f])
+    if f == "send" and kind == "ok":
+        required.update(SEND_OK)
+    if f == "txn":
+        required.update(TXN_INVOKE if kind == "invoke" else TXN_OUTCOME)
+    return required
 
 
 def _check_records(rows: list[Any]) -> None:

@@ -1,10 +1,11 @@
 """A Kafka client at the request level, for the chaos workload: our own codec on the client side.
 
 Role: the requests a real Kafka client cannot be made to send, sent to the Kafka listener as
-they are: InitProducerId with a transactional id (confluent's transactional producer needs the
-transaction APIs raftbroker does not serve yet), and Produce of given record batch bytes to a
-partition's leader (a resend of the very same batch after a lost acknowledgement). Leaders come
-from Kafka Metadata, asked of any broker.
+they are: InitProducerId with a transactional id (a session whose zombie the workload keeps
+sending, to be fenced), Produce of given record batch bytes to a partition's leader (a resend
+of the very same batch after a lost acknowledgement), and ListOffsets at one leader (the
+transactions' watcher of last stable offsets). Leaders come from Kafka Metadata, asked of any
+broker.
 
 Rules: one connection per broker and one request at a time on it (a lock): a request that fails
 or times out closes its connection, since its answer could still arrive. Every await has a
@@ -32,6 +33,8 @@ CLIENT_ID = "raftbroker-chaos"
 PRODUCE_VERSION = 9
 METADATA_VERSION = 12
 INIT_PRODUCER_ID_VERSION = 4
+LIST_OFFSETS_VERSION = 5  # v2+: an isolation level
+LATEST = -1  # ListOffsets' timestamp for the end
 ANSWER_BYTES_MAX = 4 << 20  # Metadata, Produce and InitProducerId answers are small
 
 
@@ -135,6 +138,24 @@ class KafkaWireClient:
         assert isinstance(answer, m.ProduceResponse)
         ((result,),) = [t.partition_responses for t in answer.responses]
         return result
+
+    async def list_offsets(
+        self, topic: str, partition: int, *, read_committed: bool
+    ) -> tuple[int, int]:
+        """(error code, offset) of ListOffsets latest at the partition's leader, as last known:
+        its last stable offset (`read_committed`) or its high watermark."""
+        address = self.leader(topic, partition)
+        if address is None:
+            await self.refresh(topic)
+            address = self.leader(topic, partition)
+        if address is None:
+            return ErrorCode.LEADER_NOT_AVAILABLE, -1
+        asked = m.ListOffsetsTopic(topic, (m.ListOffsetsPartition(partition, LATEST),))
+        request = m.ListOffsetsRequest((asked,), isolation_level=int(read_committed))
+        answer = await self.call(address, m.Api.LIST_OFFSETS, LIST_OFFSETS_VERSION, request)
+        assert isinstance(answer, m.ListOffsetsResponse)
+        ((result,),) = [t.partitions for t in answer.topics]
+        return result.error_code, result.offset
 
     async def init_producer_id(
         self, transactional_id: str | None, transaction_timeout_ms: int

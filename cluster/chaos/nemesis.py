@@ -16,6 +16,8 @@ With `power` (the nodes record their fsyncs): lose-unsynced-leader, lose-unsynce
 and lose-unsynced-all (every node at once), each a SIGKILL after which the node's disk is
 left as a power cut would leave it (power.py), then a restart. With `groups` (the workload
 runs a consumer group): kill-coordinator, the SIGKILL of the node coordinating the group.
+With `txns` (the workload runs transactions): kill-txn-coordinator, the SIGKILL of the node
+coordinating the transactional writer's id.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import asyncio
 import random
 import signal
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from cluster import native as p
@@ -49,6 +51,7 @@ NETWORK_FAULTS = ("partition-leader", "split")
 # record their fsyncs (`power=True`).
 POWER_FAULTS = ("lose-unsynced-leader", "lose-unsynced-all", "lose-unsynced")
 GROUP_FAULTS = ("kill-coordinator",)
+TXN_FAULTS = ("kill-txn-coordinator",)
 TORN_TAIL_BYTES_MAX = 4_096  # a power cut may leave this much of a file's unsynced tail
 TARGET_WAIT_S = 5.0  # a fault whose target (a leader) does not exist by then is skipped
 DOWN_S = (1.0, 4.0)  # how long a killed node stays down
@@ -73,6 +76,7 @@ def schedule(
     network: bool = False,
     power: bool = False,
     groups: bool = False,
+    txns: bool = False,
 ) -> list[Fault]:
     """Faults every `interval_s` (with jitter), cycling through every fault kind available.
 
@@ -84,6 +88,7 @@ def schedule(
     kinds = list(PROCESS_FAULTS) + (list(NETWORK_FAULTS) if network else [])
     kinds += list(POWER_FAULTS) * 2 if power else []  # as often as the other process faults
     kinds += list(GROUP_FAULTS) * 2 if groups else []
+    kinds += list(TXN_FAULTS) * 2 if txns else []
     rng.shuffle(kinds)
     i = 0
     while at < duration_s - interval_s / 2:
@@ -115,11 +120,14 @@ class Nemesis:
         topic: str,
         record: Record,
         cutter: LinkCutter | None = None,
+        *,
         group: str | None = None,
+        txn_coordinator: Callable[[], Awaitable[int | None]] | None = None,
     ) -> None:
         self.cluster = cluster
         self.topic = topic
         self.group = group  # the consumer group whose coordinator kill-coordinator kills
+        self.txn_coordinator = txn_coordinator  # kill-txn-coordinator's target, when asked
         self._record = record
         self._cutter = cutter
         self._client = Client(cluster.bootstrap, request_timeout_s=2.0)
@@ -179,6 +187,8 @@ class Nemesis:
     async def _target(self, fault: Fault, rng: random.Random) -> int | None:
         if fault.kind == "kill-coordinator":
             return await self._coordinator_of_group()
+        if fault.kind == "kill-txn-coordinator":
+            return None if self.txn_coordinator is None else await self.txn_coordinator()
         group = (
             "__metadata" if fault.kind == "kill-meta-leader" else f"{self.topic}-{fault.partition}"
         )
@@ -295,6 +305,7 @@ class Nemesis:
             "lose-unsynced",
             "lose-unsynced-all",
             "kill-coordinator",
+            "kill-txn-coordinator",
         )
         partition = None if fault.kind in node_wide else fault.partition
         event: dict[str, object] = {

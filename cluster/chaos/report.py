@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cluster.chaos.txn_checker import TXN_KINDS
+
 KINDS = (
     "lost",
     "duplicate",
@@ -24,6 +26,7 @@ KINDS = (
     "group-commit-backwards",
     "group-lost",
     "group-order",
+    *TXN_KINDS,
 )
 
 

@@ -19,7 +19,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cluster import native as p
 from cluster.chaos.checker import check_file
@@ -34,6 +34,9 @@ from cluster.client import Admin, Client, ClientError, Consumer, ConsumerConfig,
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from statemachine.records import RecordBatch
+
+if TYPE_CHECKING:
+    from cluster.chaos.kafka_txns import TxnWorkload
 
 TOPIC = "chaos"
 GROUP = "chaos-group"  # the workload's consumer group (native client runs)
@@ -55,6 +58,8 @@ class ChaosOptions:
     client: str = "native"  # one of CLIENTS
     # The negative control: nodes append retried batches again (cluster/config.py).
     unsafe_disable_deduplication: bool = False
+    # The transactions' negative control: nodes serve read_committed as read_uncommitted.
+    unsafe_ignore_isolation: bool = False
     # Nodes fsync before they acknowledge (`fsync = true`, the default); False: the negative
     # control of the power cuts.
     fsync: bool = True
@@ -87,9 +92,13 @@ async def run_chaos(options: ChaosOptions, progress: Progress = lambda _: None) 
                 history.write(event)
 
             group = GROUP if _with_group(options) else None
-            nemesis = Nemesis(cluster, TOPIC, timed, cutter, group)
-            await _run(options, cluster, nemesis, timed, progress)
-            cluster = nemesis.cluster
+            async with _transactions(options, cluster, timed, clock) as txns:
+                coordinator = None if txns is None else txns.coordinator_node
+                nemesis = Nemesis(
+                    cluster, TOPIC, timed, cutter, group=group, txn_coordinator=coordinator
+                )
+                await _run(options, cluster, nemesis, timed, progress, txns=txns)
+                cluster = nemesis.cluster
         report = check_file(out / "history.jsonl")
         _write_report(out, options, report, nemesis)
         return report
@@ -105,6 +114,7 @@ def _node_settings(options: ChaosOptions) -> str:
     flags = {
         "unsafe_record_syncs": options.power_loss,
         "unsafe_disable_deduplication": options.unsafe_disable_deduplication,
+        "unsafe_ignore_isolation": options.unsafe_ignore_isolation,
     }
     fsync = f"fsync = {'true' if options.fsync else 'false'}\n"
     # No initial rebalance delay to speak of (Kafka's 3 s wait for more members of a new
@@ -122,16 +132,20 @@ async def _run(
     nemesis: Nemesis,
     timed: Callable[[dict[str, object]], None],
     progress: Progress,
+    *,
+    txns: TxnWorkload | None,
 ) -> None:
     client = Client(cluster.bootstrap, request_timeout_s=5.0)
     try:
         admin = Admin(client)
         await admin.create_topic(TOPIC, options.partitions, 3)
         await admin.wait_for_leaders(TOPIC, 30.0)
+        if txns is not None:
+            await txns.create_topics(admin)
         settings = WorkloadSettings(TOPIC, options.partitions, options.producers)
         async with _clients(options.client, client, cluster, settings, timed) as clients:
             workload = Workload(clients, client, settings, timed)
-            await _under_faults(options, nemesis, workload, progress)
+            await _under_faults(options, nemesis, workload, progress, txns=txns)
         progress("workload stopped; draining every partition")
         for partition in range(options.partitions):
             timed(await _final_read(client, partition))
@@ -163,8 +177,53 @@ async def _clients(
         await kafka.close()
 
 
+@contextlib.asynccontextmanager
+async def _transactions(
+    options: ChaosOptions,
+    cluster: launcher.LocalCluster,
+    record: Record,
+    clock: Clock,
+) -> AsyncIterator[TxnWorkload | None]:
+    """The transactional workload of a Kafka-client run (None in a native one)."""
+    if options.client != "kafka":
+        yield None
+        return
+    from cluster.chaos.kafka_txns import TxnWorkload  # noqa: PLC0415 - needs confluent-kafka
+    from cluster.chaos.kafka_wire import KafkaWireClient  # noqa: PLC0415
+
+    wire = KafkaWireClient(cluster.kafka_bootstrap, 5.0)
+    try:
+        yield TxnWorkload(cluster.kafka_bootstrap, options.partitions, record, wire, clock.ms)
+    finally:
+        await wire.close()
+
+
+async def _run_transactions(txns: TxnWorkload, stopped: asyncio.Event, progress: Progress) -> None:
+    """The writer until the workload stops, the processor until it drained the input (or the
+    drain's time is up), the watcher throughout; then the final reads."""
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(txns.run_writer("x0"))
+        tasks.create_task(txns.run_processor("y0"))
+        tasks.create_task(txns.run_watcher("l0"))
+        await stopped.wait()
+        txns.stopping.set()
+        try:
+            await asyncio.wait_for(txns.drained.wait(), DRAIN_TIMEOUT_S)
+            txns.event("ok", "runner", "ctp_drain", ends=[])
+        except TimeoutError:
+            txns.event("info", "runner", "ctp_drain", ends=[])
+            txns.drained.set()
+    progress("transactions drained; the final reads")
+    await txns.finish("l0")
+
+
 async def _under_faults(
-    options: ChaosOptions, nemesis: Nemesis, workload: Workload, progress: Progress
+    options: ChaosOptions,
+    nemesis: Nemesis,
+    workload: Workload,
+    progress: Progress,
+    *,
+    txns: TxnWorkload | None,
 ) -> None:
     """The workload under the nemesis for the run's duration, then healed, settled, stopped."""
     faults = schedule(
@@ -175,6 +234,7 @@ async def _under_faults(
         network=options.no_network_reason is None,
         power=options.power_loss,
         groups=nemesis.group is not None,
+        txns=txns is not None,
     )
     progress(
         f"{len(faults)} faults scheduled over {options.duration_s:.0f} s (seed {options.seed})"
@@ -187,6 +247,8 @@ async def _under_faults(
                 member = workload.run_group_member(f"g{i}", group, restarts=i == 1)
                 readers.create_task(member)
             readers.create_task(workload.run_committed_watch("w0", group))
+        if txns is not None:
+            readers.create_task(_run_transactions(txns, workload.stopping, progress))
         async with asyncio.TaskGroup() as tasks:
             for i in range(options.producers):
                 tasks.create_task(workload.run_producer(f"p{i}"))

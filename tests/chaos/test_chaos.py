@@ -15,9 +15,12 @@ lost) and the sink's reruns duplicate with no fault at all; without fsync, a pow
 every node 1.5 s in loses what was acknowledged before it.
 
 `--client kafka` runs the same workload through the Kafka listener (confluent-kafka, and our
-codec for the fenced zombie and the resender) for a short seeded schedule (20 s: two partition
-leaders and the metadata leader killed, two pauses; process faults only): no anomaly, no fatal
-or idempotence complaint from librdkafka, and every kind of operation seen to happen.
+codec for the fenced zombie and the resender), with transactions besides (a writer over
+several partitions and a consume-transform-produce processor, kafka_txns.py), for a short
+seeded schedule (20 s: a partition leader, the metadata leader and the writer's transaction
+coordinator killed, two pauses; process faults only): no anomaly, no fatal or idempotence
+complaint from librdkafka, and every kind of operation seen to happen. Its negative control
+serves read_committed as read_uncommitted: the checker must find aborted reads.
 
 Power cuts (`--power-loss`): a short seeded run where nodes with `fsync = true` lose what they
 had not fsynced, every node at once among them, loses nothing; the same run without fsync
@@ -47,9 +50,9 @@ CI_SEED = 450
 LEADER_KILLS = ("kill-leader", "kill-meta-leader", "kill-coordinator")
 CI_DURATION_S = 22
 CI_INTERVAL_S = 2.5
-# The Kafka client's short run: 2.0 s kill-leader, 6.4 pause-leader (long), 10.0 pause-leader
-# (short), 12.9 kill-leader, 16.6 kill-meta-leader.
-KAFKA_SEED = 10
+# The Kafka client's short run: 2.0 s kill-leader, 5.4 kill-meta-leader, 9.4
+# kill-txn-coordinator (the transactional writer's), 12.7 pause-leader, 15.9 pause-follower.
+KAFKA_SEED = 38
 KAFKA_DURATION_S = 20
 KAFKA_INTERVAL_S = 4
 
@@ -247,9 +250,10 @@ def test_the_control_schedule_cuts_every_node_first() -> None:
 
 
 def test_the_kafka_schedule_has_the_faults_it_promises() -> None:
-    faults = schedule(KAFKA_SEED, KAFKA_DURATION_S, 4, KAFKA_INTERVAL_S)
+    faults = schedule(KAFKA_SEED, KAFKA_DURATION_S, 4, KAFKA_INTERVAL_S, txns=True)
     kinds = [f.kind for f in faults]
-    assert kinds.count("kill-leader") + kinds.count("kill-meta-leader") >= 3, kinds
+    assert kinds.count("kill-leader") + kinds.count("kill-meta-leader") >= 2, kinds
+    assert "kill-txn-coordinator" in kinds, kinds
     assert sum(k.startswith("pause") for k in kinds) >= 2, kinds
 
 
@@ -299,3 +303,25 @@ def test_kafka_clients_under_leader_kills_lose_and_duplicate_nothing(tmp_path: P
     assert polled > 1_000
     logged = [e for e in events if e["f"] in {"client_log", "client_error"}]
     assert logged, "librdkafka's log never reached the history"  # each kill disconnects it
+    # Transactions: the writer's and the consume-transform-produce processor's, some aborted
+    # on purpose, under the kill of the writer's transaction coordinator among the rest.
+    assert done.get("kill-txn-coordinator", 0) >= 1, done
+    txns = figures["transactions"]
+    assert txns["transactions"]["committed"] > 50 and txns["transactions"]["aborted"] > 10, txns
+    assert txns["processor_transactions"] > 10, txns
+    assert any(e["f"] == "ctp_drain" and e["type"] == "ok" for e in events), "not drained"
+
+
+@pytest.mark.timeout(CONTROL_TIMEOUT_S + 20)
+def test_the_checker_catches_a_broker_that_ignores_read_committed(tmp_path: Path) -> None:
+    """The transactions' negative control: nodes that serve read_committed readers as
+    read_uncommitted ones (no last stable offset, no aborted transactions), no fault at all.
+    The processor reads what the writer aborted on purpose, and the checker says so."""
+    code, report = chaos_run(
+        tmp_path, "--client", "kafka", "--duration", str(CONTROL_DURATION_S), "--seed", "1",
+        "--fault-interval", "100", "--no-network", "--unsafe-ignore-isolation",
+        timeout_s=CONTROL_TIMEOUT_S,
+    )  # fmt: skip
+    assert code == 1
+    kinds = report["anomalies_by_kind"]
+    assert kinds["txn-aborted-read"] > 0, kinds

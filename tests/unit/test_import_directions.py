@@ -22,8 +22,8 @@ syntax tree of every .py file of the shipped packages (those pyproject.toml list
   only by cluster/client/batches.py (its C reader of record batches), cramjam only by
   statemachine/compression.py (the codecs of compressed batches), kio only by
   cluster/kafka/codec/ (the Kafka wire), confluent_kafka only by
-  cluster/chaos/kafka_clients.py (the chaos workload's Kafka clients: a `dev` dependency,
-  imported only for `chaos run --client kafka`).
+  cluster/chaos/kafka_clients.py and kafka_txns.py (the chaos workload's Kafka clients and
+  transactions: a `dev` dependency, imported only for `chaos run --client kafka`).
 
 An import is any `import`, `from ... import` (relative ones resolved; `from cluster import broker`
 counts as importing cluster.broker), whether at module level, in a function or under
@@ -188,9 +188,9 @@ RULES = (
         lambda path: path == "cluster/client/batches.py",
     ),
     Rule(
-        "confluent_kafka is imported only by cluster/chaos/kafka_clients.py",
+        "confluent_kafka is imported only by cluster/chaos/kafka_clients.py and kafka_txns.py",
         lambda m: within(m, "confluent_kafka"),
-        lambda path: path == "cluster/chaos/kafka_clients.py",
+        lambda path: path in {"cluster/chaos/kafka_clients.py", "cluster/chaos/kafka_txns.py"},
     ),
     Rule(
         "cramjam is imported only by statemachine/compression.py",

@@ -1,0 +1,477 @@
+"""The chaos workload's transactions, through Kafka's clients (`raftbroker chaos run --client
+kafka`), and what the checker needs to judge them (txn_checker.py).
+
+Role: three processes beside the rest of the workload, on topics of their own:
+- the writer (`x0`): confluent-kafka's transactional producer, each transaction a few values
+  over several partitions of `chaos-txn`, every ABORT_EVERY-th aborted on purpose;
+- the processor (`y0`): consume-transform-produce exactly once, librdkafka's pattern: a
+  read_committed member of group `chaos-ctp` reads `chaos-txn`, writes an output of each value
+  (naming it and the transaction: `txn_checker.output_of`) to the same partition of
+  `chaos-txn-out` and sends its offsets to the transaction, every
+  CTP_ABORT_EVERY-th aborted on purpose and the consumer rewound to the committed offsets;
+- the watcher (`l0`): every partition's last stable offset and high watermark, from its
+  leader (ListOffsets, read_committed and read_uncommitted).
+After the run the processor drains the input to its end, the watcher waits for no transaction
+to be left open, and the final reads of both topics, both isolation levels, are recorded, with
+the processor's committed offsets.
+
+Events (history.py): `txn` (invoke: `txn`, `topic`, `values` `[partition, value]`, `intent`,
+and for the processor `inputs` `[partition, offset, value]` with `read_ms`, when they were
+read; ok: the intent happened; fail: certainly not committed; info: unknown; each outcome
+`ending_ms`, when the commit or abort was asked), `lso` (`topic`, `partition`, `lso`, `hw`,
+`final`), `txn_read` (`topic`, `partition`, `isolation`, `records`), `ctp_committed`
+(`offsets`), `ctp_drain` (ok or info, `ends`).
+
+Rules: librdkafka's calls block; each runs in a daemon thread of its own, awaited at most its
+own timeout and HANG_MARGIN_S more (`_call`): `send_offsets_to_transaction` can block past its
+timeout, for good, while the group's coordinator is down (librdkafka #5456, #5511, open), and
+a thread of the loop's executor would then hold the run's exit. Callbacks (errors, logs) are
+handed to the loop as kafka_clients.py does (`Callbacks`). A fatal error, or a call that hung,
+ends a producer: a new one takes the transactional id (fencing the old and aborting its open
+transaction, as an application restarts); a hang is recorded (`client_hang`) beside the
+outcome, unknown, of its transaction. This module and kafka_clients.py are the only importers of
+confluent_kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import threading
+from collections.abc import AsyncIterator, Callable
+from functools import partial
+from typing import Any, TypeVar, cast
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import Producer as KafkaProducer
+
+from cluster.chaos.clients import Record
+from cluster.chaos.kafka_clients import Callbacks
+from cluster.chaos.kafka_wire import KafkaWireClient
+from cluster.chaos.txn_checker import output_of
+from cluster.client import Admin, ClientError
+from statemachine.errors import ErrorCode
+
+T = TypeVar("T")
+TXN_TOPIC = "chaos-txn"
+OUT_TOPIC = "chaos-txn-out"
+CTP_GROUP = "chaos-ctp"
+WRITER_ID = "chaos-txn-writer"  # the writer's transactional id (kill-txn-coordinator's aim)
+CTP_ID = "chaos-ctp"
+REPLICATION = 3
+VALUES_PER_TXN = 3
+ABORT_EVERY = 4
+CTP_ABORT_EVERY = 5
+CTP_BATCH_MAX = 50
+TXN_TIMEOUT_MS = 10_000  # an abandoned transaction is aborted by then (the hanging check)
+CALL_TIMEOUT_S = 15.0  # a transactional call (init, commit, abort, send offsets) gives up
+RETRIES_MAX = 4  # ... and is made again after a retriable error at most this often
+HANG_MARGIN_S = 10.0  # a call not back this long after its own timeout hung (`_call`)
+HUNG = "client hung"  # the error of a transaction whose client call never returned
+WRITER_INTERVAL_S = 0.05
+WATCH_INTERVAL_S = 0.25
+POLL_S = 0.1
+DRAIN_TIMEOUT_S = 60.0
+READ_TIMEOUT_S = 30.0
+
+
+class TxnWorkload:
+    """The writer, the processor and the watcher, and the final reads."""
+
+    def __init__(
+        self,
+        bootstrap: list[str],
+        partitions: int,
+        record: Record,
+        wire: KafkaWireClient,
+        clock_ms: Callable[[], float],
+    ) -> None:
+        self.bootstrap = ",".join(bootstrap)
+        self.partitions = partitions
+        self._record = record
+        self._wire = wire
+        self._clock_ms = clock_ms
+        self.stopping = asyncio.Event()  # the writer stops; the processor drains
+        self.drained = asyncio.Event()  # the processor read and committed every input
+        self._last_lso: dict[tuple[str, int], int] = {}
+
+    def event(self, kind: str, process: str, f: str, **fields: object) -> None:
+        self._record({"type": kind, "process": process, "f": f, **fields})
+
+    async def create_topics(self, admin: Admin) -> None:
+        for topic in (TXN_TOPIC, OUT_TOPIC):
+            await admin.create_topic(topic, self.partitions, REPLICATION)
+            await admin.wait_for_leaders(topic, READ_TIMEOUT_S)
+
+    # -- a transactional producer ----------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _producer(self, process: str, txn_id: str) -> AsyncIterator[KafkaProducer]:
+        callbacks = Callbacks(process, self._record)
+        producer = KafkaProducer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": txn_id,
+                "transaction.timeout.ms": TXN_TIMEOUT_MS,
+                "linger.ms": 1,
+                **callbacks.config(),
+            }
+        )
+        try:
+            await _until_done(lambda: producer.init_transactions(CALL_TIMEOUT_S))
+            yield producer
+        finally:
+            callbacks.closed = True  # (its messages are flushed by commit or abort, or by none)
+
+    async def _end(self, producer: KafkaProducer, commit: bool) -> tuple[str, str, float]:
+        """Commit or abort the open transaction: (outcome, error, when it was asked)."""
+        ending_ms = self._clock_ms()
+        end = producer.commit_transaction if commit else producer.abort_transaction
+        try:
+            await _until_done(lambda: end(CALL_TIMEOUT_S))
+        except TimeoutError:
+            return "info", HUNG, ending_ms
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if not error.txn_requires_abort():
+                return "info", error.name(), ending_ms  # fatal, or out of time: unknown
+            try:
+                await _until_done(lambda: producer.abort_transaction(CALL_TIMEOUT_S))
+            except (KafkaException, TimeoutError):
+                return "info", error.name(), ending_ms
+            return "fail", error.name(), ending_ms
+        return "ok", "", ending_ms
+
+    # -- the writer ------------------------------------------------------------------------------
+
+    async def run_writer(self, process: str) -> None:
+        numbers = itertools.count()
+        while not self.stopping.is_set():
+            try:
+                async with self._producer(process, WRITER_ID) as producer:
+                    while not self.stopping.is_set():
+                        if not await self._write(process, producer, next(numbers)):
+                            break  # its state is unknown: a new producer takes the id
+                        await asyncio.sleep(WRITER_INTERVAL_S)
+            except (KafkaException, TimeoutError) as exc:
+                self.event("info", process, "txn_producer", error=_error_name(exc))
+
+    async def _write(self, process: str, producer: KafkaProducer, n: int) -> bool:
+        values = [((n + k) % self.partitions, f"{process}-{n}-{k}") for k in range(VALUES_PER_TXN)]
+        commit = n % ABORT_EVERY != ABORT_EVERY - 1
+        txn = f"{process}-{n}"
+        fields = {"txn": txn, "topic": TXN_TOPIC, "values": values}
+        self.event("invoke", process, "txn", intent="commit" if commit else "abort", **fields)
+        try:
+            await _call(producer.begin_transaction)
+            for partition, value in values:
+                producer.produce(TXN_TOPIC, value.encode(), partition=partition)
+            await _call(lambda: producer.flush(CALL_TIMEOUT_S))
+        except (KafkaException, BufferError, TimeoutError) as exc:
+            name = _error_name(exc)
+            self.event("info", process, "txn", txn=txn, error=name, ending_ms=self._clock_ms())
+            return False
+        kind, error, ending_ms = await self._end(producer, commit)
+        self.event(kind, process, "txn", txn=txn, error=error, ending_ms=ending_ms)
+        return kind != "info"
+
+    # -- the processor ---------------------------------------------------------------------------
+
+    async def run_processor(self, process: str) -> None:
+        callbacks = Callbacks(process, self._record)
+        consumer = KafkaConsumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": CTP_GROUP,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                **callbacks.config(),
+            }
+        )
+        consumer.subscribe([TXN_TOPIC])
+        numbers = itertools.count()
+        try:
+            while not self.drained.is_set():
+                try:
+                    async with self._producer(process, CTP_ID) as producer:
+                        await self._process(process, consumer, producer, numbers)
+                except (KafkaException, TimeoutError) as exc:
+                    self.event("info", process, "txn_producer", error=_error_name(exc))
+        finally:
+            try:
+                with contextlib.suppress(KafkaException, TimeoutError):
+                    await _call(consumer.close)
+            finally:
+                callbacks.closed = True
+
+    async def _process(
+        self,
+        process: str,
+        consumer: KafkaConsumer,
+        producer: KafkaProducer,
+        numbers: itertools.count[int],
+    ) -> None:
+        while not self.drained.is_set():
+            messages = await _call(lambda: consumer.consume(CTP_BATCH_MAX, POLL_S))
+            read_ms = self._clock_ms()
+            inputs = [_row(m) for m in messages if m.error() is None]
+            if not inputs:
+                if self.stopping.is_set() and await self._caught_up(consumer):
+                    self.drained.set()
+                continue
+            done = await self._transform(
+                process, consumer, producer, inputs=inputs, read_ms=read_ms, n=next(numbers)
+            )
+            if not done:
+                await _rewind(consumer)
+                return  # unknown: a new producer takes the id
+            # (a transaction that ended otherwise than committed rewound the consumer)
+
+    async def _transform(
+        self,
+        process: str,
+        consumer: KafkaConsumer,
+        producer: KafkaProducer,
+        *,
+        inputs: list[list[Any]],
+        read_ms: float,
+        n: int,
+    ) -> bool:
+        txn = f"{process}-{n}"
+        values = [[partition, output_of(value, txn)] for partition, _offset, value in inputs]
+        commit = n % CTP_ABORT_EVERY != CTP_ABORT_EVERY - 1
+        self.event(
+            "invoke",
+            process,
+            "txn",
+            txn=txn,
+            topic=OUT_TOPIC,
+            values=values,
+            inputs=inputs,
+            read_ms=read_ms,
+            intent="commit" if commit else "abort",
+        )
+        try:
+            await _call(producer.begin_transaction)
+            for partition, value in values:
+                producer.produce(OUT_TOPIC, value.encode(), partition=partition)
+            positions = consumer.position(consumer.assignment())
+            metadata = consumer.consumer_group_metadata()
+            await _until_done(
+                lambda: producer.send_offsets_to_transaction(positions, metadata, CALL_TIMEOUT_S)
+            )
+        except TimeoutError:
+            self.event("info", process, "client_hang", call="send_offsets_to_transaction")
+            self.event("info", process, "txn", txn=txn, error=HUNG, ending_ms=self._clock_ms())
+            return False
+        except (KafkaException, BufferError) as exc:
+            name = _error_name(exc)
+            kind, _, ending_ms = await self._end(producer, commit=False)
+            kind = "fail" if kind == "ok" else "info"
+            self.event(kind, process, "txn", txn=txn, error=name, ending_ms=ending_ms)
+            return kind != "info"
+        kind, error, ending_ms = await self._end(producer, commit)
+        self.event(kind, process, "txn", txn=txn, error=error, ending_ms=ending_ms)
+        if kind != "ok" or not commit:
+            await _rewind(consumer)
+        return kind != "info"
+
+    async def _caught_up(self, consumer: KafkaConsumer) -> bool:
+        """Whether the group committed every input partition's last stable offset."""
+        asked = [TopicPartition(TXN_TOPIC, p) for p in range(self.partitions)]
+        try:
+            committed = await _call(lambda: consumer.committed(asked, CALL_TIMEOUT_S))
+        except (KafkaException, TimeoutError):
+            return False
+        for tp in committed:
+            error, lso = await self._offset(TXN_TOPIC, tp.partition, read_committed=True)
+            if error != ErrorCode.NONE or tp.offset < lso:
+                return False
+        return True
+
+    # -- the watcher -----------------------------------------------------------------------------
+
+    async def run_watcher(self, process: str) -> None:
+        while not self.drained.is_set():
+            await self.watch_once(process, final=False)
+            await asyncio.sleep(WATCH_INTERVAL_S)
+
+    async def watch_once(self, process: str, *, final: bool) -> bool:
+        """One look at every partition's LSO and high watermark: whether none is held."""
+        settled = True
+        for topic in (TXN_TOPIC, OUT_TOPIC):
+            for partition in range(self.partitions):
+                error, lso = await self._offset(topic, partition, read_committed=True)
+                hw_error, hw = await self._offset(topic, partition, read_committed=False)
+                if ErrorCode.NONE not in (error, hw_error) or error != hw_error:
+                    settled = False
+                    continue
+                self.event(
+                    "ok", process, "lso", topic=topic, partition=partition, lso=lso, hw=hw,
+                    final=final,
+                )  # fmt: skip
+                settled = settled and lso == hw
+        return settled
+
+    async def _offset(self, topic: str, partition: int, *, read_committed: bool) -> tuple[int, int]:
+        try:
+            error, offset = await self._wire.list_offsets(
+                topic, partition, read_committed=read_committed
+            )
+        except ClientError as exc:
+            return exc.error, -1
+        if error != ErrorCode.NONE:
+            with contextlib.suppress(ClientError):
+                await self._wire.refresh(topic)
+        return error, offset
+
+    # -- after the run ---------------------------------------------------------------------------
+
+    async def finish(self, process: str) -> None:
+        """Every transaction ended (the LSOs caught up with the ends, or the timeout passed
+        twice), then the final reads and the processor's committed offsets."""
+        for _ in range(int(2 * TXN_TIMEOUT_MS / 1000 / WATCH_INTERVAL_S)):
+            if await self.watch_once(process, final=False):
+                break
+            await asyncio.sleep(WATCH_INTERVAL_S)
+        await self.watch_once(process, final=True)
+        for topic in (TXN_TOPIC, OUT_TOPIC):
+            for isolation in ("read_committed", "read_uncommitted"):
+                read = await _call(partial(self._read_all, topic, isolation), READ_TIMEOUT_S)
+                for partition, rows in enumerate(read):
+                    self.event(
+                        "ok", "final", "txn_read", topic=topic, partition=partition,
+                        isolation=isolation, records=rows,
+                    )  # fmt: skip
+        offsets = await _call(self._committed, READ_TIMEOUT_S)
+        self.event("ok", "final", "ctp_committed", group=CTP_GROUP, offsets=offsets)
+
+    def _read_all(self, topic: str, isolation: str) -> list[list[list[object]]]:
+        """Every partition of `topic`, from its start to its end, at this isolation level."""
+        consumer = KafkaConsumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "chaos-final",
+                "isolation.level": isolation,
+                "enable.partition.eof": True,
+                "enable.auto.commit": False,
+            }
+        )
+        rows: list[list[list[object]]] = [[] for _ in range(self.partitions)]
+        consumer.assign(
+            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
+        )
+        ended: set[int] = set()
+        attempts = int(READ_TIMEOUT_S / POLL_S)  # (a worker thread's deadline, in polls)
+        try:
+            while len(ended) < self.partitions and attempts > 0:
+                attempts -= 1
+                for message in consumer.consume(1_000, POLL_S):
+                    error = message.error()
+                    partition = int(message.partition() or 0)
+                    if error is None:
+                        rows[partition].append(_record_row(message))
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        ended.add(partition)
+        finally:
+            consumer.close()
+        return rows
+
+    def _committed(self) -> list[list[int]]:
+        consumer = KafkaConsumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": CTP_GROUP,
+                "isolation.level": "read_committed",
+            }
+        )
+        try:
+            asked = [TopicPartition(TXN_TOPIC, p) for p in range(self.partitions)]
+            return [[tp.partition, tp.offset] for tp in consumer.committed(asked, READ_TIMEOUT_S)]
+        finally:
+            consumer.close()
+
+    async def coordinator_node(self) -> int | None:
+        """The node coordinating the writer's transactional id (kill-txn-coordinator)."""
+        from cluster.kafka import messages as m  # noqa: PLC0415 - the codec's table is big
+
+        try:
+            answer = await self._wire.call_any(
+                m.Api.FIND_COORDINATOR, 1, m.FindCoordinatorRequest(WRITER_ID, 1)
+            )
+        except ClientError:
+            return None
+        assert isinstance(answer, m.FindCoordinatorResponse)
+        return answer.node_id if answer.error_code == ErrorCode.NONE else None
+
+
+def _row(message: Message) -> list[Any]:
+    value = message.value()
+    text = value.decode() if isinstance(value, bytes) else (value or "")
+    return [message.partition(), message.offset(), text]
+
+
+def _record_row(message: Message) -> list[object]:
+    """A final read's row, as the history's records are: [offset, value, pid, epoch, seq]."""
+    _, offset, text = _row(message)
+    return [offset, text, -1, -1, -1]
+
+
+async def _call(call: Callable[[], T], timeout_s: float = CALL_TIMEOUT_S) -> T:
+    """`call` (a blocking librdkafka call) in a daemon thread of its own, awaited for
+    `timeout_s` and HANG_MARGIN_S more: TimeoutError then, the thread left to itself (a
+    daemon: it holds neither the loop nor the process's exit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return  # given up on
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(cast(T, result))
+
+    def run() -> None:
+        try:
+            result, error = call(), None
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting task, whatever it is
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="librdkafka-call", daemon=True).start()
+    return await asyncio.wait_for(asyncio.shield(future), timeout_s + HANG_MARGIN_S)
+
+
+def _error_name(exc: BaseException) -> str:
+    if isinstance(exc, KafkaException):
+        return str(exc.args[0].name())
+    return HUNG if isinstance(exc, TimeoutError) else "_QUEUE_FULL"
+
+
+async def _until_done(call: Callable[[], object]) -> None:
+    """A transactional call, again while librdkafka says it may be retried (its documented
+    contract: a retriable error leaves the call to be made again), RETRIES_MAX times at most;
+    TimeoutError if it hangs."""
+    for attempt in range(RETRIES_MAX):
+        try:
+            await _call(call)
+        except KafkaException as exc:
+            if exc.args[0].retriable() and attempt < RETRIES_MAX - 1:
+                continue
+            raise
+        return
+
+
+async def _rewind(consumer: KafkaConsumer) -> None:
+    """Back to the group's committed offsets (the start where none), as after an abort."""
+    with contextlib.suppress(KafkaException, TimeoutError):
+        assigned = consumer.assignment()
+        committed = await _call(lambda: consumer.committed(assigned, CALL_TIMEOUT_S))
+        for tp in committed:
+            offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
