@@ -299,15 +299,18 @@ async def pipelined_case(
     return report, consume
 
 
-async def kcat_consume(bench: Brokers, topic: str, expected: int) -> float:
+async def kcat_consume(
+    bench: Brokers, topic: str, expected: int, *, isolation: str = "read_committed"
+) -> float:
     """Seconds for kcat to read `expected` records from the beginning of every partition (no
     group: it assigns them); it prints one byte a record, counted here. `-c`: kcat exits once
     it has read that many (and so flushes its buffered output); not `-e`, which stops at each
     partition's end as its leader reports it then, which may lag the commit briefly after an
-    election. Fewer records than expected: the read times out."""
+    election. Fewer records than expected: the read times out. `isolation`: librdkafka's
+    isolation.level (read_committed, its default, or read_uncommitted)."""
     process = await asyncio.create_subprocess_exec(
         "kcat", "-C", "-q", "-o", "beginning", "-c", str(expected), "-t", topic, "-f", "x",
-        "-b", ",".join(bench.bootstrap),
+        "-b", ",".join(bench.bootstrap), "-X", f"isolation.level={isolation}",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip

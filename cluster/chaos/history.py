@@ -36,7 +36,8 @@ or may not have (a timeout, a lost connection). Operations and their fields:
 - Transactions (Kafka-client runs, kafka_txns.py): `txn` (invoke: `txn`, `topic`, `values`,
   `intent`, and a processor's `inputs` and `read_ms`; its outcome `txn`, `error`,
   `ending_ms`), `txn_producer` (info: a transactional producer ended, `error`),
-  `client_hang` (info: a librdkafka `call` never returned), `lso`,
+  `client_hang` (info: a librdkafka `call` never returned), `rewind` (info: the processor's
+  consumer could not be rewound after an abort, `error`: it is made anew), `lso`,
   `txn_read`, `ctp_committed`: kafka_txns.py says what each carries.
 
 Reading is strict: a line that is not such an event is a `HistoryError` naming the line, since a
@@ -81,6 +82,7 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "txn": {"txn": str},
     "txn_producer": {"error": str},
     "client_hang": {"call": str},
+    "rewind": {"error": str},
     "lso": {"topic": str, "partition": int, "lso": int, "hw": int, "final": bool},
     "txn_read": {"topic": str, "partition": int, "isolation": str, "records": list},
     "ctp_committed": {"group": str, "offsets": list},

@@ -180,6 +180,22 @@ class TxnWorkload:
     # -- the processor ---------------------------------------------------------------------------
 
     async def run_processor(self, process: str) -> None:
+        """Until drained: a consumer and a producer; both are made anew when the consumer could
+        not be rewound after a transaction that did not commit, the producer alone when its
+        state is unknown."""
+        numbers = itertools.count()
+        while not self.drained.is_set():
+            async with self._consumer(process) as consumer:
+                rewound = True
+                while rewound and not self.drained.is_set():
+                    try:
+                        async with self._producer(process, CTP_ID) as producer:
+                            rewound = await self._process(process, consumer, producer, numbers)
+                    except (KafkaException, TimeoutError) as exc:
+                        self.event("info", process, "txn_producer", error=_error_name(exc))
+
+    @contextlib.asynccontextmanager
+    async def _consumer(self, process: str) -> AsyncIterator[KafkaConsumer]:
         callbacks = Callbacks(process, self._record)
         consumer = KafkaConsumer(
             {
@@ -192,14 +208,8 @@ class TxnWorkload:
             }
         )
         consumer.subscribe([TXN_TOPIC])
-        numbers = itertools.count()
         try:
-            while not self.drained.is_set():
-                try:
-                    async with self._producer(process, CTP_ID) as producer:
-                        await self._process(process, consumer, producer, numbers)
-                except (KafkaException, TimeoutError) as exc:
-                    self.event("info", process, "txn_producer", error=_error_name(exc))
+            yield consumer
         finally:
             try:
                 with contextlib.suppress(KafkaException, TimeoutError):
@@ -213,7 +223,9 @@ class TxnWorkload:
         consumer: KafkaConsumer,
         producer: KafkaProducer,
         numbers: itertools.count[int],
-    ) -> None:
+    ) -> bool:
+        """Transactions until drained (True), or until one ends unknown (the producer is made
+        anew: True if the consumer was rewound, False if it must be made anew too)."""
         while not self.drained.is_set():
             messages = await _call(lambda: consumer.consume(CTP_BATCH_MAX, POLL_S))
             read_ms = self._clock_ms()
@@ -222,13 +234,15 @@ class TxnWorkload:
                 if self.stopping.is_set() and await self._caught_up(consumer):
                     self.drained.set()
                 continue
-            done = await self._transform(
+            outcome = await self._transform(
                 process, consumer, producer, inputs=inputs, read_ms=read_ms, n=next(numbers)
             )
-            if not done:
-                await _rewind(consumer)
-                return  # unknown: a new producer takes the id
-            # (a transaction that ended otherwise than committed rewound the consumer)
+            if outcome == "ok-commit":
+                continue
+            rewound = await self._rewind(process, consumer)
+            if outcome == "info" or not rewound:
+                return rewound  # a new producer (and, not rewound, a new consumer)
+        return True
 
     async def _transform(
         self,
@@ -239,7 +253,9 @@ class TxnWorkload:
         inputs: list[list[Any]],
         read_ms: float,
         n: int,
-    ) -> bool:
+    ) -> str:
+        """One transaction of these inputs' outputs and offsets: "ok-commit" (committed),
+        "ended" (certainly not committed: aborted) or "info" (unknown)."""
         txn = f"{process}-{n}"
         values = [[partition, output_of(value, txn)] for partition, _offset, value in inputs]
         commit = n % CTP_ABORT_EVERY != CTP_ABORT_EVERY - 1
@@ -266,18 +282,33 @@ class TxnWorkload:
         except TimeoutError:
             self.event("info", process, "client_hang", call="send_offsets_to_transaction")
             self.event("info", process, "txn", txn=txn, error=HUNG, ending_ms=self._clock_ms())
-            return False
+            return "info"
         except (KafkaException, BufferError) as exc:
             name = _error_name(exc)
             kind, _, ending_ms = await self._end(producer, commit=False)
             kind = "fail" if kind == "ok" else "info"
             self.event(kind, process, "txn", txn=txn, error=name, ending_ms=ending_ms)
-            return kind != "info"
+            return "ended" if kind == "fail" else "info"
         kind, error, ending_ms = await self._end(producer, commit)
         self.event(kind, process, "txn", txn=txn, error=error, ending_ms=ending_ms)
-        if kind != "ok" or not commit:
-            await _rewind(consumer)
-        return kind != "info"
+        if kind == "info":
+            return "info"
+        return "ok-commit" if kind == "ok" and commit else "ended"
+
+    async def _rewind(self, process: str, consumer: KafkaConsumer) -> bool:
+        """Back to the group's committed offsets (the start where none), as after an abort
+        (librdkafka's pattern); False, recorded, if it could not be done: the consumer is
+        then made anew, which starts from the committed offsets by itself."""
+        try:
+            assigned = consumer.assignment()
+            committed = await _call(lambda: consumer.committed(assigned, CALL_TIMEOUT_S))
+            for tp in committed:
+                offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+        except (KafkaException, TimeoutError) as exc:
+            self.event("info", process, "rewind", error=_error_name(exc))
+            return False
+        return True
 
     async def _caught_up(self, consumer: KafkaConsumer) -> bool:
         """Whether the group committed every input partition's last stable offset."""
@@ -465,13 +496,3 @@ async def _until_done(call: Callable[[], object]) -> None:
                 continue
             raise
         return
-
-
-async def _rewind(consumer: KafkaConsumer) -> None:
-    """Back to the group's committed offsets (the start where none), as after an abort."""
-    with contextlib.suppress(KafkaException, TimeoutError):
-        assigned = consumer.assignment()
-        committed = await _call(lambda: consumer.committed(assigned, CALL_TIMEOUT_S))
-        for tp in committed:
-            offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
-            consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
