@@ -67,6 +67,7 @@ from statemachine.txn_metadata import TopicPartition, TxnMetadata, TxnState
 from statemachine.txn_registry import ProducerIdAndEpoch
 from statemachine.txn_state import (
     TxnAlreadyEnded,
+    TxnCompleted,
     TxnEndPrepared,
     TxnPartitionsAdded,
     TxnStateResult,
@@ -93,6 +94,8 @@ class TxnService:
         self._timeout_s = node.config.timing.request_timeout_ms / 1000
         self._write_timeout_s = node.config.timing.txn_write_timeout_ms / 1000
         self._wake = asyncio.Event()
+        # Ids whose requests wait for their last transaction to complete (`_completion`).
+        self._completed: dict[str, asyncio.Event] = {}
         self._ending: set[tuple[str, int, int]] = set()  # (id, producer id, txn sequence)
         self._fencing: set[tuple[str, int, int]] = set()  # (id, producer id, epoch)
 
@@ -205,6 +208,10 @@ class TxnService:
         data = pack([list(tp) for tp in partitions])
         command = AddTxnPartitions(wall_ms(), txn_id, producer_id, epoch, data)
         result = await self._propose(handle, command.encode())
+        concurrent = Rejected(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if result == concurrent and await self._completion(handle, txn_id):
+            command = AddTxnPartitions(wall_ms(), txn_id, producer_id, epoch, data)
+            result = await self._propose(handle, command.encode())
         if isinstance(result, ErrorCode | Rejected):
             error = result if isinstance(result, ErrorCode) else result.error
             return dict.fromkeys(partitions, error)
@@ -212,6 +219,25 @@ class TxnService:
         registration = RegisterTxnPartition(wall_ms(), producer_id, epoch, result.txn_sequence)
         errors = await asyncio.gather(*(self._register(tp, registration) for tp in partitions))
         return dict(zip(partitions, errors, strict=True))
+
+    async def _completion(self, handle: TxnStateHandle, txn_id: str) -> bool:
+        """Whether the id's last transaction, whose markers go out, completed within the
+        write timeout. A transaction's first AddPartitionsToTxn comes right after the last
+        one's EndTxn, while its markers go out: answered CONCURRENT_TRANSACTIONS, a client
+        retries after a backoff (librdkafka: 20 ms), which every transaction would then wait;
+        waiting here for the completion, a few Raft commits, answers it as soon as it can be."""
+        event = self._completed.setdefault(txn_id, asyncio.Event())
+        txn = handle.replica.machine.txns.get(txn_id)
+        if txn is None or txn.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return True
+        try:
+            await asyncio.wait_for(event.wait(), self._write_timeout_s)
+        except TimeoutError:
+            return False
+        finally:
+            if self._completed.get(txn_id) is event and not event.is_set():
+                del self._completed[txn_id]
+        return True
 
     def _exists(self, tp: TopicPartition) -> bool:
         """A client's partition (AddPartitionsToTxn names no internal one)."""
@@ -313,6 +339,10 @@ class TxnService:
     def _applied(self, result: TxnStateResult) -> None:  # in a Raft tick
         if isinstance(result, TxnEndPrepared):
             self._wake.set()
+        elif isinstance(result, TxnCompleted):
+            waiting = self._completed.pop(result.transactional_id, None)
+            if waiting is not None:
+                waiting.set()
 
     def _start_work(self, handle: TxnStateHandle, tasks: asyncio.TaskGroup) -> None:
         machine = handle.replica.machine
