@@ -10,16 +10,16 @@ broker after the other.
 Cases (100-byte values, `bench.harness.value_of`; confluent-kafka, librdkafka in Python, for
 every producing case, so that the ratios compare one client with itself):
 - plain: the non-transactional baseline, an idempotent producer (`acks=all`, `linger.ms` 5)
-  pipelining the same records as the transactions below: records/s.
+  pipelining 300,000 records over the same 4 partitions: records/s.
 - txn_100: sequential transactions of 100 records (begin, produce, commit): commit latency
   (the `commit_transaction` call, which flushes the records and ends the transaction) p50
   and p99, and records/s over the whole run; the same with 10,000 records a transaction
   (`txn_10000`).
 - sequential: one idempotent record at a time (`linger.ms` 0, produce, flush): p50, the unit
   a commit's latency is stated in.
-- consume: kcat reads the transactional topic (100-record transactions, every tenth
-  aborted) from the beginning, read_committed then read_uncommitted, the median of three
-  reads each: records/s of what each level returns.
+- consume: kcat reads a transactional topic (300 transactions of 1,000 records, every tenth
+  aborted, its data in the log before its abort) from the beginning, read_committed then
+  read_uncommitted, the median of three reads each: records/s of what each level returns.
 - ctp: consume-transform-produce exactly once (a read_committed consumer in a group, each
   record transformed to one output, offsets sent to the transaction, a commit every
   100 ms): input records/s.
@@ -69,6 +69,7 @@ TXN_TIMEOUT_MS = 60_000
 CALL_TIMEOUT_S = 60.0
 CONSUME_READS = 3
 ABORT_EVERY = 10  # the consume case's data: every tenth transaction aborted
+CONSUME_TXN_RECORDS = 1_000  # ... of this many records each
 CTP_COMMIT_INTERVAL_S = 0.1
 CTP_TIMEOUT_S = 300.0
 
@@ -78,16 +79,18 @@ progress = reporter("bench.kafka_txns")
 @dataclass(frozen=True, slots=True)
 class Settings:
     quick: bool
+    plain: int  # records of the non-transactional baseline
     txn_100: int  # transactions of 100 records
     txn_10000: int  # transactions of 10,000 records
     sequential: int
     ctp_records: int
+    consume_transactions: int  # of CONSUME_TXN_RECORDS records each
 
     @classmethod
     def of(cls, quick: bool) -> Settings:
         if quick:
-            return cls(True, txn_100=30, txn_10000=2, sequential=100, ctp_records=5_000)
-        return cls(False, txn_100=300, txn_10000=10, sequential=1_000, ctp_records=50_000)
+            return cls(True, 50_000, 30, 2, 100, ctp_records=5_000, consume_transactions=30)
+        return cls(False, 300_000, 300, 10, 1_000, ctp_records=50_000, consume_transactions=300)
 
 
 def transactional(bench: Brokers, txn_id: str) -> Producer:
@@ -231,9 +234,8 @@ async def run_broker(name: str, settings: Settings) -> dict[str, Any]:
     async with fresh_brokers(name) as bench:
         for topic in ("txn-plain", "txn-100", "txn-10000", "txn-data", "txn-out", "txn-seq"):
             await bench.create_topic(topic, 1 if topic == "txn-seq" else 4)
-        records = settings.txn_100 * 100
-        progress(f"{name}: plain, {records} records")
-        report["plain"] = await asyncio.to_thread(plain, bench, "txn-plain", records)
+        progress(f"{name}: plain, {settings.plain} records")
+        report["plain"] = await asyncio.to_thread(plain, bench, "txn-plain", settings.plain)
         producer = await asyncio.to_thread(transactional, bench, "bench-txn")
         progress(f"{name}: {settings.txn_100} transactions of 100 records")
         report["txn_100"] = await asyncio.to_thread(
@@ -250,15 +252,14 @@ async def run_broker(name: str, settings: Settings) -> dict[str, Any]:
         )
         report["sequential"] = {"records": len(latencies), **latency_summary_ms(latencies)}
         progress(f"{name}: consume data, every {ABORT_EVERY}th transaction aborted")
-        data = await asyncio.to_thread(
-            transactions, producer, "txn-data", settings.txn_100, 100, abort_every=ABORT_EVERY
+        count, size = settings.consume_transactions, CONSUME_TXN_RECORDS
+        await asyncio.to_thread(
+            transactions, producer, "txn-data", count, size, abort_every=ABORT_EVERY
         )
-        committed = data["transactions"] - settings.txn_100 // ABORT_EVERY
+        committed = (count - count // ABORT_EVERY) * size
         report["consume"] = {
-            "read_committed": await consume(bench, "txn-data", "read_committed", committed * 100),
-            "read_uncommitted": await consume(
-                bench, "txn-data", "read_uncommitted", settings.txn_100 * 100
-            ),
+            "read_committed": await consume(bench, "txn-data", "read_committed", committed),
+            "read_uncommitted": await consume(bench, "txn-data", "read_uncommitted", count * size),
         }
         progress(f"{name}: consume-transform-produce, {settings.ctp_records} records")
         source_records = settings.txn_100 * 100 + settings.txn_10000 * 10_000

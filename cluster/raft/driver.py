@@ -154,7 +154,8 @@ class RaftDriver:
 
     def _heard(self, group: PatchedSyncObj, heard: Heard) -> None:
         """`group` took in a peer's message. A follower answered an append inside it, and
-        applies what it newly committed a moment later. An acknowledgement that lets a leader
+        applies what it newly committed a moment later (at once when a proposal it forwarded
+        to the leader waits for that). An acknowledgement that lets a leader
         commit is acted on at once: its proposer waits, and in this same turn the other
         followers' acknowledgements would otherwise be read and handled first. One from a
         follower that holds the whole log, and commits nothing, needs no tick (the timer's
@@ -162,7 +163,10 @@ class RaftDriver:
         this turn's cycle."""
         if heard is Heard.APPEND:
             if group.raftCommitIndex > group.raftLastApplied:
-                self._apply_later(group)
+                if group.awaits_forwarded:
+                    self._wake(group)  # its own proposal's caller waits: no batching delay
+                else:
+                    self._apply_later(group)
             return
         if not (group.raftbroker_live and group.can_commit()):
             if heard is not Heard.ACK_CAUGHT_UP:

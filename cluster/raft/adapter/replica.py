@@ -132,6 +132,9 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         self.raftbroker_proposing = False  # in propose(): queued commands are taken at once
         self.raftbroker_commit_news = commit_news
         self.raftbroker_commit_sent = 0  # the commit index the last appends carried
+        # On a leader: a follower forwarded a proposal (`propose(forward=True)`) that may not
+        # be committed yet; its proposer waits for the follower to learn of the commit.
+        self.raftbroker_forwarded = False
         self._append_period_s = conf.appendEntriesPeriod
         self._chunk_bytes = conf.appendEntriesBatchSizeBytes  # the stock walk chunks from here
         super().__init__(
@@ -375,6 +378,15 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         self._SyncObj__applyLogEntries()
 
     @property
+    def awaits_forwarded(self) -> bool:
+        """On a follower: a proposal it forwarded waits for its entry's commit and apply."""
+        # (None while pysyncobj's constructor runs, when a peer's message may already come)
+        waiting: dict[int, list[Any]] | None = getattr(
+            self, "_SyncObj__commandsWaitingCommit", None
+        )
+        return bool(waiting) and not self._isLeader()
+
+    @property
     def has_work(self) -> bool:
         """A tick would commit or apply something now."""
         return self.raftCommitIndex > self.raftLastApplied or self.can_commit()
@@ -389,6 +401,8 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         elif kind == "next_node_idx" and self._isLeader():
             self._on_reply(node, message)
         else:
+            if kind == "apply_command" and self._isLeader():
+                self.raftbroker_forwarded = True
             SyncObj._SyncObj__onMessageReceived(self, node, message)
 
     def _refuse(self, node: Any, refusal: str) -> None:
@@ -469,9 +483,15 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         # only to tell it the new commit index: two sends in the same tick, before the
         # proposer hears its result. The driver sends that news a moment later instead, for
         # every apply of that moment at once (`RaftDriver._tell_commits`).
+        # A forwarded proposal's commit is told at once: its proposer, on a follower, waits
+        # for the news (a transaction's registrations and markers are such proposals).
         try:
             if SyncObj._SyncObj__applyLogEntries(self) and self._isLeader():
-                self.raftbroker_commit_news(self)
+                if self.raftbroker_forwarded:
+                    self.send_commit_index()
+                    self.raftbroker_forwarded = self.raftCommitIndex < self.log_index
+                else:
+                    self.raftbroker_commit_news(self)
         finally:
             self.raftbroker_machine.settle()
         return False
