@@ -300,17 +300,23 @@ async def pipelined_case(
 
 
 async def kcat_consume(
-    bench: Brokers, topic: str, expected: int, *, isolation: str = "read_committed"
+    bench: Brokers,
+    topic: str,
+    expected: int,
+    *,
+    isolation: str = "read_committed",
+    settings: Sequence[str] = (),
 ) -> float:
     """Seconds for kcat to read `expected` records from the beginning of every partition (no
     group: it assigns them); it prints one byte a record, counted here. `-c`: kcat exits once
     it has read that many (and so flushes its buffered output); not `-e`, which stops at each
     partition's end as its leader reports it then, which may lag the commit briefly after an
     election. Fewer records than expected: the read times out. `isolation`: librdkafka's
-    isolation.level (read_committed, its default, or read_uncommitted)."""
+    isolation.level (read_committed, its default, or read_uncommitted); `settings`: more
+    `-X` options."""
     process = await asyncio.create_subprocess_exec(
         "kcat", "-C", "-q", "-o", "beginning", "-c", str(expected), "-t", topic, "-f", "x",
-        "-b", ",".join(bench.bootstrap), "-X", f"isolation.level={isolation}",
+        "-b", ",".join(bench.bootstrap), "-X", f"isolation.level={isolation}", *settings,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
