@@ -92,7 +92,8 @@ class TxnService:
         self.node = node
         self.peers = peers
         self._timeout_s = node.config.timing.request_timeout_ms / 1000
-        self._write_timeout_s = node.config.timing.txn_write_timeout_ms / 1000
+        timing = node.config.timing
+        self._write_timeout_s = min(timing.txn_write_timeout_ms, timing.request_timeout_ms) / 1000
         self._wake = asyncio.Event()
         # Ids whose requests wait for their last transaction to complete (`_completion`).
         self._completed: dict[str, asyncio.Event] = {}

@@ -84,3 +84,26 @@ def test_the_quick_comparison_produces_every_figure_on_both_sides(tmp_path: Path
     assert all(report["goals_vs_kafka"][name]["ratio"] is not None for name in quick)
     assert subprocess.run(["pgrep", "-f", "kafka.Kafka"], check=False).returncode == 1
     assert subprocess.run(["pgrep", "-x", "nats-server"], check=False).returncode == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_quick_transactions_benchmark_measures_both_brokers(tmp_path: Path) -> None:
+    """`python -m bench.kafka_txns --quick`: every case on raftbroker and on Apache Kafka,
+    each goal's ratio computed, no case failed."""
+    out = tmp_path / "txns.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.kafka_txns", "--quick", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=580,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["errors"] == {}
+    for side in ("raftbroker", "apache_kafka"):
+        goals = report[side]["goals"]
+        assert goals["txn_100_vs_plain"] > 0 and goals["read_committed_vs_uncommitted"] > 0
+        assert report[side]["ctp"]["records"] == 5_000
