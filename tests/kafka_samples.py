@@ -85,6 +85,9 @@ REQUESTS: dict[m.Api, m.RequestBody] = {
     ),
     m.Api.ADD_OFFSETS_TO_TXN: m.AddOffsetsToTxnRequest("txn", 1_000, 3, "g"),
     m.Api.END_TXN: m.EndTxnRequest("txn", 1_000, 3, True),
+    m.Api.WRITE_TXN_MARKERS: m.WriteTxnMarkersRequest(
+        (m.WritableTxnMarker(1_000, 3, False, (m.WritableTxnMarkerTopic("orders", (0, 2)),), 7),)
+    ),
     m.Api.DESCRIBE_TRANSACTIONS: m.DescribeTransactionsRequest(("txn", "other")),
     m.Api.LIST_TRANSACTIONS: m.ListTransactionsRequest(("Ongoing",), (1_000,), 60_000),
     m.Api.FIND_COORDINATOR: m.FindCoordinatorRequest("txn", 1, ("txn", "other")),
@@ -272,6 +275,22 @@ RESPONSES: dict[m.Api, m.ResponseBody] = {
     ),
     m.Api.ADD_OFFSETS_TO_TXN: m.AddOffsetsToTxnResponse(ErrorCode.CONCURRENT_TRANSACTIONS, 10),
     m.Api.END_TXN: m.EndTxnResponse(ErrorCode.CONCURRENT_TRANSACTIONS, 10),
+    m.Api.WRITE_TXN_MARKERS: m.WriteTxnMarkersResponse(
+        (
+            m.WritableTxnMarkerResult(
+                1_000,
+                (
+                    m.WritableTxnMarkerTopicResult(
+                        "orders",
+                        (
+                            m.WritableTxnMarkerPartitionResult(0, 0),
+                            m.WritableTxnMarkerPartitionResult(2, ErrorCode.NOT_LEADER_OR_FOLLOWER),
+                        ),
+                    ),
+                ),
+            ),
+        )
+    ),
     m.Api.DESCRIBE_TRANSACTIONS: m.DescribeTransactionsResponse(
         (
             m.DescribedTransaction(

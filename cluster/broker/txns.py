@@ -63,6 +63,7 @@ from statemachine.errors import ErrorCode, Rejected
 from statemachine.metadata import transactional_id_error
 from statemachine.offsets import group_id_error
 from statemachine.partition import Appended, TxnEnded, TxnRegistered
+from statemachine.records import PRODUCER_EPOCH_MAX
 from statemachine.txn_metadata import TopicPartition, TxnMetadata, TxnState
 from statemachine.txn_registry import ProducerIdAndEpoch
 from statemachine.txn_state import (
@@ -287,6 +288,40 @@ class TxnService:
             case ErrorCode():
                 return result
         raise AssertionError(f"unexpected result {result!r}")
+
+    # -- an operator's abort of a hanging transaction (WriteTxnMarkers) -------------------------
+
+    async def abort_hanging(
+        self, tp: TopicPartition, producer_id: int, epoch: int, coordinator_epoch: int
+    ) -> ErrorCode:
+        """`kafka-transactions.sh abort`: an abort marker for the producer's transaction open
+        on this partition, written by its leader as the coordinator's would be (named by
+        the transaction the partition has open; a partition with none ends nothing). For a
+        transaction its coordinator no longer knows: one it does know still ends as it
+        decides on its other partitions, so aborting it here can tear it."""
+        partition = self.node.partitions.get(tp) if self._exists(tp) else None
+        if partition is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if not partition.group.serving:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if not (producer_id >= 0 and 0 <= epoch <= PRODUCER_EPOCH_MAX and coordinator_epoch >= 0):
+            return ErrorCode.INVALID_REQUEST
+        txn = partition.replica.machine.txns.producers.get(producer_id)
+        if txn is None:
+            return ErrorCode.NONE  # nothing of it here: nothing to end (Kafka's answer too)
+        sequence = txn.open.txn_sequence if txn.open is not None else txn.last_txn_sequence
+        marker = WriteTxnMarker(wall_ms(), producer_id, epoch, sequence, 0, coordinator_epoch)
+        try:
+            result = await partition.group.propose(marker.encode(), self._write_timeout_s)
+        except ProposalError as exc:
+            return exc.error
+        if isinstance(result, Rejected):
+            return result.error
+        log.warning(
+            "an abort marker for producer %d (epoch %d) written to %s-%d at an operator's request",
+            producer_id, epoch, *tp,
+        )  # fmt: skip
+        return ErrorCode.NONE
 
     # -- what administrators read (DescribeTransactions, ListTransactions) ----------------------
 

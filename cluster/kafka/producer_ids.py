@@ -1,5 +1,6 @@
 """Producer ids and transactions through Kafka's protocol: InitProducerId, AddPartitionsToTxn,
-AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions.
+AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions, and WriteTxnMarkers for an
+operator's abort of a hanging transaction.
 
 Role: the part of a node's Kafka listener (its frontend, frontend.py) that translates these
 requests for the broker core (`Broker.init_producer_id`, and its transaction coordinator
@@ -147,6 +148,33 @@ class KafkaProducerIds:
                 for txn_id, txn in listed
             ),
         )
+
+    @serves(m.WriteTxnMarkersRequest)
+    async def write_txn_markers(
+        self, request: m.WriteTxnMarkersRequest, _call: Call
+    ) -> m.WriteTxnMarkersResponse:
+        """An operator's abort (kafka-transactions.sh abort, the Admin client's
+        `abortTransaction`): an abort marker on each named partition this node leads. A commit
+        marker is the coordinator's alone: INVALID_REQUEST."""
+        results = []
+        for marker in request.markers:
+            topics = []
+            for topic in marker.topics:
+                partitions = []
+                for index in topic.partition_indexes:
+                    if marker.transaction_result:
+                        error = ErrorCode.INVALID_REQUEST
+                    else:
+                        error = await self.broker.txns.abort_hanging(
+                            (topic.name, index),
+                            marker.producer_id,
+                            marker.producer_epoch,
+                            marker.coordinator_epoch,
+                        )
+                    partitions.append(m.WritableTxnMarkerPartitionResult(index, error))
+                topics.append(m.WritableTxnMarkerTopicResult(topic.name, tuple(partitions)))
+            results.append(m.WritableTxnMarkerResult(marker.producer_id, tuple(topics)))
+        return m.WriteTxnMarkersResponse(tuple(results))
 
     @serves(m.AddOffsetsToTxnRequest)
     async def add_offsets_to_txn(

@@ -191,3 +191,26 @@ def test_kafka_transactions_lists_and_describes_a_transaction(jars: Jars, bootst
         return out if "CompleteCommit" in out else None
 
     poll_until(committed, TIMEOUT_S, "the transaction described as committed")
+
+
+def test_kafka_transactions_aborts_a_hanging_transaction(jars: Jars, bootstrap: str) -> None:
+    """kafka-transactions `abort` (WriteTxnMarkers from the Admin client): the producer's open
+    transaction on the partition named by its start offset ends there, as an abort: the
+    partition holds it open no longer (describe-producers shows no start offset), and the
+    producer's own abort afterwards is a harmless replay."""
+    ok(kafka_tool(jars, TOPICS, "--bootstrap-server", bootstrap, "--create", "--topic",
+                  "tools-hang", "--partitions", "1"))  # fmt: skip
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tools-hang"})
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce("tools-hang", b"hanging", partition=0)
+    producer.flush(TIMEOUT_S)
+    b = ("--bootstrap-server", bootstrap)
+    describe = ("describe-producers", "--topic", "tools-hang", "--partition", "0")
+    before = ok(kafka_tool(jars, TRANSACTIONS, *b, *describe))
+    assert re.search(r"^\d+\s+0\s+-1\s+0\s+\d+\s+0\s*$", before, re.M), before  # open at 0
+    ok(kafka_tool(jars, TRANSACTIONS, *b, "abort", "--topic", "tools-hang", "--partition", "0",
+                  "--start-offset", "0"))  # fmt: skip
+    after = ok(kafka_tool(jars, TRANSACTIONS, *b, *describe))
+    assert re.search(r"^\d+\s+0\s+\d+\s+0\s+\d+\s+None\s*$", after, re.M), after  # ended
+    producer.abort_transaction(TIMEOUT_S)

@@ -139,6 +139,13 @@ from cluster.kafka.messages.producers import (
     TopicData,
     TopicRequest,
     TopicResponse,
+    WritableTxnMarker,
+    WritableTxnMarkerPartitionResult,
+    WritableTxnMarkerResult,
+    WritableTxnMarkerTopic,
+    WritableTxnMarkerTopicResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 from cluster.kafka.messages.records import (
     NO_LEADER,
@@ -395,4 +402,11 @@ __all__ = [
     "TxnOffsetCommitRequest",
     "TxnOffsetCommitResponse",
     "VersionRange",
+    "WritableTxnMarker",
+    "WritableTxnMarkerPartitionResult",
+    "WritableTxnMarkerResult",
+    "WritableTxnMarkerTopic",
+    "WritableTxnMarkerTopicResult",
+    "WriteTxnMarkersRequest",
+    "WriteTxnMarkersResponse",
 ]

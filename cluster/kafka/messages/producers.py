@@ -1,5 +1,5 @@
 """Producer ids and transactions: InitProducerId (22), AddPartitionsToTxn (24),
-AddOffsetsToTxn (25), EndTxn (26),
+AddOffsetsToTxn (25), EndTxn (26), WriteTxnMarkers (27, an operator's abort),
 DescribeProducers (61), DescribeTransactions (65) and ListTransactions (66).
 
 Part of the Kafka messages (cluster/kafka/messages/__init__.py has their rules): each request
@@ -131,6 +131,79 @@ class EndTxnRequest(Request):
 
     def refusal(self, code: int, message: str) -> EndTxnResponse:  # noqa: ARG002
         return EndTxnResponse(code)
+
+
+# -- WriteTxnMarkers (27): an operator's abort of a hanging transaction ---------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WritableTxnMarkerTopic:
+    name: str
+    partition_indexes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WritableTxnMarker:
+    producer_id: int
+    producer_epoch: int
+    transaction_result: bool  # True: commit
+    topics: tuple[WritableTxnMarkerTopic, ...]
+    coordinator_epoch: int
+    transaction_version: int = 0  # v2+ (KIP-890's TV2): ignored, the marker is the same
+
+
+@dataclass(frozen=True, slots=True)
+class WritableTxnMarkerPartitionResult:
+    partition_index: int
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class WritableTxnMarkerTopicResult:
+    name: str
+    partitions: tuple[WritableTxnMarkerPartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WritableTxnMarkerResult:
+    producer_id: int
+    topics: tuple[WritableTxnMarkerTopicResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTxnMarkersResponse(Response):
+    markers: tuple[WritableTxnMarkerResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTxnMarkersRequest(Request):
+    # v1-v2 (Kafka 4 has no v0): a broker's request to partition leaders, and the Admin
+    # client's `abortTransaction` (kafka-transactions.sh abort), which is what is served.
+    API = Api.WRITE_TXN_MARKERS
+    VERSIONS = VersionRange(1, 2)
+    RESPONSE = WriteTxnMarkersResponse
+
+    markers: tuple[WritableTxnMarker, ...]
+
+    def refusal(self, code: int, message: str) -> WriteTxnMarkersResponse:  # noqa: ARG002
+        return WriteTxnMarkersResponse(
+            tuple(
+                WritableTxnMarkerResult(
+                    marker.producer_id,
+                    tuple(
+                        WritableTxnMarkerTopicResult(
+                            t.name,
+                            tuple(
+                                WritableTxnMarkerPartitionResult(p, code)
+                                for p in t.partition_indexes
+                            ),
+                        )
+                        for t in marker.topics
+                    ),
+                )
+                for marker in self.markers
+            )
+        )
 
 
 # -- DescribeProducers (61) ----------------------------------------------------------------------
