@@ -8,13 +8,15 @@ with the same transactional id and group carries on from the committed offsets. 
 read_committed reader of the output then sees each input exactly once, and the group's
 committed offsets are the input's ends. While a transaction's offsets are pending, OffsetFetch
 with RequireStable answers UNSTABLE_OFFSET_COMMIT and without it the last committed offset.
-kafka-python's and aiokafka's transactional producers commit and abort offsets the same way.
+kafka-python's and aiokafka's transactional producers commit and abort offsets the same way,
+and kcat (`-X transactional.id`) writes its input as one transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
 import time
 import uuid
 from typing import Any
@@ -222,3 +224,23 @@ def test_aiokafka_commits_and_aborts_offsets_in_transactions(
     asyncio.run(run())
     assert committed(",".join(kafka_bootstrap), group_id, IN, IN_PARTITIONS) == [-1001, 7]
     report("aiokafka", _txn_versions(captured, r"(\w+?)(?:Request|Response)_v(\d+)\("))
+
+
+@pytest.mark.kcat
+def test_kcat_writes_its_input_as_one_transaction(
+    three_nodes: launcher.LocalCluster, kafka_bootstrap: list[str]
+) -> None:
+    """kcat -P -X transactional.id=...: its whole input in one transaction, committed at the
+    end (librdkafka's transactional producer, in C), read back by a read_committed reader."""
+    create_native(three_nodes, "kcat-txn", 2)
+    lines = "".join(f"kcat-{i}\n" for i in range(50))
+    done = subprocess.run(
+        ["kcat", "-P", "-t", "kcat-txn", "-b", ",".join(kafka_bootstrap),
+         "-X", "transactional.id=kcat-txn", "-d", "protocol"],
+        input=lines, capture_output=True, text=True, timeout=TIMEOUT_S, check=True,
+    )  # fmt: skip
+    sent = negotiated(done.stderr.splitlines(), r"Sent (\w+)Request \(v(\d+)")
+    report("kcat (librdkafka 2.0.2), transactional", {k: v for k, v in sent.items() if "Txn" in k})
+    assert {"InitProducerId", "AddPartitionsToTxn", "EndTxn"} <= set(sent), sent
+    read = read_all(kafka_bootstrap, {"kcat-txn": 2}, "read_committed")
+    assert sorted(read) == sorted(lines.split()), read
