@@ -11,7 +11,8 @@
 //   {"op": "transactions", "topic": T, "partitions": N, "txn_id": X, "outcomes": [true, false]}
 //       a transactional producer runs one transaction an outcome, each writing "X-i-p" to
 //       every partition p < N (i: the transaction's index), flushed, then committed (true)
-//       or aborted (false): {"ended": k}
+//       or aborted (false): {"ended": k}; with "offsets_group": G, each also sends the
+//       offset i + 1 of partition 0 for group G (sendOffsetsToTransaction)
 //   {"op": "consume", "topic": T, "count": N, "group": G or null, "timeout_ms": M,
 //       "isolation": "read_committed" or "read_uncommitted" (the default)}
 //       reads from the beginning (assigned partitions without G; as member of G with manual
@@ -58,6 +59,7 @@ import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -126,7 +128,8 @@ public class ClientDriver {
                         r.path("isolation").asText("read_uncommitted"));
             case "transactions":
                 return transactions(r.path("topic").asText(), r.path("partitions").asInt(1),
-                        r.path("txn_id").asText(), r.path("outcomes"));
+                        r.path("txn_id").asText(), r.path("outcomes"),
+                        r.path("offsets_group").asText(""));
             case "seek":
                 return seek(r.path("topic").asText(), r.path("partition").asInt(),
                         r.path("offset").asLong(), r.path("epoch").asInt(), r.path("count").asInt(),
@@ -201,7 +204,8 @@ public class ClientDriver {
         return p;
     }
 
-    ObjectNode transactions(String topic, int partitionCount, String txnId, JsonNode outcomes) {
+    ObjectNode transactions(
+            String topic, int partitionCount, String txnId, JsonNode outcomes, String group) {
         Properties p = base();
         p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
@@ -216,6 +220,11 @@ public class ClientDriver {
                     producer.send(new ProducerRecord<>(topic, partition, null, value));
                 }
                 producer.flush();  // the data is in the partitions before the outcome
+                if (!group.isEmpty()) {  // offsets in the transaction: partition 0 at i + 1
+                    producer.sendOffsetsToTransaction(
+                            Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(ended + 1)),
+                            new ConsumerGroupMetadata(group));
+                }
                 if (outcome.asBoolean()) {
                     producer.commitTransaction();
                 } else {

@@ -27,6 +27,7 @@ import pytest
 from cluster.kafka.codec.headers import SUPPORTED
 from cluster.local import launcher
 from tests.cluster.procs import partition_leader, restore
+from tests.cluster.test_kafka_admin import committed
 from tests.kafka_java import REPO, Event, JavaClient, JavaClients, java_clients
 from tests.polling import poll_until
 
@@ -256,3 +257,19 @@ def readme_java_column() -> dict[int, int]:
     text = (REPO / "README.md").read_text()
     rows = re.findall(r"^\| [A-Za-z]+ \((\d+)\) \|.*\| (\d+) \|$", text, re.M)
     return {int(key): int(version) for key, version in rows}
+
+
+def test_offsets_sent_to_a_transaction_commit_and_abort_with_it(
+    java: JavaClients, group_cluster: launcher.LocalCluster
+) -> None:
+    """sendOffsetsToTransaction (AddOffsetsToTxn, then TxnOffsetCommit v3 to the group's
+    coordinator) in three transactions, committed, committed, aborted: the group's offset is
+    the second one's (the first's overwritten, the aborted one's dropped)."""
+    client = java.start()
+    client.call({"op": "admin", "action": "create_topic", "topic": "java-eos", "partitions": 1})
+    ended = client.call({"op": "transactions", "topic": "java-eos", "partitions": 1,
+                         "txn_id": "je", "outcomes": [True, True, False],
+                         "offsets_group": "java-eos-group"})  # fmt: skip
+    assert ended == {"ended": 3}
+    bootstrap = ",".join(group_cluster.kafka_bootstrap)
+    assert committed(bootstrap, "java-eos-group", "java-eos", 1) == [2]
