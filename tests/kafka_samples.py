@@ -17,6 +17,15 @@ ASSIGNMENT = (
     b"\x00\x00\x00\x00\x00\x01\x00\x06orders\x00\x00\x00\x01\x00\x00\x00\x00\xff\xff\xff\xff"
 )
 
+_COMMIT_TOPICS = (
+    m.OffsetCommitRequestTopic(
+        "orders",
+        (
+            m.OffsetCommitRequestPartition(0, 42, 3, "meta"),
+            m.OffsetCommitRequestPartition(1, 7, -1, None),
+        ),
+    ),
+)
 REQUESTS: dict[m.Api, m.RequestBody] = {
     m.Api.API_VERSIONS: m.ApiVersionsRequest("librdkafka", "2.16.0"),
     m.Api.METADATA: m.MetadataRequest(
@@ -116,15 +125,7 @@ REQUESTS: dict[m.Api, m.RequestBody] = {
     ),
     m.Api.OFFSET_COMMIT: m.OffsetCommitRequest(
         "g",
-        (
-            m.OffsetCommitRequestTopic(
-                "orders",
-                (
-                    m.OffsetCommitRequestPartition(0, 42, 3, "meta"),
-                    m.OffsetCommitRequestPartition(1, 7, -1, None),
-                ),
-            ),
-        ),
+        _COMMIT_TOPICS,
         5,
         "m-1",
         "i-1",
@@ -135,15 +136,7 @@ REQUESTS: dict[m.Api, m.RequestBody] = {
         "g",
         1_000,
         3,
-        (
-            m.OffsetCommitRequestTopic(
-                "orders",
-                (
-                    m.OffsetCommitRequestPartition(0, 42, 3, "meta"),
-                    m.OffsetCommitRequestPartition(1, 7, -1, None),
-                ),
-            ),
-        ),
+        _COMMIT_TOPICS,
         5,
         "m-1",
         "i-1",

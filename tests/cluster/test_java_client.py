@@ -5,9 +5,10 @@ idempotent producer rides out a SIGKILL of the partition leader (every record on
 order sent); a consumer group of two members with commits loses nothing when one of them is
 killed; transactions commit and abort, read_committed reading only the committed ones, and
 offsets sent to a transaction commit or drop with it; the AdminClient creates, describes and
-deletes topics, describes the cluster, lists and describes groups and lists offsets. The API versions it was offered are read from its log
-(`NetworkClient` at DEBUG): exactly what the listener serves, and of each it uses our newest
-(README's table: the Java client's column is each API's newest version).
+deletes topics, describes the cluster, lists and describes groups and lists offsets. The API
+versions it was offered are read from its log (`NetworkClient` at DEBUG): exactly what the
+listener serves, and of each it uses our newest (README's table: the Java client's column is
+each API's newest version).
 
 One JVM per client (`tests.kafka_java`), started from `java/ClientDriver.java`; the module is
 skipped with the reason where Java or Maven is missing (required in CI).
