@@ -95,7 +95,6 @@ class TxnWorkload:
         self._clock_ms = clock_ms
         self.stopping = asyncio.Event()  # the writer stops; the processor drains
         self.drained = asyncio.Event()  # the processor read and committed every input
-        self._last_lso: dict[tuple[str, int], int] = {}
 
     def event(self, kind: str, process: str, f: str, **fields: object) -> None:
         self._record({"type": kind, "process": process, "f": f, **fields})
