@@ -23,8 +23,9 @@ Rules:
   the transaction's marker commits it (Kafka's `completePendingTxnOffsetCommit`) or drops it.
   A group with pending offsets is kept whole: it neither expires nor is deleted, and its
   committed and pending partitions together stay within `group_offsets_max`, so a commit
-  marker always has room. Idle producers' transaction records expire with the offsets'
-  retention.
+  marker always has room. A plain commit or an OffsetDelete of a partition after a pending
+  offset of it wins: the marker no longer installs that one (Kafka keeps the last written).
+  Idle producers' transaction records expire with the offsets' retention.
 """
 
 from __future__ import annotations
@@ -98,6 +99,15 @@ class GroupEntry:
     def removable(self) -> bool:
         """Nothing of the group is left: Kafka's Dead."""
         return not (self.offsets or self.pending or self.has_members)
+
+    def supersede_pending(self, tps: Iterable[TopicPartition]) -> None:
+        """A later plain commit (or a deletion) of these partitions wins over a transaction's
+        earlier pending offset of them: its marker installs it no more (Kafka's
+        `completePendingTxnOffsetCommit` keeps whichever offset was written last)."""
+        gone = set(tps)
+        for offsets in self.pending.values():
+            for tp in gone.intersection(offsets):
+                del offsets[tp]
 
     def is_pending(self, tp: TopicPartition) -> bool:
         """Whether a transaction's offset of `tp` waits for its marker (RequireStable)."""
@@ -206,6 +216,7 @@ class OffsetsStateMachine:
         entry, offsets = found
         for tp, (offset, epoch, metadata) in offsets:
             entry.offsets[tp] = CommittedOffset(*tp, offset, epoch, metadata, self._clock_ms)
+        entry.supersede_pending(tp for tp, _ in offsets)
         self._drop_if_removable(cmd.group_id, entry)  # (a commit of nothing)
         return OffsetsCommitted(len(offsets))
 
@@ -342,6 +353,7 @@ class OffsetsStateMachine:
         if entry is None:
             return OffsetsRemoved(())
         gone = [tp for tp in sorted(doomed) if entry.offsets.pop(tp, None) is not None]
+        entry.supersede_pending(doomed)
         if entry.removable:
             del self.groups[group_id]
         return OffsetsRemoved(((group_id, len(gone)),) if gone else ())

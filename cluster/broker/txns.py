@@ -228,17 +228,16 @@ class TxnService:
         one's EndTxn, while its markers go out: answered CONCURRENT_TRANSACTIONS, a client
         retries after a backoff (librdkafka: 20 ms), which every transaction would then wait;
         waiting here for the completion, a few Raft commits, answers it as soon as it can be."""
-        event = self._completed.setdefault(txn_id, asyncio.Event())
         txn = handle.replica.machine.txns.get(txn_id)
         if txn is None or txn.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             return True
+        # (no await between the look and this: a completion cannot slip in unseen). The event
+        # stays until the id's completion pops it, shared by every request that waits for it.
+        event = self._completed.setdefault(txn_id, asyncio.Event())
         try:
             await asyncio.wait_for(event.wait(), self._write_timeout_s)
         except TimeoutError:
             return False
-        finally:
-            if self._completed.get(txn_id) is event and not event.is_set():
-                del self._completed[txn_id]
         return True
 
     def _exists(self, tp: TopicPartition) -> bool:
@@ -310,7 +309,10 @@ class TxnService:
         if txn is None:
             return ErrorCode.NONE  # nothing of it here: nothing to end (Kafka's answer too)
         sequence = txn.open.txn_sequence if txn.open is not None else txn.last_txn_sequence
-        marker = WriteTxnMarker(wall_ms(), producer_id, epoch, sequence, 0, coordinator_epoch)
+        # Never above the coordinator epoch the partition knows (what DescribeProducers told
+        # the tool): a larger one would fence the real coordinator's markers here for good.
+        fenced_by = min(coordinator_epoch, max(txn.coordinator_epoch, 0))
+        marker = WriteTxnMarker(wall_ms(), producer_id, epoch, sequence, 0, fenced_by)
         try:
             result = await partition.group.propose(marker.encode(), self._write_timeout_s)
         except ProposalError as exc:

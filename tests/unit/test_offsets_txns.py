@@ -13,6 +13,7 @@ from statemachine.commands import (
     CommitOffsets,
     CommitTxnOffsets,
     DeleteGroup,
+    DeleteOffsets,
     DeleteTopicOffsets,
     ExpireOffsets,
     RegisterTxnPartition,
@@ -214,3 +215,28 @@ def test_offsets_replicas_converge_and_restore_anywhere(entries: list[bytes]) ->
             assert group.record is not None or not group.removable  # nothing left: gone
             for pid in group.pending:
                 assert machine.txns.in_transaction(pid)  # pending only inside a transaction
+
+
+def test_a_later_plain_commit_wins_over_an_earlier_pending_offset() -> None:
+    """Kafka keeps the offset written last: a reset between the TxnOffsetCommit and the
+    marker is not undone by the marker; a pending offset written after the reset still wins."""
+    machine = OffsetsStateMachine()
+    machine.apply(register(1))
+    machine.apply(txn_commit("g", ("t", 0, 100), ("t", 1, 100)))
+    machine.apply(commit("g", 5, ("t", 0, 150)))
+    machine.apply(marker(1, True))
+    assert committed(machine, "g") == {("t", 0): 150, ("t", 1): 100}
+    machine.apply(register(2))
+    machine.apply(commit("g", 6, ("t", 0, 160)))
+    machine.apply(txn_commit("g", ("t", 0, 170)))
+    machine.apply(marker(2, True))
+    assert committed(machine, "g")[("t", 0)] == 170
+
+
+def test_an_offset_delete_drops_the_pending_offset_too() -> None:
+    machine = OffsetsStateMachine()
+    machine.apply(register(1))
+    machine.apply(txn_commit("g", ("t", 0, 9), ("t", 1, 9)))
+    machine.apply(DeleteOffsets("g", pack([["t", 0]])).encode())
+    machine.apply(marker(1, True))
+    assert committed(machine, "g") == {("t", 1): 9}

@@ -41,8 +41,7 @@ OVERRIDES: tuple[Override, ...] = (
         "replaces",
         "refuses a message that would put an entry not of ours in a log (`refusal_of`); "
         "a follower's append that extends its log and a leader's reply are taken directly; "
-        "a reply keeps the larger next index (the rewind fix); a forwarded proposal is noted "
-        "(its commit is told at once); the rest goes to stock",
+        "a reply keeps the larger next index (the rewind fix); the rest goes to stock",
         "walks every message type for each message; a reply assigns the next index; joins "
         "chunked entries and appends any entry, which its apply unpickles",
     ),
@@ -51,8 +50,9 @@ OVERRIDES: tuple[Override, ...] = (
         "_SyncObj__applyLogEntries",
         "replaces",
         "wraps stock: the news of new commits goes to the driver, sent a moment later for "
-        "all of them at once, or at once while a follower's forwarded proposal may wait for "
-        "it; the machine settles after every run of applies",
+        "all of them at once, or at once until the commit passes the last entry a follower "
+        "forwarded (the transport notes its index); the machine settles after every run of "
+        "applies",
         "returns 'send appends now' after each apply, only to carry the commit index",
     ),
     Override(
@@ -105,7 +105,7 @@ OVERRIDES: tuple[Override, ...] = (
         "_SyncObj__commandsWaitingCommit",
         "writes",
         "a leader's proposal registers its callback by index, as `_checkCommandsToApply` does; "
-        "a follower with forwarded proposals waiting in it applies a commit at once",
+        "a follower applies at once a commit that reaches a forwarded proposal waiting in it",
         "filled by `_checkCommandsToApply`, and by a follower's `apply_command_response`",
     ),
     Override(

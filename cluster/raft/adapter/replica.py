@@ -132,9 +132,10 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         self.raftbroker_proposing = False  # in propose(): queued commands are taken at once
         self.raftbroker_commit_news = commit_news
         self.raftbroker_commit_sent = 0  # the commit index the last appends carried
-        # On a leader: a follower forwarded a proposal (`propose(forward=True)`) that may not
-        # be committed yet; its proposer waits for the follower to learn of the commit.
-        self.raftbroker_forwarded = False
+        # On a leader: the last index of an entry a follower forwarded (`propose(forward=
+        # True)`; noted by the transport as it answers the follower with the index): its
+        # proposer waits for the follower to learn of the commit.
+        self.raftbroker_forwarded_upto = 0
         self._append_period_s = conf.appendEntriesPeriod
         self._chunk_bytes = conf.appendEntriesBatchSizeBytes  # the stock walk chunks from here
         super().__init__(
@@ -379,12 +380,17 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
 
     @property
     def awaits_forwarded(self) -> bool:
-        """On a follower: a proposal it forwarded waits for its entry's commit and apply."""
+        """On a follower: a proposal it forwarded waits for an entry this commit reached and
+        this replica has not applied yet (one a snapshot skipped waits for its timeout only,
+        and keeps nothing from being batched)."""
         # (None while pysyncobj's constructor runs, when a peer's message may already come)
         waiting: dict[int, list[Any]] | None = getattr(
             self, "_SyncObj__commandsWaitingCommit", None
         )
-        return bool(waiting) and not self._isLeader()
+        if not waiting or self._isLeader():
+            return False
+        applied, commit = self.raftLastApplied, self.raftCommitIndex
+        return any(applied < index <= commit for index in waiting)
 
     @property
     def has_work(self) -> bool:
@@ -401,8 +407,6 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         elif kind == "next_node_idx" and self._isLeader():
             self._on_reply(node, message)
         else:
-            if kind == "apply_command" and self._isLeader():
-                self.raftbroker_forwarded = True
             SyncObj._SyncObj__onMessageReceived(self, node, message)
 
     def _refuse(self, node: Any, refusal: str) -> None:
@@ -487,9 +491,8 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         # for the news (a transaction's registrations and markers are such proposals).
         try:
             if SyncObj._SyncObj__applyLogEntries(self) and self._isLeader():
-                if self.raftbroker_forwarded:
-                    self.send_commit_index()
-                    self.raftbroker_forwarded = self.raftCommitIndex < self.log_index
+                if self.raftbroker_commit_sent < self.raftbroker_forwarded_upto:
+                    self.send_commit_index()  # (until the commit passes the forwarded entry)
                 else:
                     self.raftbroker_commit_news(self)
         finally:

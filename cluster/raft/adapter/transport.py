@@ -71,10 +71,16 @@ class MeshTransport(Transport):  # type: ignore[misc]
             self._mesh.register(self._group, self)
 
     def send(self, node: Any, message: dict[str, Any]) -> bool:
-        if self._durable and message.get("type") == "next_node_idx":
+        kind = message.get("type")
+        if self._durable and kind == "next_node_idx":
             # A follower's acknowledgement says it holds the entries: on disk, when durable
             # (one sync for everything this event appended or cut, however many entries).
             self._sync_obj.sync_journal()
+        elif kind == "apply_command_response" and "log_idx" in message:
+            # A leader tells a follower where its forwarded entry went: its commit will be
+            # told at once (`_SyncObj__applyLogEntries`), the follower's proposer waits for it.
+            sync = self._sync_obj
+            sync.raftbroker_forwarded_upto = max(sync.raftbroker_forwarded_upto, message["log_idx"])
         return self._mesh.send(node.address, self._group, message)
 
     def send_to_each(self, nodes: Iterable[Any], message: dict[str, Any]) -> None:
