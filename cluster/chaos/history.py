@@ -84,7 +84,13 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "client_hang": {"call": str},
     "rewind": {"error": str},
     "lso": {"topic": str, "partition": int, "lso": int, "hw": int, "final": bool},
-    "txn_read": {"topic": str, "partition": int, "isolation": str, "records": list},
+    "txn_read": {
+        "topic": str,
+        "partition": int,
+        "isolation": str,
+        "records": list,
+        "complete": bool,
+    },
     "ctp_committed": {"group": str, "offsets": list},
     "ctp_drain": {"ends": list},
 }

@@ -19,7 +19,8 @@ Events (history.py): `txn` (invoke: `txn`, `topic`, `values` `[partition, value]
 and for the processor `inputs` `[partition, offset, value]` with `read_ms`, when they were
 read; ok: the intent happened; fail: certainly not committed; info: unknown; each outcome
 `ending_ms`, when the commit or abort was asked), `lso` (`topic`, `partition`, `lso`, `hw`,
-`final`), `txn_read` (`topic`, `partition`, `isolation`, `records`), `ctp_committed`
+`final`), `txn_read` (`topic`, `partition`, `isolation`, `records`, `complete`),
+`ctp_committed`
 (`offsets`), `ctp_drain` (ok or info, `ends`).
 
 Rules: librdkafka's calls block; each runs in a daemon thread of its own, awaited at most its
@@ -370,17 +371,18 @@ class TxnWorkload:
         await self.watch_once(process, final=True)
         for topic in (TXN_TOPIC, OUT_TOPIC):
             for isolation in ("read_committed", "read_uncommitted"):
-                read = await _call(partial(self._read_all, topic, isolation), READ_TIMEOUT_S)
+                read, ended = await _call(partial(self._read_all, topic, isolation), READ_TIMEOUT_S)
                 for partition, rows in enumerate(read):
                     self.event(
                         "ok", "final", "txn_read", topic=topic, partition=partition,
-                        isolation=isolation, records=rows,
+                        isolation=isolation, records=rows, complete=partition in ended,
                     )  # fmt: skip
         offsets = await _call(self._committed, READ_TIMEOUT_S)
         self.event("ok", "final", "ctp_committed", group=CTP_GROUP, offsets=offsets)
 
-    def _read_all(self, topic: str, isolation: str) -> list[list[list[object]]]:
-        """Every partition of `topic`, from its start to its end, at this isolation level."""
+    def _read_all(self, topic: str, isolation: str) -> tuple[list[list[list[object]]], set[int]]:
+        """Every partition of `topic`, from its start to its end, at this isolation level;
+        and the partitions whose end it reached (the others' reads stopped short)."""
         consumer = KafkaConsumer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -408,9 +410,11 @@ class TxnWorkload:
                         ended.add(partition)
         finally:
             consumer.close()
-        return rows
+        return rows, ended
 
     def _committed(self) -> list[list[int]]:
+        """[partition, committed offset] of the processor's group, for the partitions read
+        without error (none, if the read failed): the checker judges only those."""
         consumer = KafkaConsumer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -420,9 +424,12 @@ class TxnWorkload:
         )
         try:
             asked = [TopicPartition(TXN_TOPIC, p) for p in range(self.partitions)]
-            return [[tp.partition, tp.offset] for tp in consumer.committed(asked, READ_TIMEOUT_S)]
+            found = consumer.committed(asked, READ_TIMEOUT_S)
+        except KafkaException:
+            return []
         finally:
             consumer.close()
+        return [[tp.partition, tp.offset] for tp in found if tp.error is None]
 
     async def coordinator_node(self) -> int | None:
         """The node coordinating the writer's transactional id (kill-txn-coordinator)."""

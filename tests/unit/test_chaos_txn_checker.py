@@ -30,6 +30,7 @@ class TxnStory:
         # (topic, isolation) -> partition -> [[offset, value, -1, -1, -1]]
         self.reads: dict[tuple[str, str], dict[int, list[list[Any]]]] = {}
         self.committed_offsets = [[0, 0], [1, 0]]
+        self.short: set[tuple[str, int]] = set()  # final reads that stopped short
 
     def add(self, type_: str, process: str, f: str, **fields: Any) -> Event:
         self.t += 10.0
@@ -58,8 +59,9 @@ class TxnStory:
     def finish(self) -> list[Event]:
         for (topic, isolation), partitions in sorted(self.reads.items()):
             for partition, rows in partitions.items():
+                complete = (topic, partition) not in self.short
                 self.add("ok", "final", "txn_read", topic=topic, partition=partition,
-                         isolation=isolation, records=rows)  # fmt: skip
+                         isolation=isolation, records=rows, complete=complete)  # fmt: skip
         self.add("ok", "final", "ctp_committed", group="chaos-ctp", offsets=self.committed_offsets)
         return self.events
 
@@ -143,6 +145,15 @@ def _output_without_offset(s: TxnStory) -> None:  # the offsets were not committ
     s.committed_offsets = [[0, 5], [1, 0]]
 
 
+def _short_read(s: TxnStory) -> None:  # values missing, but the read says it stopped short
+    del s.reads[(IN, "read_committed")][1][0]
+    s.short.add((IN, 1))
+
+
+def _offset_unknown(s: TxnStory) -> None:  # no committed offset read for partition 1
+    s.committed_offsets = [[0, 5]]
+
+
 def _stranger(s: TxnStory) -> None:
     s.reads[(IN, "read_committed")][1].append([9, "nobody", -1, -1, -1])
 
@@ -160,6 +171,8 @@ def _stranger(s: TxnStory) -> None:
         (_twice_processed, {"ctp-not-exactly-once": 1}),
         (_output_without_offset, {"ctp-not-exactly-once": 2}),
         (_stranger, {"unexpected": 1}),
+        (_short_read, {"txn-read-incomplete": 1}),
+        (_offset_unknown, {}),
     ],
 )
 def test_each_anomaly_is_caught_as_its_kind(
