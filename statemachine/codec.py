@@ -71,15 +71,7 @@ def unpack(data: bytes | memoryview, *, size_max: int) -> object:
 
 def unpack_snapshot(data: bytes, version: int, arity: int, what: str) -> tuple[Any, ...]:
     """Decode a snapshot `[version, *fields]`, checking its version and field count."""
-    try:
-        raw = unpack(data, size_max=len(data))
-    except CodecError as exc:
-        raise SnapshotError(f"{what} snapshot: {exc}") from exc
-    if not isinstance(raw, tuple) or len(raw) != arity + 1:
-        raise SnapshotError(f"{what} snapshot: expected [version, {arity} fields]")
-    if raw[0] != version:
-        raise SnapshotError(f"{what} snapshot: version {raw[0]!r} is not {version}")
-    return raw[1:]
+    return unpack_versioned_snapshot(data, {version: arity}, what)[1]
 
 
 def unpack_versioned_snapshot(
@@ -91,9 +83,11 @@ def unpack_versioned_snapshot(
         raw = unpack(data, size_max=len(data))
     except CodecError as exc:
         raise SnapshotError(f"{what} snapshot: {exc}") from exc
-    if not isinstance(raw, tuple) or not raw or raw[0] not in arities:
-        raise SnapshotError(f"{what} snapshot: not [version, ...] of a version {sorted(arities)}")
+    if not isinstance(raw, tuple) or not raw:
+        raise SnapshotError(f"{what} snapshot: expected [version, ...]")
     version = raw[0]
+    if type(version) is not int or version not in arities:
+        raise SnapshotError(f"{what} snapshot: version {version!r} is not {sorted(arities)}")
     if len(raw) != arities[version] + 1:
         raise SnapshotError(f"{what} snapshot: expected [{version}, {arities[version]} fields]")
     return version, raw[1:]

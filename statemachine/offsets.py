@@ -160,9 +160,7 @@ class OffsetsStateMachine:
         self._limits = limits
         self._clock_ms = 0
         self.groups: dict[str, GroupEntry] = {}
-        self.txns = PartitionTxns(
-            limits.txn_producers_per_partition_max, limits.aborted_txns_per_partition_max
-        )
+        self.txns = PartitionTxns.bounded_by(limits)
         self._pending_groups: dict[int, set[str]] = {}  # producer id -> its groups' ids
 
     @property
@@ -295,9 +293,8 @@ class OffsetsStateMachine:
     def _delete_topic(self, topic: str) -> OffsetsResult:
         """Every group's offsets of a deleted topic, committed and pending."""
         for entry in self.groups.values():
-            for offsets in entry.pending.values():
-                for tp in [tp for tp in offsets if tp[0] == topic]:
-                    del offsets[tp]
+            pending = set[TopicPartition]().union(*entry.pending.values())
+            entry.supersede_pending(tp for tp in pending if tp[0] == topic)
         return self._remove(lambda _entry, c: c.topic == topic)
 
     def _delete_group(self, group_id: str) -> OffsetsResult:
@@ -450,11 +447,7 @@ class OffsetsStateMachine:
         except (TypeError, ValueError) as exc:
             raise SnapshotError(f"offsets snapshot: {exc}") from exc
         if fields[2] is not None:
-            machine.txns = PartitionTxns.from_data(
-                fields[2],
-                limits.txn_producers_per_partition_max,
-                limits.aborted_txns_per_partition_max,
-            )
+            machine.txns = PartitionTxns.from_data(fields[2], limits)
         if any(not machine.txns.in_transaction(pid) for pid in machine._pending_groups):
             raise SnapshotError("offsets snapshot: pending offsets outside a transaction")
         return machine

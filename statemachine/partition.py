@@ -141,7 +141,7 @@ class PartitionStateMachine:
         self.producers = ProducerTable(limits.producers_per_partition_max)
         self.sinks = SinkFenceTable(limits.sink_writers_per_partition_max)
         self.epochs = LeaderEpochs(limits.leader_epochs_per_partition_max)
-        self.txns = _new_txns(limits)
+        self.txns = PartitionTxns.bounded_by(limits)
 
     @property
     def log_start_offset(self) -> int:
@@ -388,16 +388,8 @@ class PartitionStateMachine:
         except ValueError as exc:
             raise SnapshotError(f"partition snapshot: {exc}") from exc
         if fields[6] is not None:
-            producers_max = limits.txn_producers_per_partition_max
-            aborted_max = limits.aborted_txns_per_partition_max
-            machine.txns = PartitionTxns.from_data(fields[6], producers_max, aborted_max)
+            machine.txns = PartitionTxns.from_data(fields[6], limits)
         return machine
-
-
-def _new_txns(limits: StateLimits) -> PartitionTxns:
-    return PartitionTxns(
-        limits.txn_producers_per_partition_max, limits.aborted_txns_per_partition_max
-    )
 
 
 def _snapshot_fields(data: bytes) -> tuple[object, ...]:

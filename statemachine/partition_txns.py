@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 from statemachine.codec import SnapshotError
 from statemachine.errors import ErrorCode
+from statemachine.limits import StateLimits
 from statemachine.records import (
     CONTROL_BIT,
     NO_SEQUENCE,
@@ -106,6 +107,11 @@ class PartitionTxns:
         "_producers_max",
         "producers",
     )
+
+    @classmethod
+    def bounded_by(cls, limits: StateLimits) -> PartitionTxns:
+        """An empty table with the bounds `limits` sets (every partition's, offsets' too)."""
+        return cls(limits.txn_producers_per_partition_max, limits.aborted_txns_per_partition_max)
 
     def __init__(self, producers_max: int, aborted_max: int) -> None:
         assert producers_max > 0
@@ -311,8 +317,9 @@ class PartitionTxns:
         return [producers, [list(a) for a in self._aborted]]
 
     @classmethod
-    def from_data(cls, data: object, producers_max: int, aborted_max: int) -> PartitionTxns:
-        txns = cls(producers_max, aborted_max)
+    def from_data(cls, data: object, limits: StateLimits) -> PartitionTxns:
+        txns = cls.bounded_by(limits)
+        producers_max, aborted_max = txns._producers_max, txns._aborted_max
         if not (isinstance(data, tuple) and len(data) == 2):
             raise SnapshotError("partition transactions: expected [producers, aborted]")
         producers: Any = data[0]
