@@ -137,7 +137,7 @@ class KafkaGroups:
             request.group_instance_id,
             _commit_partitions(request.topics),
         )
-        return m.OffsetCommitResponse(_commit_answer(request.topics, errors))
+        return m.OffsetCommitResponse(m.commit_results(request.topics, errors))
 
     @serves(m.TxnOffsetCommitRequest)
     async def txn_commit(
@@ -153,7 +153,7 @@ class KafkaGroups:
             _commit_partitions(request.topics),
             producer=(request.producer_id, request.producer_epoch),
         )
-        return m.TxnOffsetCommitResponse(_commit_answer(request.topics, errors))
+        return m.TxnOffsetCommitResponse(m.commit_results(request.topics, errors))
 
     @serves(m.OffsetFetchRequest)
     async def fetch(self, request: m.OffsetFetchRequest, call: Call) -> m.OffsetFetchResponse:
@@ -286,22 +286,6 @@ def _commit_partitions(topics: tuple[m.OffsetCommitRequestTopic, ...]) -> list[C
         for t in topics
         for p in t.partitions
     ]
-
-
-def _commit_answer(
-    topics: tuple[m.OffsetCommitRequestTopic, ...], errors: list[ErrorCode]
-) -> tuple[m.OffsetCommitResponseTopic, ...]:
-    codes = iter(errors)
-    return tuple(
-        m.OffsetCommitResponseTopic(
-            t.name,
-            tuple(
-                m.OffsetCommitResponsePartition(p.partition_index, int(next(codes)))
-                for p in t.partitions
-            ),
-        )
-        for t in topics
-    )
 
 
 def _rebalance_timeout_ms(request: m.JoinGroupRequest) -> int:

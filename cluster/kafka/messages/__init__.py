@@ -113,6 +113,7 @@ from cluster.kafka.messages.groups import (
     SyncGroupResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
+    commit_results,
 )
 from cluster.kafka.messages.producers import (
     AddOffsetsToTxnRequest,
@@ -409,4 +410,5 @@ __all__ = [
     "WritableTxnMarkerTopicResult",
     "WriteTxnMarkersRequest",
     "WriteTxnMarkersResponse",
+    "commit_results",
 ]

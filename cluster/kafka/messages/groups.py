@@ -8,6 +8,8 @@ class names its API, the versions served, its response and how it is refused who
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cluster.kafka.messages.base import Api, Request, Response, VersionRange
@@ -251,17 +253,22 @@ class OffsetCommitRequest(Request):
     retention_time: int = -1  # v2-v4; -1: the broker's retention
 
     def refusal(self, code: int, message: str) -> OffsetCommitResponse:  # noqa: ARG002
-        return OffsetCommitResponse(commit_refused(self.topics, code))
+        return OffsetCommitResponse(commit_results(self.topics, itertools.repeat(code)))
 
 
-def commit_refused(
-    topics: tuple[OffsetCommitRequestTopic, ...], code: int
+def commit_results(
+    topics: tuple[OffsetCommitRequestTopic, ...], codes: Iterable[int]
 ) -> tuple[OffsetCommitResponseTopic, ...]:
-    """`code` for every partition of a commit (OffsetCommit's or TxnOffsetCommit's)."""
+    """A commit's answer (OffsetCommit's or TxnOffsetCommit's): `codes`, one per partition
+    in the request's order, in the request's topics."""
+    each = iter(codes)
     return tuple(
         OffsetCommitResponseTopic(
             t.name,
-            tuple(OffsetCommitResponsePartition(p.partition_index, code) for p in t.partitions),
+            tuple(
+                OffsetCommitResponsePartition(p.partition_index, int(next(each)))
+                for p in t.partitions
+            ),
         )
         for t in topics
     )
@@ -294,7 +301,7 @@ class TxnOffsetCommitRequest(Request):
     group_instance_id: str | None = None
 
     def refusal(self, code: int, message: str) -> TxnOffsetCommitResponse:  # noqa: ARG002
-        return TxnOffsetCommitResponse(commit_refused(self.topics, code))
+        return TxnOffsetCommitResponse(commit_results(self.topics, itertools.repeat(code)))
 
 
 @dataclass(frozen=True, slots=True)
