@@ -337,15 +337,22 @@ async def kcat_consume(
 
 
 async def consume_case(
-    bench: Brokers, topic: str, partitions: int, expected: int
+    bench: Brokers,
+    topic: str,
+    partitions: int,
+    expected: int,
+    *,
+    isolation: str = "read_committed",
+    settings: Sequence[str] = (),
 ) -> dict[str, Any]:
     """`CONSUME_READS` reads of the whole topic, one after the other; the rate is their
     median. One read moves by 2x from try to try on either broker (kcat, the busy process,
-    nearly fills the machine: bench/HISTORY.md), more than the gap its goal is about."""
+    nearly fills the machine: bench/HISTORY.md), more than the gap its goal is about.
+    `isolation` and `settings` as `kcat_consume`'s."""
     reads = []
     for _ in range(CONSUME_READS):
         before = sample_cpu(bench.process_pids())
-        seconds = await kcat_consume(bench, topic, expected)
+        seconds = await kcat_consume(bench, topic, expected, isolation=isolation, settings=settings)
         after = sample_cpu(bench.process_pids())
         reads.append((seconds, cpu_report(before, after)))
     seconds, cpu = sorted(reads, key=lambda read: read[0])[len(reads) // 2]

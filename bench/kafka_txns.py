@@ -45,30 +45,27 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.harness import (
-    cpu_report,
     emit,
     latency_summary_ms,
     load_average,
     reporter,
     run_header,
     run_loop,
-    sample_cpu,
     value_of,
 )
 from bench.kafka import (
     BROKERS,
     Brokers,
     Failures,
+    consume_case,
     describe_brokers,
     fresh_brokers,
-    kcat_consume,
     producer_config,
     sequential_latencies,
 )
 
 TXN_TIMEOUT_MS = 60_000
 CALL_TIMEOUT_S = 60.0
-CONSUME_READS = 3
 ABORT_EVERY = 10  # the consume case's data: every tenth transaction aborted
 CONSUME_TXN_RECORDS = 1_000  # ... of this many records each
 # librdkafka stops fetching a partition once its queue holds queued.min.messages (100,000 by
@@ -161,24 +158,6 @@ def plain(bench: Brokers, topic: str, records: int) -> dict[str, Any]:
     }
 
 
-async def consume(bench: Brokers, topic: str, isolation: str, expected: int) -> dict[str, Any]:
-    reads = []
-    for _ in range(CONSUME_READS):
-        before = sample_cpu(bench.process_pids())
-        seconds = await kcat_consume(
-            bench, topic, expected, isolation=isolation, settings=CONSUME_SETTINGS
-        )
-        reads.append((seconds, cpu_report(before, sample_cpu(bench.process_pids()))))
-    seconds, cpu = sorted(reads, key=lambda read: read[0])[len(reads) // 2]
-    return {
-        "isolation": isolation,
-        "records": expected,
-        "records_per_s": round(expected / seconds),
-        "reads_records_per_s": [round(expected / s) for s, _ in reads],
-        "cpu": cpu,
-    }
-
-
 def ctp(bench: Brokers, source: str, sink: str, records: int) -> dict[str, Any]:
     """Read `records` committed records of `source` in a group and write one output each to
     `sink`, offsets in the transaction, committing every CTP_COMMIT_INTERVAL_S."""
@@ -265,10 +244,15 @@ async def run_broker(name: str, settings: Settings) -> dict[str, Any]:
             transactions, producer, "txn-data", count, size, abort_every=ABORT_EVERY
         )
         committed = (count - count // ABORT_EVERY) * size
-        report["consume"] = {
-            "read_committed": await consume(bench, "txn-data", "read_committed", committed),
-            "read_uncommitted": await consume(bench, "txn-data", "read_uncommitted", count * size),
-        }
+        report["consume"] = {}
+        for isolation, records in (
+            ("read_committed", committed),
+            ("read_uncommitted", count * size),
+        ):
+            read = await consume_case(
+                bench, "txn-data", 4, records, isolation=isolation, settings=CONSUME_SETTINGS
+            )
+            report["consume"][isolation] = {"isolation": isolation, **read}
         progress(f"{name}: consume-transform-produce, {settings.ctp_records} records")
         source_records = settings.txn_100 * 100 + settings.txn_10000 * 10_000
         report["ctp"] = await asyncio.to_thread(
