@@ -161,17 +161,26 @@ def test_producer_perf_test_acks_every_record(jars: Jars, bootstrap: str) -> Non
     assert re.search(r"^20000 records sent, [\d.]+ records/sec", out, re.M), out
 
 
+def open_transaction(
+    jars: Jars, bootstrap: str, topic: str, *, partitions: int, partition: int
+) -> Producer:
+    """A new topic of that many partitions, and a confluent-kafka transaction (its
+    transactional id the topic's name) left open with one record in `partition`."""
+    ok(kafka_tool(jars, TOPICS, "--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                  "--partitions", str(partitions)))  # fmt: skip
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic})
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"open", partition=partition)
+    producer.flush(TIMEOUT_S)  # the partition is in the transaction once its data is sent
+    return producer
+
+
 def test_kafka_transactions_lists_and_describes_a_transaction(jars: Jars, bootstrap: str) -> None:
     """kafka-transactions (TransactionsCommand) `list`, `describe` and `describe-producers`
     a confluent-kafka transaction while it is open (its partitions, Ongoing, where it starts),
     and once it committed."""
-    ok(kafka_tool(jars, TOPICS, "--bootstrap-server", bootstrap, "--create", "--topic",
-                  "tools-txn", "--partitions", "2"))  # fmt: skip
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tools-txn"})
-    producer.init_transactions(TIMEOUT_S)
-    producer.begin_transaction()
-    producer.produce("tools-txn", b"open", partition=1)
-    producer.flush(TIMEOUT_S)  # the partition is in the transaction once its data is sent
+    producer = open_transaction(jars, bootstrap, "tools-txn", partitions=2, partition=1)
     b = ("--bootstrap-server", bootstrap)
     listed = ok(kafka_tool(jars, TRANSACTIONS, *b, "list"))
     assert re.search(r"^tools-txn\s+\d+\s+\d+\s+Ongoing\s*$", listed, re.M), listed
@@ -198,13 +207,7 @@ def test_kafka_transactions_aborts_a_hanging_transaction(jars: Jars, bootstrap: 
     transaction on the partition named by its start offset ends there, as an abort: the
     partition holds it open no longer (describe-producers shows no start offset), and the
     producer's own abort afterwards is a harmless replay."""
-    ok(kafka_tool(jars, TOPICS, "--bootstrap-server", bootstrap, "--create", "--topic",
-                  "tools-hang", "--partitions", "1"))  # fmt: skip
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tools-hang"})
-    producer.init_transactions(TIMEOUT_S)
-    producer.begin_transaction()
-    producer.produce("tools-hang", b"hanging", partition=0)
-    producer.flush(TIMEOUT_S)
+    producer = open_transaction(jars, bootstrap, "tools-hang", partitions=1, partition=0)
     b = ("--bootstrap-server", bootstrap)
     describe = ("describe-producers", "--topic", "tools-hang", "--partition", "0")
     before = ok(kafka_tool(jars, TRANSACTIONS, *b, *describe))
