@@ -49,9 +49,9 @@ from cluster.broker.coordinator import (
 from cluster.broker.group_admin import GroupAdmin, Seat
 from cluster.broker.internal_topics import (
     coordinator_of,
-    ensure_internal_topic,
+    ensure_offsets_topic,
     internal_topic,
-    partition_of,
+    offsets_partition,
 )
 from cluster.broker.node import INTERNAL_TOPICS, OFFSETS_TOPIC, Node, OffsetsHandle
 from cluster.broker.peers import PeerWatcher
@@ -131,13 +131,11 @@ class GroupService(GroupAdmin):
     async def ensure_offsets_topic(self) -> ErrorCode:
         """NONE once the offsets topic exists; else COORDINATOR_NOT_AVAILABLE while its
         creation is proposed (cluster/broker/internal_topics.py)."""
-        partitions = self.node.config.limits.offsets_topic_partitions
-        return await ensure_internal_topic(self.node, OFFSETS_TOPIC, partitions, self._timeout_s)
+        return await ensure_offsets_topic(self.node, self._timeout_s)
 
     def offsets_partition(self, group_id: str) -> int | None:
         """The offsets partition that holds `group_id` (None until the topic exists)."""
-        topic = self.offsets_topic()
-        return None if topic is None else partition_of(group_id, topic.partitions)
+        return offsets_partition(self.node, group_id)
 
     async def coordinator_node(self, group_id: str) -> tuple[ErrorCode, int]:
         """The node coordinating `group_id` (FindCoordinator): the leader of its offsets

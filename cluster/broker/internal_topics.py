@@ -53,6 +53,19 @@ async def ensure_internal_topic(
     return ErrorCode.NONE if internal_topic(node, name) else ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
+async def ensure_offsets_topic(node: Node, timeout_s: float) -> ErrorCode:
+    """`ensure_internal_topic` of the consumer groups' topic, its partitions as configured."""
+    partitions = node.config.limits.offsets_topic_partitions
+    return await ensure_internal_topic(node, OFFSETS_TOPIC, partitions, timeout_s)
+
+
+def offsets_partition(node: Node, group_id: str) -> int | None:
+    """The offsets partition that holds `group_id` (None until the topic exists): its group
+    coordinator's, and the one a transaction with the group's offsets registers."""
+    topic = internal_topic(node, OFFSETS_TOPIC)
+    return None if topic is None else partition_of(group_id, topic.partitions)
+
+
 def coordinator_of(node: Node, peers: PeerWatcher, name: str, key: str) -> tuple[ErrorCode, int]:
     """FindCoordinator's answer for `key`: the leader of its partition of topic `name`, known
     here when this node hosts a replica of it, else from the peers' status reports;

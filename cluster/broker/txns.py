@@ -36,7 +36,9 @@ from typing import cast
 from cluster.broker.internal_topics import (
     coordinator_of,
     ensure_internal_topic,
+    ensure_offsets_topic,
     internal_topic,
+    offsets_partition,
     partition_of,
 )
 from cluster.broker.node import (
@@ -193,12 +195,11 @@ class TxnService:
         and the transaction's marker commits or drops those offsets."""
         if group_id_error(group_id, self.node.limits):
             return ErrorCode.INVALID_GROUP_ID
-        partitions = self.node.config.limits.offsets_topic_partitions
-        created = await ensure_internal_topic(self.node, OFFSETS_TOPIC, partitions, self._timeout_s)
-        topic = internal_topic(self.node, OFFSETS_TOPIC)
-        if created != ErrorCode.NONE or topic is None:
+        await ensure_offsets_topic(self.node, self._timeout_s)
+        partition = offsets_partition(self.node, group_id)
+        if partition is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        tp = (OFFSETS_TOPIC, partition_of(group_id, topic.partitions))
+        tp = (OFFSETS_TOPIC, partition)
         return (await self._add(txn_id, producer_id, epoch, [tp]))[tp]
 
     async def _add(
