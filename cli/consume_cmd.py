@@ -51,6 +51,7 @@ from cluster.client import (
     CommitFailedError,
     ConsumedRecord,
     Consumer,
+    ConsumerConfig,
     GroupConfig,
     GroupConsumer,
     RetryPolicy,
@@ -62,6 +63,14 @@ SHORT_POLL_MS = 200
 class Format(StrEnum):
     text = "text"
     json = "json"
+
+
+class Isolation(StrEnum):
+    """Kafka's isolation.level: read_committed (librdkafka's default) leaves out the records of
+    aborted transactions and stops at the first of an open one (the last stable offset)."""
+
+    read_committed = "read_committed"
+    read_uncommitted = "read_uncommitted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +181,7 @@ class ConsumeOptions:
     until_end: bool
     render: Callable[[ConsumedRecord], str]
     session_timeout_ms: int = GROUP_DEFAULTS.session_timeout_ms
+    read_committed: bool = True
 
 
 @dataclass(slots=True)
@@ -188,14 +198,23 @@ async def _assign(
     already read to it (those at their end are not assigned: a fetch would wait on them)."""
     only = options.partitions[0] if options.partitions else None
     infos = await topic_partitions(client, options.topic, only)
-    admin, consumer, topic = Admin(client), Consumer(client), options.topic
+    committed = options.read_committed
+    admin, topic = Admin(client), options.topic
+    consumer = Consumer(client, ConsumerConfig(read_committed=committed))
     ends: dict[int, int] | None = {} if options.until_end else None
     for partition in options.partitions or [i.partition for i in infos]:
         start = await _start_offset(
-            admin, topic, partition, options.start, named=options.partitions is not None
+            admin,
+            topic,
+            partition,
+            options.start,
+            named=options.partitions is not None,
+            read_committed=committed,
         )
         if ends is not None:
-            end = await admin.list_offsets(topic, partition, Consumer.LATEST)
+            end = await admin.list_offsets(
+                topic, partition, Consumer.LATEST, read_committed=committed
+            )
             if start >= end:
                 continue
             ends[partition] = end
@@ -204,16 +223,20 @@ async def _assign(
 
 
 async def _start_offset(
-    admin: Admin, topic: str, partition: int, start: Start, *, named: bool
+    admin: Admin, topic: str, partition: int, start: Start, *, named: bool, read_committed: bool
 ) -> int:
     """Where `partition` is read from. An offset N outside the partition's offsets fails
     naming them when the partition was `named` (--partition); applied to every partition
-    (kcat's -o N), it starts a partition that lacks it at its nearer end."""
+    (kcat's -o N), it starts a partition that lacks it at its nearer end. The end is the
+    last stable offset for a read_committed reader (an open transaction's records are yet
+    to come)."""
     if start.time_ms is not None:
         return await admin.list_offsets(topic, partition, start.time_ms)
     if not start.back and start.offset < 0:
-        return await admin.list_offsets(topic, partition, start.offset)
-    end = await admin.list_offsets(topic, partition, Consumer.LATEST)
+        return await admin.list_offsets(
+            topic, partition, start.offset, read_committed=read_committed
+        )
+    end = await admin.list_offsets(topic, partition, Consumer.LATEST, read_committed=read_committed)
     first = await admin.list_offsets(topic, partition, Consumer.EARLIEST)
     if start.back:
         return max(first, end - start.back)
@@ -282,7 +305,13 @@ async def _consume_in_group(
         client_id="raftbroker-consume",
         auto_offset_reset=reset,
     )
-    member = GroupConsumer(client, group, [options.topic], config)
+    member = GroupConsumer(
+        client,
+        group,
+        [options.topic],
+        config,
+        ConsumerConfig(read_committed=options.read_committed),
+    )
     uncommitted: dict[tuple[str, int], int] = {}
     try:
         idle_since = time.monotonic()
@@ -393,6 +422,12 @@ def consume(
         "leaving, before its partitions go to others (Kafka's session.timeout.ms; default "
         "45000; the coordinator allows 6000 to 1800000 unless configured otherwise).",
     ),
+    isolation_level: Isolation = typer.Option(
+        Isolation.read_committed,
+        "--isolation-level",
+        help="read_committed: no records of aborted transactions, none past an open one; "
+        "read_uncommitted: every record.",
+    ),
     output: Format = typer.Option(
         Format.text,
         "--format",
@@ -439,6 +474,7 @@ def consume(
         until_end,
         as_json if output is Format.json else fields.render,
         session_timeout_ms or GROUP_DEFAULTS.session_timeout_ms,
+        isolation_level is Isolation.read_committed,
     )
     tally = Tally()
     with contextlib.suppress(KeyboardInterrupt):

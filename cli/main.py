@@ -25,6 +25,7 @@ from cli import (
     produce_cmd,
     runtime,
     topic_cmd,
+    transactions_cmd,
 )
 from cli import walkthrough as walkthrough_scenes
 from cli.common import console, fail
@@ -46,6 +47,7 @@ app.add_typer(cluster_cmd.app, name="cluster")
 app.add_typer(topic_cmd.topics, name="topic")
 app.add_typer(topic_cmd.producers, name="producers")
 app.add_typer(groups_cmd.app, name="groups")
+app.add_typer(transactions_cmd.app, name="transactions")
 app.add_typer(chaos_cmd.app, name="chaos")
 app.add_typer(pipeline_cmd.app, name="pipeline")
 app.command()(produce_cmd.produce)

@@ -1,6 +1,7 @@
 """`raftbroker produce`: one record per input line.
 
-One record per input line (stdin by default, or `--file`), idempotent by default; how a line
+One record per input line (stdin by default, or `--file`), idempotent by default, or the whole
+input as one transaction with `--transactional-id`; how a line
 becomes a record (key separator, null marker, headers) is cli/record_lines.py's. Each line goes
 out as soon as it is whole (from a pipe that stays open too: `tail -f log | raftbroker produce
 T`). It ends with a summary and exits non-zero if any record was not acknowledged; a line that
@@ -45,6 +46,8 @@ from cluster.client import (
     ProducerConfig,
     RecordMetadata,
     RetryPolicy,
+    TransactionalProducer,
+    TxnAbortableError,
 )
 from statemachine.errors import ErrorCode
 
@@ -62,6 +65,7 @@ class ProduceSummary:
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     stopped: str = ""  # why the run stopped before the end of its input
     interrupted: bool = False  # Ctrl-C or SIGTERM: the input was read no further
+    transaction: str = ""  # with --transactional-id: "committed", or why it was aborted
 
     def record(self, future: asyncio.Future[RecordMetadata]) -> None:
         self._count(future)
@@ -161,6 +165,9 @@ async def _produce(
     client = Client(bootstrap, retry=RetryPolicy(config.delivery_timeout_ms / 1000))
     try:
         await topic_partitions(client, options.topic, options.partition)
+        if config.transactional_id:
+            await _produce_transaction(client, options, stream, config, progress, summary)
+            return summary
         async with Producer(client, config) as producer:
             try:
                 await _send_lines(producer, options, stream, progress, summary)
@@ -174,8 +181,40 @@ async def _produce(
     return summary
 
 
+async def _produce_transaction(
+    client: Client,
+    options: ProduceOptions,
+    stream: IO[bytes],
+    config: ProducerConfig,
+    progress: Callable[[int], None],
+    summary: ProduceSummary,
+) -> None:
+    """The whole input as one transaction (as kcat's -X transactional.id): committed at its
+    end, aborted if a line stops the run, a record fails or the run is interrupted, so a
+    read_committed reader sees all of it or none."""
+    async with TransactionalProducer(client, config.transactional_id, config) as producer:
+        producer.begin()
+        try:
+            await _send_lines(producer, options, stream, progress, summary)
+        except asyncio.CancelledError:  # Ctrl-C or SIGTERM: none of it is committed
+            finish_on_interrupt()
+            summary.interrupted = True
+        summary.transaction = "committed"
+        try:
+            if summary.stopped or summary.interrupted:
+                summary.transaction = "aborted: the input was not read to its end"
+            else:
+                await producer.commit()
+        except TxnAbortableError as exc:
+            summary.transaction = f"aborted: {exc.message}"
+        if producer.in_transaction:
+            await producer.abort()
+    if summary.sent:
+        await summary.settled.wait()
+
+
 async def _send_lines(
-    producer: Producer,
+    producer: Producer | TransactionalProducer,
     options: ProduceOptions,
     stream: IO[bytes],
     progress: Callable[[int], None],
@@ -196,7 +235,7 @@ async def _send_lines(
 
 
 async def _send(
-    producer: Producer, options: ProduceOptions, line: bytes, where: str
+    producer: Producer | TransactionalProducer, options: ProduceOptions, line: bytes, where: str
 ) -> asyncio.Future[RecordMetadata]:
     key, value = options.lines.split(line, where)
     try:
@@ -239,7 +278,10 @@ def produce(
         None,
         "--transactional-id",
         metavar="ID",
-        help="Write as this transactional id: a newer producer with the same id fences this one.",
+        help="Write the whole input as one transaction of this transactional id (as kcat's "
+        "-X transactional.id): committed at its end, aborted if any line or record fails, so a "
+        "read_committed consumer reads all of it or none. A newer producer with the same id "
+        "fences this one.",
     ),
     partition: int | None = typer.Option(
         None,
@@ -283,11 +325,19 @@ def _report(topic: str, summary: ProduceSummary) -> None:
     """The summary line; or, if a line stopped the run, one error line saying what came of
     the records before it."""
     spans = ", ".join(f"{p}: {a}..{b}" for p, (a, b) in sorted(summary.offsets.items()))
+    if summary.transaction.startswith("aborted"):
+        stopped = f"{summary.stopped}; " if summary.stopped else ""
+        fail(
+            f"{stopped}the transaction was {summary.transaction}; none of its "
+            f"{plural(summary.sent, 'record')} will be read by a read_committed consumer"
+        )
     if summary.stopped:
         before = f"{plural(summary.acked, 'record')} before it acknowledged"
         failed = f", {summary.failed} not" if summary.failed else ""
         fail(f"{summary.stopped}; {before}{failed}")
     interrupted = "; interrupted: the rest of the input was not read" if summary.interrupted else ""
+    if summary.transaction:
+        interrupted += "; in one transaction, committed"
     typer.echo(
         f"{plural(summary.acked, 'record')} acknowledged to {topic} "
         f"({plural(len(summary.offsets), 'partition')}{'; offsets ' + spans if spans else ''})"

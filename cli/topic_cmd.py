@@ -241,6 +241,8 @@ def describe_producers(
         "epoch",
         "last seq",
         "last timestamp",
+        "coordinator epoch",
+        "txn start offset",
         "window (seq -> offsets)",
     ):
         table.add_column(column)
@@ -255,6 +257,8 @@ def describe_producers(
             str(row["epoch"]),
             str(row["last_sequence"]),
             str(row["last_timestamp_ms"]),
+            str(row["coordinator_epoch"]),
+            str(row["txn_start_offset"]),
             window,
         )
     console().print(table)
@@ -267,6 +271,9 @@ def _producer_json(partition: int, d: p.ProducerDescription) -> dict[str, object
         "epoch": d.epoch,
         "last_sequence": d.last_sequence,
         "last_timestamp_ms": d.last_timestamp_ms,
+        # Kafka's CoordinatorEpoch and CurrentTransactionStartOffset (-1: none).
+        "coordinator_epoch": d.coordinator_epoch,
+        "txn_start_offset": d.txn_start_offset,
         "window": [
             {
                 "first_seq": w.first_seq,

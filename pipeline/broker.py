@@ -6,9 +6,11 @@ Role: the only module of `pipeline/` that talks to brokers. It wraps `cluster.cl
 Rules:
 - A session is opened inside `read()` / `write()` / the driver's offset calls and closed there:
   readers and writers are pickled to executors, so nothing here lives in their `__init__`.
-- Only committed data is ever offered: LATEST is the high watermark the leader reports, and
-  Fetch serves only applied entries. A range ending above the committed end means data loss
-  (or a leader not yet caught up): it is waited for up to the request timeout, then reported.
+- Only committed data is ever offered: LATEST is the high watermark the leader reports (the
+  last stable offset, read_committed, the default: no aborted transaction's record is read
+  either), and Fetch serves only applied entries. A range ending above the committed end means
+  data loss (or a leader not yet caught up): it is waited for up to the request timeout, then
+  reported.
 - A start offset below the log start is data loss: with `failOnDataLoss` it fails with a
   message that says how to skip, otherwise reading skips ahead to the log start.
 - Every call rides out dead nodes and leader changes for the request timeout
@@ -58,9 +60,14 @@ def data_loss(message: str) -> DataLossError:
 class BrokerSession:
     """A client for one task or one driver call: `with BrokerSession(...) as session:`."""
 
-    def __init__(self, bootstrap: Iterable[str], request_timeout_s: float) -> None:
+    def __init__(
+        self, bootstrap: Iterable[str], request_timeout_s: float, *, read_committed: bool = True
+    ) -> None:
         self._bootstrap = list(bootstrap)
         self.request_timeout_s = request_timeout_s
+        # A read_committed session's end is the last stable offset, and it reads no record of
+        # an aborted transaction (the broker drops them).
+        self.read_committed = read_committed
         self._client: SyncClient | None = None
 
     def __enter__(self) -> BrokerSession:
@@ -123,9 +130,13 @@ class BrokerSession:
         return list(subscription.assigned)
 
     def list_offsets(self, partitions: Iterable[TopicPartition], spec: int) -> Offsets:
-        """EARLIEST (log start) or LATEST (committed end, the high watermark) per partition."""
-        admin = self.client.admin
-        return {(t, n): self.client.call(admin.list_offsets(t, n, spec)) for t, n in partitions}
+        """EARLIEST (log start) or LATEST (committed end: the high watermark, or for a
+        read_committed session the last stable offset) per partition."""
+        admin, committed = self.client.admin, self.read_committed
+        return {
+            (t, n): self.client.call(admin.list_offsets(t, n, spec, read_committed=committed))
+            for t, n in partitions
+        }
 
     def resolve(self, spec: OffsetSpec, partitions: list[TopicPartition], name: str) -> Offsets:
         """Concrete offsets for `partitions`: every -2 / -1 looked up, specific ones checked."""
@@ -150,7 +161,8 @@ class BrokerSession:
         position = self._first_offset(r, fail_on_data_loss)
         if position >= r.end:
             return
-        consumer = Consumer(self.client.cluster, ConsumerConfig(max_wait_ms=FETCH_WAIT_MS))
+        config = ConsumerConfig(max_wait_ms=FETCH_WAIT_MS, read_committed=self.read_committed)
+        consumer = Consumer(self.client.cluster, config)
         self.client.call(consumer.seek(r.topic, r.partition, position))
         progress_at = time.monotonic()
         while position < r.end:

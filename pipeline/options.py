@@ -10,7 +10,8 @@ Rules:
   one of `subscribe` / `subscribePattern` / `assign`, `startingOffsets` / `endingOffsets`
   (`earliest`, `latest`, or JSON `{"topic": {"0": 23, "1": -2}}` with -2 earliest and
   -1 latest), `maxOffsetsPerTrigger`, `minOffsetsPerTrigger`, `maxTriggerDelay`,
-  `minPartitions`, `failOnDataLoss`, `includeHeaders`; for writes, `topic`.
+  `minPartitions`, `failOnDataLoss`, `includeHeaders`, `raftbroker.isolation.level`
+  (`read_committed`, the default, or `read_uncommitted`); for writes, `topic`.
 - As in the Kafka connector, batch reads refuse `latest` as a start and `earliest` as an end,
   and streaming reads refuse `endingOffsets`.
 """
@@ -32,6 +33,9 @@ BOOTSTRAP = "raftbroker.bootstrap.servers"
 FENCE_SINK = "raftbroker.fence.sinkId"
 FENCE_BATCH = "raftbroker.fence.batchId"
 REQUEST_TIMEOUT = "raftbroker.request.timeout.ms"
+# read_committed (the default): no record of an aborted transaction, none past an open one;
+# read_uncommitted: every record (Spark's Kafka connector: `kafka.isolation.level`).
+ISOLATION_LEVEL = "raftbroker.isolation.level"
 SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka connector's default
 
@@ -83,6 +87,7 @@ class ReadOptions:
     fail_on_data_loss: bool
     include_headers: bool
     request_timeout_s: float
+    read_committed: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +139,17 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         fail_on_data_loss=_bool(options, "failOnDataLoss", default=True),
         include_headers=_bool(options, "includeHeaders", default=False),
         request_timeout_s=_request_timeout_s(options),
+        read_committed=_read_committed(options),
     )
+
+
+def _read_committed(options: Mapping[str, str]) -> bool:
+    raw = (option(options, ISOLATION_LEVEL) or "read_committed").strip().lower()
+    if raw not in ("read_committed", "read_uncommitted"):
+        raise OptionError(
+            f"{ISOLATION_LEVEL}: expected read_committed or read_uncommitted, got '{raw}'"
+        )
+    return raw == "read_committed"
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:

@@ -116,7 +116,9 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """On an executor: the records of one range as Arrow batches, over a session of its own."""
     target = arrow_schema(schema)
-    with BrokerSession(options.bootstrap, options.request_timeout_s) as session:
+    with BrokerSession(
+        options.bootstrap, options.request_timeout_s, read_committed=options.read_committed
+    ) as session:
         for records in session.read_range(r, fail_on_data_loss=options.fail_on_data_loss):
             yield to_arrow(records, target)
 
@@ -142,7 +144,9 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         options = self.options
-        with BrokerSession(options.bootstrap, options.request_timeout_s) as session:
+        with BrokerSession(
+            options.bootstrap, options.request_timeout_s, read_committed=options.read_committed
+        ) as session:
             tps = session.topic_partitions(options.subscription, must_exist=True)
             start = session.resolve(options.starting, tps, "startingOffsets")
             end = session.resolve(options.ending, tps, "endingOffsets")
@@ -185,7 +189,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _broker(self) -> BrokerSession:
         if self._session is None:
             options = self.options
-            self._session = BrokerSession(options.bootstrap, options.request_timeout_s)
+            self._session = BrokerSession(
+                options.bootstrap, options.request_timeout_s, read_committed=options.read_committed
+            )
             self._session.__enter__()
         return self._session
 

@@ -17,7 +17,7 @@ Rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
 from statemachine.errors import ErrorCode
@@ -115,9 +115,10 @@ class ErrorCodeRule(ScalarRule):
 Scalar = IntRule | BoolRule | StrRule | BytesRule | ErrorCodeRule
 
 
-def rule(spec: object) -> Any:
-    """The dataclass field of a value under `spec` (a fresh Field: a dataclass owns each)."""
-    return field(metadata={"rule": spec})
+def rule(spec: object, default: object = MISSING) -> Any:
+    """The dataclass field of a value under `spec` (a fresh Field: a dataclass owns each).
+    A `default` is the constructor's only: a field is on the wire whether it has one or not."""
+    return field(default=default, metadata={"rule": spec})
 
 
 def rules_of(cls: type) -> tuple[tuple[str, Any], ...]:

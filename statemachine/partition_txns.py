@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -41,8 +42,10 @@ from statemachine.errors import ErrorCode
 from statemachine.limits import StateLimits
 from statemachine.records import (
     CONTROL_BIT,
+    CRC_COVERED_FROM,
     NO_SEQUENCE,
     TRANSACTIONAL_BIT,
+    TXN_HEAD,
     Record,
     encode_records,
     seal_batch,
@@ -95,6 +98,22 @@ class AbortedTxn(NamedTuple):
     producer_id: int
     first_offset: int
     last_offset: int  # its abort marker's offset
+
+
+def aborted_by(data: bytes | memoryview, base_offset: int, aborted: Iterable[AbortedTxn]) -> bool:
+    """Whether a read_committed reader drops the stored batch `data` at `base_offset`: a
+    marker, or a transactional batch of a producer whose aborted transaction spans it (Kafka's
+    consumers decide so from Fetch's `aborted_transactions`; the native listener, for its
+    clients)."""
+    attributes, producer_id = TXN_HEAD.unpack_from(data, CRC_COVERED_FROM)
+    if attributes & CONTROL_BIT:
+        return True
+    if not attributes & TRANSACTIONAL_BIT:
+        return False
+    return any(
+        a.producer_id == producer_id and a.first_offset <= base_offset <= a.last_offset
+        for a in aborted
+    )
 
 
 class PartitionTxns:

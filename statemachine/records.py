@@ -306,6 +306,10 @@ def is_control_batch(data: bytes | memoryview) -> bool:
     return len(data) >= HEADER_BYTES and bool(data[_CRC_END + 1] & CONTROL_BIT)
 
 
+# A stored batch's attributes and producer id, from the attributes on (CRC_COVERED_FROM).
+TXN_HEAD = struct.Struct(">h20xq")
+
+
 def crc_holds(data: bytes | memoryview) -> bool:
     """Whether a batch's CRC-32C matches the bytes it covers (`verify_batch`, `stored_intact`)."""
     if len(data) < HEADER_BYTES:

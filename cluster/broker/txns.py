@@ -338,11 +338,22 @@ class TxnService:
         return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND if txn is None else txn
 
     def listing(
+        self, state_names: Sequence[str], producer_ids: frozenset[int], running_ms_min: int
+    ) -> tuple[tuple[str, ...], list[tuple[str, TxnMetadata]]]:
+        """The ids of the partitions this node coordinates (a client asks every node), in
+        the states named as Kafka's tools name them (all: none given), of these producer ids
+        (all: none given), and open longer than `running_ms_min` (-1: any); with the names
+        asked for that no state has (KIP-664's `unknown_state_filters`)."""
+        by_name = {state.kafka_name: state for state in TxnState}
+        unknown = tuple(name for name in state_names if name not in by_name)
+        states = frozenset(by_name[n] for n in state_names if n in by_name)
+        if state_names and not states:
+            return unknown, []  # only states Kafka does not have were asked for: none is in one
+        return unknown, self._listed(states, producer_ids, running_ms_min)
+
+    def _listed(
         self, states: frozenset[TxnState], producer_ids: frozenset[int], running_ms_min: int
     ) -> list[tuple[str, TxnMetadata]]:
-        """The ids of the partitions this node coordinates (a client asks every node), in
-        these states (all: none given), of these producer ids (all: none given), and open
-        longer than `running_ms_min` (-1: any)."""
         now_ms = wall_ms()
         found = []
         for handle in self.node.txn_states.values():

@@ -11,11 +11,15 @@ aiokafka splits its producer, consumer and protocol:
     metadata.py    Client: bootstrap addresses, a connection per broker, the metadata cache,
                    leader lookup and routing that rides out dead nodes and leader changes
     admin.py       Admin: topics, producer state, cluster status, offsets
-    producer.py    Producer (idempotent), RecordMetadata, ProducerConfig, stable_partition
+    batches.py     record sizes, stable_partition, reading fetched batches
+    producer.py    Producer (idempotent), RecordMetadata, ProducerConfig
     consumer.py    Consumer, ConsumerConfig, ConsumedRecord
-    group_consumer.py  GroupConsumer, GroupConfig, CommitFailedError: a consumer group member
+    group_consumer.py  GroupConsumer, GroupConfig, GroupMetadata, CommitFailedError: a
+                   consumer group member
     groups.py      Groups: list, describe (with lag), delete groups, reset their offsets
     consumer_protocol.py  Kafka's consumer-protocol bytes and its range assignor
+    transactions.py  TransactionalProducer, TxnAbortableError: Kafka's transactions
+    txn_admin.py   Transactions: list, describe, find hanging ones, abort them
     fenced.py      FencedWriter: a streaming sink's micro-batch, appended exactly once
     sync.py        SyncClient: the async client driven from a synchronous thread
 
@@ -27,19 +31,26 @@ broker or the Raft layer. Everything public is re-exported here, so
 from __future__ import annotations
 
 from cluster.client.admin import Admin
+from cluster.client.batches import stable_partition
 from cluster.client.connection import Connection
 from cluster.client.consumer import ConsumedRecord, Consumer, ConsumerConfig
 from cluster.client.errors import ClientError, ProducerFencedError
-from cluster.client.group_consumer import CommitFailedError, GroupConfig, GroupConsumer
+from cluster.client.group_consumer import (
+    CommitFailedError,
+    GroupConfig,
+    GroupConsumer,
+    GroupMetadata,
+)
 from cluster.client.groups import Groups
 from cluster.client.metadata import Client, PartitionInfo
 from cluster.client.producer import (
     Producer,
     ProducerConfig,
     RecordMetadata,
-    stable_partition,
 )
 from cluster.client.retry import CallTimeoutError, RetryPolicy, retrying
+from cluster.client.transactions import TransactionalProducer, TxnAbortableError
+from cluster.client.txn_admin import HangingTxn, OpenTxn, Transactions, TxnListing
 
 __all__ = [
     "Admin",
@@ -53,13 +64,20 @@ __all__ = [
     "ConsumerConfig",
     "GroupConfig",
     "GroupConsumer",
+    "GroupMetadata",
     "Groups",
+    "HangingTxn",
+    "OpenTxn",
     "PartitionInfo",
     "Producer",
     "ProducerConfig",
     "ProducerFencedError",
     "RecordMetadata",
     "RetryPolicy",
+    "TransactionalProducer",
+    "Transactions",
+    "TxnAbortableError",
+    "TxnListing",
     "retrying",
     "stable_partition",
 ]

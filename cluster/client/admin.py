@@ -168,9 +168,17 @@ class Admin:
         return response
 
     async def list_offsets(
-        self, topic: str, partition: int, spec: int, *, timeout_s: float | None = None
+        self,
+        topic: str,
+        partition: int,
+        spec: int,
+        *,
+        timeout_s: float | None = None,
+        read_committed: bool = False,
     ) -> int:
-        request = p.ListOffsets((p.OffsetQuery(topic, partition, spec),))
+        """EARLIEST, LATEST (the high watermark; the last stable offset `read_committed`)
+        or the first offset appended at a time."""
+        request = p.ListOffsets((p.OffsetQuery(topic, partition, spec),), read_committed)
         response = await self._ask_leader(topic, partition, request, timeout_s)
         assert isinstance(response, p.ListOffsetsResponse)
         return response.results[0].offset

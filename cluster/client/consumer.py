@@ -74,6 +74,9 @@ class ConsumerConfig:
     # Where a partition whose position is outside its log starts over (Consumer.EARLIEST or
     # LATEST); None: OFFSET_OUT_OF_RANGE raises.
     auto_offset_reset: int | None = None
+    # Kafka's isolation.level: read_committed (librdkafka's default) reads up to the last
+    # stable offset, without aborted transactions' records; False reads them all.
+    read_committed: bool = True
 
 
 class Consumer:
@@ -97,8 +100,12 @@ class Consumer:
             await self.seek(topic, partition, start)
 
     async def seek(self, topic: str, partition: int, offset: int) -> None:
+        """EARLIEST, LATEST (for a read_committed consumer, the last stable offset) or an
+        absolute offset."""
         if offset in (self.EARLIEST, self.LATEST):
-            offset = await self._admin.list_offsets(topic, partition, offset)
+            offset = await self._admin.list_offsets(
+                topic, partition, offset, read_committed=self.config.read_committed
+            )
         self.positions[(topic, partition)] = _Position(offset)
 
     async def poll(self, max_wait_ms: int | None = None) -> list[ConsumedRecord]:
@@ -164,7 +171,8 @@ class Consumer:
                 )
                 for t, n in keys
             ),
-            False,
+            replica_read=False,
+            read_committed=self.config.read_committed,
         )
         try:
             response = await self.cluster.send(address, request, wait_ms / 1000 + 10)
@@ -197,10 +205,15 @@ class Consumer:
             await self.cluster.reroute(result.topic, result.partition, hint=result.leader)
             return []
         self.stalled.pop(key, None)
-        position.high_watermark = result.high_watermark
+        # What is there to read: up to the last stable offset for a read_committed consumer.
+        position.high_watermark = (
+            result.last_stable_offset if self.config.read_committed else result.high_watermark
+        )
         records = []
         for fetched in result.batches:
             records.extend(self._records(result.topic, result.partition, fetched, position))
+        # Past what the broker dropped for a read_committed reader (aborted data, markers).
+        position.offset = max(position.offset, result.next_offset)
         if result.batches:
             # To the back of the fetch order (as Kafka's fetcher does): the budget of the next
             # fetch goes to the partitions that got nothing this time first.

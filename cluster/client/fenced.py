@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from cluster import native as p
+from cluster.client.batches import record_bytes, stable_partition
 from cluster.client.errors import ClientError, ProducerFencedError
 from cluster.client.metadata import Client
-from cluster.client.producer import record_bytes, stable_partition
 from cluster.clock import wall_ms
 from statemachine.errors import ErrorCode
 from statemachine.limits import DEFAULT_LIMITS

@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from cluster import native as p
 from cluster.client.consumer import ConsumedRecord, Consumer, ConsumerConfig
@@ -67,6 +67,17 @@ REJOIN = frozenset(
 # A request names at most this many partitions (a broker's default partitions_per_request_max).
 PARTITIONS_PER_REQUEST_MAX = Limits().partitions_per_request_max
 T = TypeVar("T")
+
+
+class GroupMetadata(NamedTuple):
+    """Who commits a group's offsets in a transaction (Kafka's ConsumerGroupMetadata): a
+    member's generation and ids, checked as KIP-447 says; generation -1 and an empty member
+    id skip the checks (a producer outside the group)."""
+
+    group: str
+    generation: int = -1
+    member_id: str = ""
+    instance_id: str = ""
 
 
 class CommitFailedError(ClientError):
@@ -163,6 +174,10 @@ class GroupConsumer:
             await asyncio.sleep(wait_ms / 1000)
             return []
         return await self.consumer.poll(wait_ms)
+
+    def group_metadata(self) -> GroupMetadata:
+        """This member as a transaction's offsets name it (`TransactionalProducer.send_offsets`)."""
+        return GroupMetadata(self.group, self.generation, self.member_id, self.config.instance_id)
 
     async def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
         """Commit `offsets` (next offset per partition; default: every assigned partition's
@@ -360,7 +375,10 @@ class GroupConsumer:
             self._check(response.error, "OffsetFetch")
             return response
 
-        return await fetch_committed(checked, self.group, owned)
+        # A read_committed member starts from no offset a transaction still has pending
+        # (KIP-447): it waits for the transaction's end, not its output.
+        stable = self.consumer.config.read_committed
+        return await fetch_committed(checked, self.group, owned, require_stable=stable)
 
     async def _call(self, request: p.Request, wait_s: float = 0.0) -> p.Response:
         per_request_s = max(self.cluster.request_timeout_s, wait_s + JOIN_MARGIN_S)
@@ -384,16 +402,32 @@ async def fetch_committed(
     call: Callable[[p.Request], Awaitable[p.Response]],
     group: str,
     partitions: Sequence[tuple[str, int]],
+    *,
+    require_stable: bool = False,
+    backoff_s: float = 0.05,
 ) -> dict[tuple[str, int], int]:
     """The group's committed offsets of `partitions` (none named: of every partition it has),
     leaving out those it has none for; in requests of at most the partitions one may carry.
-    `call` sends a request to the group's coordinator and raises its errors."""
+    `call` sends a request to the group's coordinator and raises its errors. With
+    `require_stable`, a partition whose offset a transaction has pending is asked again
+    (backing off) until that transaction ends; `call`'s own timeout bounds the wait."""
     found: dict[tuple[str, int], int] = {}
     for chunk in _chunks(partitions) if partitions else [()]:
-        request = p.OffsetFetch(group, tuple(p.GroupPartition(t, i) for t, i in chunk))
-        response = await call(request)
-        assert isinstance(response, p.OffsetFetchResponse)
-        found.update(((o.topic, o.partition), o.offset) for o in response.offsets if o.offset >= 0)
+        asked: Sequence[tuple[str, int]] = chunk
+        while True:
+            wanted = tuple(p.GroupPartition(t, i) for t, i in asked)
+            response = await call(p.OffsetFetch(group, wanted, require_stable))
+            assert isinstance(response, p.OffsetFetchResponse)
+            unstable = [(o.topic, o.partition) for o in response.offsets if o.error]
+            found.update(
+                ((o.topic, o.partition), o.offset)
+                for o in response.offsets
+                if o.offset >= 0 and not o.error
+            )
+            if not unstable:
+                break
+            asked = unstable
+            await asyncio.sleep(backoff_s)  # a backoff between asks, as Kafka's consumer's
     return found
 
 

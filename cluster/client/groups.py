@@ -101,20 +101,11 @@ class Groups:
 
     async def list(self, *, timeout_s: float | None = None) -> list[GroupListing]:
         """Every group, from every node (each lists the groups it coordinates)."""
-        brokers = (await self.cluster.metadata((), timeout_s=timeout_s)).brokers
         found: dict[str, GroupListing] = {}
-        failures: list[ClientError] = []
-        for broker in brokers:
-            try:
-                response = await self.cluster.send(broker.address, p.ListGroups(), timeout_s)
-            except ClientError as exc:
-                failures.append(exc)
-                continue
+        for response in await self.cluster.ask_every_broker(p.ListGroups(), timeout_s):
             assert isinstance(response, p.ListGroupsResponse)
             for g in response.groups:
                 found[g.group] = GroupListing(g.group, g.protocol_type, g.state)
-        if failures and len(failures) == len(brokers):
-            raise failures[0]
         return [found[name] for name in sorted(found)]
 
     async def describe(self, group: str, *, timeout_s: float | None = None) -> GroupDescription:
@@ -155,11 +146,16 @@ class Groups:
         partitions: Iterable[tuple[str, int]] = (),
         *,
         timeout_s: float | None = None,
+        require_stable: bool = False,
     ) -> dict[tuple[str, int], int]:
         """The group's committed offsets of `partitions` (of every partition it has: empty),
-        leaving out those it has none for."""
+        leaving out those it has none for; `require_stable`: after the transactions that
+        have offsets of them pending end (KIP-447)."""
         return await fetch_committed(
-            lambda request: self._call(group, request, timeout_s), group, tuple(partitions)
+            lambda request: self._call(group, request, timeout_s),
+            group,
+            tuple(partitions),
+            require_stable=require_stable,
         )
 
     async def delete(self, group: str, *, timeout_s: float | None = None) -> None:

@@ -83,7 +83,8 @@ class Client:
         self._unknown: set[str] = set()  # topics the last Metadata answer said do not exist
         # Addresses that did not answer, until one answers a call to any broker: asked last.
         self._unreachable: set[str] = set()
-        self._coordinators: dict[str, str] = {}  # group -> its coordinator's address
+        # (key type, group or transactional id) -> its coordinator's address
+        self._coordinators: dict[tuple[int, str], str] = {}
 
     def _open_connection(self, address: str, lane: str = "") -> Connection | None:
         conn = self._connections.get((address, lane) if lane else address)
@@ -218,6 +219,23 @@ class Client:
                 self._unreachable.discard(address)
                 return response
             await attempts.pause()
+
+    async def ask_every_broker(
+        self, request: p.Request, timeout_s: float | None = None
+    ) -> list[p.Response]:
+        """`request` answered by every broker metadata names (for what each node holds its
+        own part of: groups, transactions); the first failure raised only if none answered."""
+        brokers = (await self.metadata((), timeout_s=timeout_s)).brokers
+        answers: list[p.Response] = []
+        failures: list[ClientError] = []
+        for broker in brokers:
+            try:
+                answers.append(await self.send(broker.address, request, timeout_s))
+            except ClientError as exc:
+                failures.append(exc)
+        if failures and not answers:
+            raise failures[0]
+        return answers
 
     def _attempts(
         self, waited_for: str, timeout_s: float | None, *, any_broker: bool = False
@@ -419,44 +437,49 @@ class Client:
         timeout_s: float | None = None,
         request_timeout_s: float | None = None,
         lane: str = "",
+        key_type: int = p.GROUP_KEY,
     ) -> p.Response:
-        """`request` answered by `group`'s coordinator (FindCoordinator names it), on `lane`'s
+        """`request` answered by `group`'s coordinator (FindCoordinator names it; with
+        `key_type` TXN_KEY, the coordinator of the transactional id `group`), on `lane`'s
         connection, riding out dead nodes, coordinator moves (NOT_COORDINATOR,
         COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE) and other retriable answers
-        (a commit's REQUEST_TIMED_OUT) until `timeout_s`; any other answer is returned, for
-        the caller to read its errors."""
-        attempts = self._attempts(f"no coordinator of group {group!r} answered", timeout_s)
+        (a commit's REQUEST_TIMED_OUT, a transaction's CONCURRENT_TRANSACTIONS) until
+        `timeout_s`; any other answer is returned, for the caller to read its errors."""
+        kind = "transactional id" if key_type == p.TXN_KEY else "group"
+        attempts = self._attempts(f"no coordinator of {kind} {group!r} answered", timeout_s)
         per_request_s = request_timeout_s or self.request_timeout_s
+        key = (key_type, group)
         while True:
-            address = self._coordinators.get(group)
+            address = self._coordinators.get(key)
             try:
                 if address is None:
-                    address = await self._find_coordinator(group, attempts)
+                    address = await self._find_coordinator(key, attempts)
                 wait_s = attempts.request_timeout_s(per_request_s)
                 response = await self.send(address, request, wait_s, lane=lane)
             except ClientError as exc:
                 if final(exc.error):
                     raise
                 attempts.failed(Failure.of(exc, address or ""))
-                self._coordinators.pop(group, None)
+                self._coordinators.pop(key, None)
                 if address is not None and exc.error == ErrorCode.NETWORK_EXCEPTION:
                     self.lost(address)
             else:
                 error = group_answer_error(response)
                 if error in COORDINATOR_MOVED:
-                    self._coordinators.pop(group, None)
+                    self._coordinators.pop(key, None)
                 elif not error.retriable or error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     return response
                 attempts.failed(Failure(error, address))
             await attempts.pause()
 
-    async def _find_coordinator(self, group: str, attempts: Attempts) -> str:
+    async def _find_coordinator(self, key: tuple[int, str], attempts: Attempts) -> str:
         wait_s = attempts.request_timeout_s(self.request_timeout_s)
-        response = await self.send_any(p.FindCoordinator(group), wait_s)
+        key_type, name = key
+        response = await self.send_any(p.FindCoordinator(name, key_type), wait_s)
         assert isinstance(response, p.FindCoordinatorResponse)
         if response.error != ErrorCode.NONE:
-            raise ClientError(ErrorCode(response.error), f"group {group!r}")
-        self._coordinators[group] = response.address
+            raise ClientError(ErrorCode(response.error), f"the coordinator of {name!r}")
+        self._coordinators[key] = response.address
         return response.address
 
     async def close_lane(self, lane: str) -> None:

@@ -29,64 +29,34 @@ import asyncio
 import contextlib
 import itertools
 import time
-import zlib
 from collections import deque
 from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
 
 from cluster import native as p
+from cluster.client.batches import (
+    BATCH_BODY_BYTES_MAX,
+    RECORD_OVERHEAD_BYTES,
+    record_bytes,
+    stable_partition,
+    too_large,
+)
 from cluster.client.errors import ClientError, ProducerFencedError
 from cluster.client.metadata import Client, Started
 from cluster.client.retry import CallTimeoutError, Failure
 from cluster.clock import wall_ms
 from statemachine.errors import ErrorCode
-from statemachine.limits import DEFAULT_LIMITS
 from statemachine.records import (
-    HEADER_BYTES,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     SEQUENCE_MODULUS,
-    BatchFormatError,
     Record,
-    RecordBatch,
     encode_batch,
 )
 
 FENCED = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
-# A record's bytes in a batch beyond its key and value: its varints (length, timestamp delta,
-# offset delta, key and value lengths, header count: at most 36 bytes) and its attributes byte.
-RECORD_OVERHEAD_BYTES = 40
-HEADER_OVERHEAD_BYTES = 10  # one header's two varint lengths
-# What a batch's records may hold by that estimate: the limit less the batch header.
-BATCH_BODY_BYTES_MAX = DEFAULT_LIMITS.batch_bytes_max - HEADER_BYTES
-
-
-def record_bytes(record: Record) -> int:
-    """A record's size in a batch, never less than its encoding (headers are rare)."""
-    size = len(record.value or b"") + len(record.key or b"") + RECORD_OVERHEAD_BYTES
-    for name, value in record.headers:
-        size += len(name.encode()) + len(value or b"") + HEADER_OVERHEAD_BYTES
-    return size
-
-
-def too_large(record: Record) -> ClientError | None:
-    """MESSAGE_TOO_LARGE if `record` cannot fit in a batch of its own; encodes it only when
-    the estimate says it might not."""
-    if record_bytes(record) <= BATCH_BODY_BYTES_MAX:
-        return None
-    try:
-        RecordBatch(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, (record,)).encode()
-    except BatchFormatError:
-        limit = DEFAULT_LIMITS.batch_bytes_max
-        size = len(record.value or b"") + len(record.key or b"")
-        return ClientError(
-            ErrorCode.MESSAGE_TOO_LARGE,
-            f"a record of {size:,} bytes does not fit in a batch: batch_bytes_max is "
-            f"{limit:,} bytes ({limit // (1 << 20)} MiB), a cluster-wide limit",
-        )
-    return None
 
 
 class RecordMetadata(NamedTuple):
@@ -126,11 +96,6 @@ class _Batch:
     started: Started | None = None  # written by `send` itself, until the sender awaits it
 
 
-def stable_partition(key: bytes, partitions: int) -> int:
-    """Key hashing that every process agrees on (not Python's salted hash())."""
-    return zlib.crc32(key) % partitions
-
-
 @dataclass(slots=True)
 class ProducerConfig:
     idempotent: bool = True
@@ -150,9 +115,15 @@ class ProducerConfig:
 class Producer:
     """An idempotent producer; `send` returns a future with the record's offset."""
 
-    def __init__(self, cluster: Client, config: ProducerConfig | None = None) -> None:
+    def __init__(
+        self, cluster: Client, config: ProducerConfig | None = None, *, transactional: bool = False
+    ) -> None:
         self.cluster = cluster
         self.config = config or ProducerConfig()
+        # Batches marked transactional: a TransactionalProducer's
+        # (cluster/client/transactions.py).
+        # Without it, a transactional id only names the producer, fencing its predecessors.
+        self.transactional = transactional
         self.producer_id = NO_PRODUCER_ID
         self.epoch = NO_PRODUCER_EPOCH
         self.fatal: ClientError | None = None
@@ -207,9 +178,13 @@ class Producer:
         request = p.InitProducerId(
             self.config.transactional_id, self.config.transaction_timeout_ms, pid, epoch
         )
-        response = await self.cluster.call_any(
-            request, timeout_s=self.config.delivery_timeout_ms / 1000
-        )
+        timeout_s = self.config.delivery_timeout_ms / 1000
+        if self.config.transactional_id:
+            response = await self.cluster.call_coordinator(
+                self.config.transactional_id, request, timeout_s=timeout_s, key_type=p.TXN_KEY
+            )
+        else:
+            response = await self.cluster.call_any(request, timeout_s=timeout_s)
         assert isinstance(response, p.InitProducerIdResponse)
         self.producer_id, self.epoch = response.producer_id, response.epoch
         self.stats["sessions"] += 1
@@ -229,15 +204,7 @@ class Producer:
         """Queue a record; the future resolves when it is acknowledged (acks=all)."""
         if self.fatal is not None:
             raise self.fatal
-        infos = self.cluster.cached_partitions(topic) or await self.cluster.partitions(topic)
-        if partition is None:
-            partition = (
-                stable_partition(key, len(infos))
-                if key is not None
-                else next(self._round_robin) % len(infos)
-            )
-        if not 0 <= partition < len(infos):
-            raise ClientError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")
+        partition = await self.partition_for(topic, key, partition)
         while self._buffered >= self.config.buffer_records_max:
             self._space.clear()
             await self._space.wait()
@@ -252,6 +219,20 @@ class Producer:
         self._sender(topic, partition).add(_Pending(record, future))
         self._buffered += 1
         return future
+
+    async def partition_for(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        """Where `send` puts a record: `partition` if it exists, else by the key's hash, or
+        round robin without a key."""
+        infos = self.cluster.cached_partitions(topic) or await self.cluster.partitions(topic)
+        if partition is None:
+            partition = (
+                stable_partition(key, len(infos))
+                if key is not None
+                else next(self._round_robin) % len(infos)
+            )
+        if not 0 <= partition < len(infos):
+            raise ClientError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")
+        return partition
 
     def _sender(self, topic: str, partition: int) -> _PartitionSender:
         sender = self._senders.get((topic, partition))
@@ -410,7 +391,7 @@ class _PartitionSender:
             identity = producer.producer_id, producer.epoch, batch.base_sequence
         else:
             identity = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE
-        batch.encoded = encode_batch(*identity, records)
+        batch.encoded = encode_batch(*identity, records, transactional=producer.transactional)
         batch.producer_id, batch.producer_epoch = identity[0], identity[1]
 
     async def _send_window(self) -> None:

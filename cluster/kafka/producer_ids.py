@@ -15,7 +15,6 @@ from cluster.errors import RaftbrokerError
 from cluster.kafka import messages as m
 from cluster.kafka.dispatch import Call, serves
 from statemachine.errors import ErrorCode
-from statemachine.txn_metadata import TxnState
 
 PRODUCER_FENCED_SINCE_VERSION = 4  # InitProducerId: older clients know INVALID_PRODUCER_EPOCH
 TXN_FENCED_SINCE_VERSION = 2  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn: the same
@@ -132,14 +131,9 @@ class KafkaProducerIds:
     ) -> m.ListTransactionsResponse:
         """The transactional ids this node coordinates, filtered as asked; a state name Kafka
         does not have is answered in `unknown_state_filters` (kafka-transactions.sh list)."""
-        by_name = {state.kafka_name: state for state in TxnState}
-        unknown = tuple(name for name in request.state_filters if name not in by_name)
-        states = frozenset(by_name[n] for n in request.state_filters if n in by_name)
-        listed = self.broker.txns.listing(
-            states, frozenset(request.producer_id_filters), request.duration_filter
+        unknown, listed = self.broker.txns.listing(
+            request.state_filters, frozenset(request.producer_id_filters), request.duration_filter
         )
-        if request.state_filters and not states:
-            listed = []  # only states Kafka does not have were asked for: none is in one
         return m.ListTransactionsResponse(
             ErrorCode.NONE,
             unknown,

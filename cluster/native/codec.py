@@ -35,7 +35,7 @@ from statemachine.fields import (
     known_error_code,
 )
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: transactions (read_committed fetches, the transaction requests)
 LENGTH_PREFIX = struct.Struct(">I")
 
 

@@ -14,14 +14,16 @@ import time
 from functools import partial
 
 from cluster import native as p
-from cluster.broker.calls import Fence, FetchWant, OffsetWant, Produced
+from cluster.broker.calls import Fence, Fetched, FetchWant, OffsetWant, Produced
 from cluster.broker.core import Broker, fetch_answer_bytes_bound
 from cluster.broker.groups import GroupService
 from cluster.errors import RequestRefusedError
 from cluster.native.groups import NativeGroups
+from cluster.native.txns import NativeTxns
 from cluster.native.wire import Respond
 from statemachine.errors import ErrorCode
 from statemachine.metadata import TopicInfo
+from statemachine.partition_txns import aborted_by
 
 
 class NativeFrontend:
@@ -31,6 +33,7 @@ class NativeFrontend:
         self.broker = broker
         self.metrics = broker.metrics
         self.groups = NativeGroups(broker.node, groups)
+        self.txns = NativeTxns(broker.node, broker.txns)
 
     async def handle(self, request: p.Request, source: str) -> p.Response:
         with self.metrics.timed(type(request).__name__):
@@ -68,7 +71,8 @@ class NativeFrontend:
                 return p.InitProducerIdResponse(pid, epoch)
             case p.ListOffsets():
                 found = broker.list_offsets(
-                    OffsetWant(q.topic, q.partition, q.spec) for q in request.partitions
+                    OffsetWant(q.topic, q.partition, q.spec, -1, request.read_committed)
+                    for q in request.partitions
                 )
                 return p.ListOffsetsResponse(
                     tuple(
@@ -92,7 +96,9 @@ class NativeFrontend:
                 return p.DeleteTopicResponse()
             case p.ClusterStatus():
                 return self.cluster_status()
-        answer = await self.groups.handle(request, source)
+        answer = await self.txns.handle(request)
+        if answer is None:
+            answer = await self.groups.handle(request, source)
         if answer is not None:
             return answer
         raise RequestRefusedError(
@@ -136,9 +142,10 @@ class NativeFrontend:
     # -- fetch, producers, metadata, status ----------------------------------------------------
 
     async def fetch(self, request: p.Fetch) -> p.FetchResponse:
+        read_committed = request.read_committed
         fetched = await self.broker.fetch(
             [
-                FetchWant(fp.topic, fp.partition, fp.offset, fp.max_bytes)
+                FetchWant(fp.topic, fp.partition, fp.offset, fp.max_bytes, -1, read_committed)
                 for fp in request.partitions
             ],
             request.max_bytes,
@@ -147,11 +154,8 @@ class NativeFrontend:
         )
         return p.FetchResponse(
             tuple(
-                p.FetchResult(
-                    *f[:6],
-                    tuple(p.FetchedBatch(b.base_offset, b.append_time_ms, b.batch) for b in f[6]),
-                )
-                for f in fetched
+                _fetch_result(f, fp.offset, read_committed)
+                for f, fp in zip(fetched, request.partitions, strict=True)
             )
         )
 
@@ -165,7 +169,10 @@ class NativeFrontend:
                     d.leader,
                     tuple(
                         p.ProducerDescription(
-                            *v[:4], tuple(p.WindowEntry(*batch) for batch in v.window)
+                            *v[:4],
+                            tuple(p.WindowEntry(*batch) for batch in v.window),
+                            v.coordinator_epoch,
+                            v.txn_start_offset,
                         )
                         for v in d.producers
                     ),
@@ -206,6 +213,19 @@ class NativeFrontend:
             tuple(p.NodeStatus(*seen) for seen in broker.nodes_seen()),
             tuple(p.RaftGroupReport(*report) for report in broker.raft_groups()),
         )
+
+
+def _fetch_result(f: Fetched, offset: int, read_committed: bool) -> p.FetchResult:
+    """A partition's answer; a read_committed reader's without markers and aborted data,
+    which this listener drops for its clients (Kafka's clients drop them themselves)."""
+    if f.error != ErrorCode.NONE:
+        return p.FetchResult(*f[:6], (), -1, -1)
+    stored = f.batches
+    next_offset = stored[-1].next_offset if stored else offset
+    if read_committed:
+        stored = tuple(b for b in stored if not aborted_by(b.batch, b.base_offset, f.aborted))
+    batches = tuple(p.FetchedBatch(b.base_offset, b.append_time_ms, b.batch) for b in stored)
+    return p.FetchResult(*f[:6], batches, f.last_stable_offset, next_offset)
 
 
 def _leader_with(

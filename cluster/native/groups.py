@@ -1,6 +1,7 @@
 """The native listener's consumer-group requests, mapped onto the node's `GroupService`.
 
-Role: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+Role: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit,
+OffsetFetch,
 DescribeGroup, ListGroups and DeleteGroup of the native protocol (cluster/native/), in the
 group service's terms (cluster/broker/groups.py decides, cluster/broker/coordinator/ is the
 protocol). The
@@ -59,7 +60,7 @@ class NativeGroups:
                 return p.GroupErrorResponse(error)
             case p.LeaveGroup():
                 return self.leave(request)
-            case p.OffsetCommit():
+            case p.OffsetCommit() | p.TxnOffsetCommit():
                 return await self.commit(request)
             case p.OffsetFetch():
                 return self.fetch(request)
@@ -72,12 +73,7 @@ class NativeGroups:
         return None
 
     async def find_coordinator(self, request: p.FindCoordinator) -> p.FindCoordinatorResponse:
-        error, node_id = await self.groups.coordinator_node(request.group)
-        peer = self.node.peer(node_id) if error is ErrorCode.NONE else None
-        if peer is None:
-            error = ErrorCode.COORDINATOR_NOT_AVAILABLE if error is ErrorCode.NONE else error
-            return p.FindCoordinatorResponse(error, -1, "")
-        return p.FindCoordinatorResponse(ErrorCode.NONE, node_id, peer.client_address)
+        return coordinator_answer(self.node, *await self.groups.coordinator_node(request.key))
 
     async def join(self, request: p.JoinGroup, source: str) -> p.JoinGroupResponse:
         result = await self.groups.join(
@@ -124,17 +120,23 @@ class NativeGroups:
         error, (one,) = self.groups.leave(request.group, (ref,))
         return p.GroupErrorResponse(error if error is not ErrorCode.NONE else one)
 
-    async def commit(self, request: p.OffsetCommit) -> p.OffsetCommitResponse:
+    async def commit(self, request: p.OffsetCommit | p.TxnOffsetCommit) -> p.OffsetCommitResponse:
+        """OffsetCommit, or TxnOffsetCommit: the offsets pending in the producer's
+        transaction."""
         asked = [
             CommitPartition(o.topic, o.partition, o.offset, NO_LEADER_EPOCH, o.metadata)
             for o in request.offsets
         ]
+        producer = None
+        if isinstance(request, p.TxnOffsetCommit):
+            producer = (request.producer_id, request.producer_epoch)
         errors = await self.groups.commit(
             request.group,
             request.generation,
             request.member_id,
             _null(request.instance_id),
             asked,
+            producer=producer,
         )
         return p.OffsetCommitResponse(
             tuple(
@@ -145,10 +147,14 @@ class NativeGroups:
 
     def fetch(self, request: p.OffsetFetch) -> p.OffsetFetchResponse:
         asked = [(x.topic, x.partition) for x in request.partitions] or None
-        error, fetched = self.groups.fetch(request.group, asked)
+        error, fetched = self.groups.fetch(
+            request.group, asked, require_stable=request.require_stable
+        )
         return p.OffsetFetchResponse(
             error,
-            tuple(p.GroupOffset(f.topic, f.partition, f.offset, f.metadata) for f in fetched),
+            tuple(
+                p.GroupOffset(f.topic, f.partition, f.offset, f.metadata, f.error) for f in fetched
+            ),
         )
 
     def describe(self, request: p.DescribeGroup) -> p.DescribeGroupResponse:
@@ -178,6 +184,15 @@ class NativeGroups:
                 for g in self.groups.listing()
             )
         )
+
+
+def coordinator_answer(node: Node, error: ErrorCode, node_id: int) -> p.FindCoordinatorResponse:
+    """FindCoordinator's answer: the coordinator's id and client address, or why none."""
+    peer = node.peer(node_id) if error is ErrorCode.NONE else None
+    if peer is None:
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE if error is ErrorCode.NONE else error
+        return p.FindCoordinatorResponse(error, -1, "")
+    return p.FindCoordinatorResponse(ErrorCode.NONE, node_id, peer.client_address)
 
 
 def _null(text: str) -> str | None:

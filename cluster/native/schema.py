@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from cluster.config import Limits
@@ -110,12 +110,12 @@ class TupleRule:
 Rule = Scalar | StructRule | TupleRule
 
 
-def field_of(spec: Rule) -> Any:
-    return rule(spec)
+def field_of(spec: Rule, default: object = MISSING) -> Any:
+    return rule(spec, default)
 
 
-def int_field(lo: int, hi: int) -> Any:
-    return field_of(IntRule(lo, hi))
+def int_field(lo: int, hi: int, default: object = MISSING) -> Any:
+    return field_of(IntRule(lo, hi), default)
 
 
 def str_field(chars_max: int) -> Any:
@@ -155,12 +155,12 @@ def address_field() -> Any:
     return str_field(ADDRESS_CHARS_MAX)
 
 
-def error_field() -> Any:
-    return field_of(ErrorCodeRule())
+def error_field(default: object = MISSING) -> Any:
+    return field_of(ErrorCodeRule(), default)
 
 
-def flag_field() -> Any:
-    return field_of(BoolRule())
+def flag_field(default: object = MISSING) -> Any:
+    return field_of(BoolRule(), default)
 
 
 def blob_field() -> Any:

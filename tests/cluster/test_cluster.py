@@ -279,8 +279,8 @@ async def test_garbage_frames_get_errors_and_never_reach_a_log(
     logged_before = log.stat().st_size
     payloads = [
         b"\x00\x00\x00\x05hello",  # a frame of non-msgpack bytes
-        raw_frame(b"\x94\x01\x07\x63\x90"),  # unknown op 99 with a correlation id
-        raw_frame(b"\x94\x01\x08\x05\x91\xc4\x03abc"),  # Produce with a wrong payload
+        raw_frame(b"\x94\x02\x07\x63\x90"),  # unknown op 99 with a correlation id
+        raw_frame(b"\x94\x02\x08\x05\x91\xc4\x03abc"),  # Produce with a wrong payload
         b"\x7f\xff\xff\xff" + b"x" * 100,  # a length prefix far over the frame limit
         b"\x00\x00",  # a truncated length prefix, then the connection closes
     ]

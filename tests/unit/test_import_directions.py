@@ -11,8 +11,8 @@ syntax tree of every .py file of the shipped packages (those pyproject.toml list
   and cluster/service.py, the composition root, joins them;
 - the two listeners stand apart: cluster/native/ and cluster/kafka/ never import each other,
   and the native protocol itself (cluster/native/ but its listener modules: wire.py,
-  frontend.py, groups.py, peer_talk.py) imports neither the broker nor the Raft layer, so the
-  client library that speaks it carries no node;
+  frontend.py, groups.py, txns.py, peer_talk.py) imports neither the broker nor the Raft
+  layer, so the client library that speaks it carries no node;
 - the tools (cluster.chaos, the fault-injection harness, and cluster.local, the local
   cluster's launcher) are imported only by each other, by cli/ (their commands) and by
   cluster/chaos's own modules: nothing of the broker, the Raft layer, the client library or
@@ -124,7 +124,7 @@ class Rule:
 
 # The native listener: the modules of cluster/native/ that sit on the broker core.
 NATIVE_LISTENER = frozenset(
-    f"cluster/native/{name}.py" for name in ("wire", "frontend", "groups", "peer_talk")
+    f"cluster/native/{name}.py" for name in ("wire", "frontend", "groups", "txns", "peer_talk")
 )
 RULES = (
     Rule(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.client import Client, Producer, ProducerConfig
-from cluster.client.producer import BATCH_BODY_BYTES_MAX, record_bytes, too_large
+from cluster.client.batches import BATCH_BODY_BYTES_MAX, record_bytes, too_large
 from statemachine.errors import ErrorCode
 from statemachine.limits import DEFAULT_LIMITS
 from statemachine.records import HEADER_BYTES, INT64_MAX, Record, RecordBatch

@@ -34,6 +34,9 @@ def body_of(frame: bytes) -> bytes:
     return frame[4:]
 
 
+V = p.PROTOCOL_VERSION  # the version byte of the hand-made bodies below
+
+
 def packed(*items: object) -> bytes:
     data: bytes = msgpack.packb(list(items), use_bin_type=True)
     return data
@@ -129,7 +132,7 @@ EXAMPLE_RESPONSES: list[tuple[type[p.Request], p.Response]] = [
 
 def test_a_frame_is_a_length_prefix_and_a_msgpack_body() -> None:
     frame = p.encode_request(5, p.DeleteTopic("orders"))
-    assert frame == p.LENGTH_PREFIX.pack(len(frame) - 4) + packed(1, 5, 20, ["orders"])
+    assert frame == p.LENGTH_PREFIX.pack(len(frame) - 4) + packed(V, 5, 20, ["orders"])
 
 
 @pytest.mark.parametrize("request_", EXAMPLE_REQUESTS, ids=lambda r: type(r).__name__)
@@ -189,10 +192,10 @@ UNREADABLE_ID = [
     pytest.param(b"\xc1", id="never-used-byte"),
     pytest.param(msgpack.packb({"version": 1}), id="map-body"),
     pytest.param(packed(1), id="one-item"),
-    pytest.param(packed(1, "7", METADATA, [[]]), id="str-id"),
-    pytest.param(packed(1, -1, METADATA, [[]]), id="negative-id"),
-    pytest.param(packed(1, 2**31, METADATA, [[]]), id="id-above-int32"),
-    pytest.param(packed(1, True, METADATA, [[]]), id="bool-id"),
+    pytest.param(packed(V, "7", METADATA, [[]]), id="str-id"),
+    pytest.param(packed(V, -1, METADATA, [[]]), id="negative-id"),
+    pytest.param(packed(V, 2**31, METADATA, [[]]), id="id-above-int32"),
+    pytest.param(packed(V, True, METADATA, [[]]), id="bool-id"),
 ]
 
 
@@ -205,11 +208,12 @@ def test_a_body_without_a_readable_correlation_id_is_refused_without_one(data: b
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        pytest.param(packed(2, 7, METADATA, [[]]), "version 2", id="future-version"),
+        pytest.param(packed(V + 1, 7, METADATA, [[]]), f"version {V + 1}", id="future-version"),
+        pytest.param(packed(1, 7, METADATA, [[]]), "version 1", id="version-before-txns"),
         pytest.param(packed(True, 7, METADATA, [[]]), "version True", id="bool-version"),
-        pytest.param(packed(1, 7, 999, []), "op 999", id="unknown-op"),
-        pytest.param(packed(1, 7, "3", [[]]), "op '3'", id="str-op"),
-        pytest.param(packed(1, 7, True, [[]]), "op True", id="bool-op"),
+        pytest.param(packed(V, 7, 999, []), "op 999", id="unknown-op"),
+        pytest.param(packed(V, 7, "3", [[]]), "op '3'", id="str-op"),
+        pytest.param(packed(V, 7, True, [[]]), "op True", id="bool-op"),
     ],
 )
 def test_unknown_versions_and_ops_are_unsupported(data: bytes, message: str) -> None:
@@ -221,30 +225,33 @@ def test_unknown_versions_and_ops_are_unsupported(data: bytes, message: str) -> 
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (packed(1, 7, METADATA), "4 items"),
-        (packed(1, 7, METADATA, [[]], 0), "4 items"),
-        (packed(1, 7, PRODUCE, [1_000]), "Produce: expected an array of 2 fields"),
-        (packed(1, 7, PRODUCE, {"timeout_ms": 1}), "Produce: expected an array"),
-        (packed(1, 7, PRODUCE, [True, []]), "Produce.timeout_ms: expected an integer"),
-        (packed(1, 7, PRODUCE, [1e3, []]), "Produce.timeout_ms"),
-        (packed(1, 7, PRODUCE, [2**64 - 1, []]), "Produce.timeout_ms"),
-        (packed(1, 7, PRODUCE, [-1, []]), "Produce.timeout_ms"),
-        (packed(1, 7, PRODUCE, [1, [["t", -1, b""]]]), "Produce.entries[0].partition"),
+        (packed(V, 7, METADATA), "4 items"),
+        (packed(V, 7, METADATA, [[]], 0), "4 items"),
+        (packed(V, 7, PRODUCE, [1_000]), "Produce: expected an array of 2 fields"),
+        (packed(V, 7, PRODUCE, {"timeout_ms": 1}), "Produce: expected an array"),
+        (packed(V, 7, PRODUCE, [True, []]), "Produce.timeout_ms: expected an integer"),
+        (packed(V, 7, PRODUCE, [1e3, []]), "Produce.timeout_ms"),
+        (packed(V, 7, PRODUCE, [2**64 - 1, []]), "Produce.timeout_ms"),
+        (packed(V, 7, PRODUCE, [-1, []]), "Produce.timeout_ms"),
+        (packed(V, 7, PRODUCE, [1, [["t", -1, b""]]]), "Produce.entries[0].partition"),
         (
-            packed(1, 7, PRODUCE, [1, [["t", 0, "text"]]]),
+            packed(V, 7, PRODUCE, [1, [["t", 0, "text"]]]),
             "Produce.entries[0].batch: expected bytes",
         ),
-        (packed(1, 7, PRODUCE, [1, [["t", 0]]]), "Produce.entries[0]: expected an array of 3"),
-        (packed(1, 7, PRODUCE, [1, [["t", 0, b""], None]]), "Produce.entries[1]"),
-        (packed(1, 7, PRODUCE, [1, "entries"]), "Produce.entries: expected an array"),
-        (packed(1, 7, METADATA, [[b"orders"]]), "Metadata.topics[0]: expected a string"),
-        (packed(1, 7, METADATA, [["x" * (p.NAME_CHARS_MAX + 1)]]), "Metadata.topics[0]"),
-        (packed(1, 7, LIST_OFFSETS, [[["t", 0, -3]]]), "ListOffsets.partitions[0].spec"),
-        (packed(1, 7, FETCH, [0, 0, [["t", 0, -5, 0]], False]), "Fetch.partitions[0].offset"),
-        (packed(1, 7, CREATE_TOPIC, ["t", 0, 1, -1, -1]), "CreateTopic.partitions"),
-        (packed(1, 7, CREATE_TOPIC, ["t", 1, 1, -2, -1]), "CreateTopic.retention_ms"),
-        (packed(1, 7, METADATA, [[msgpack.ExtType(1, b"x")]]), "ext type"),
-        (packed(1, 7, METADATA, [[]]) + b"\x00", "malformed msgpack"),
+        (packed(V, 7, PRODUCE, [1, [["t", 0]]]), "Produce.entries[0]: expected an array of 3"),
+        (packed(V, 7, PRODUCE, [1, [["t", 0, b""], None]]), "Produce.entries[1]"),
+        (packed(V, 7, PRODUCE, [1, "entries"]), "Produce.entries: expected an array"),
+        (packed(V, 7, METADATA, [[b"orders"]]), "Metadata.topics[0]: expected a string"),
+        (packed(V, 7, METADATA, [["x" * (p.NAME_CHARS_MAX + 1)]]), "Metadata.topics[0]"),
+        (packed(V, 7, LIST_OFFSETS, [[["t", 0, -3]], False]), "ListOffsets.partitions[0].spec"),
+        (
+            packed(V, 7, FETCH, [0, 0, [["t", 0, -5, 0]], False, False]),
+            "Fetch.partitions[0].offset",
+        ),
+        (packed(V, 7, CREATE_TOPIC, ["t", 0, 1, -1, -1]), "CreateTopic.partitions"),
+        (packed(V, 7, CREATE_TOPIC, ["t", 1, 1, -2, -1]), "CreateTopic.retention_ms"),
+        (packed(V, 7, METADATA, [[msgpack.ExtType(1, b"x")]]), "ext type"),
+        (packed(V, 7, METADATA, [[]]) + b"\x00", "malformed msgpack"),
         (body_of(p.encode_request(7, EXAMPLE_REQUESTS[6]))[:-3], "malformed msgpack"),
     ],
 )
@@ -259,7 +266,7 @@ def test_malformed_payloads_are_invalid_and_keep_the_correlation_id(
 def test_a_refusal_is_one_of_the_coded_errors_with_its_message_apart() -> None:
     """Code that maps errors to answers catches `RaftbrokerError`; the server answers with the
     bare message (the code travels in the header, not in front of the text)."""
-    error = refusal(packed(1, 7, PRODUCE, [True, []]))
+    error = refusal(packed(V, 7, PRODUCE, [True, []]))
     assert isinstance(error, RaftbrokerError)
     assert (error.error, error.retriable, error.leader) == (ErrorCode.INVALID_REQUEST, False, "")
     assert error.message == "Produce.timeout_ms: expected an integer in [0, 3600000]"
@@ -293,12 +300,12 @@ def test_an_oversize_body_is_refused_before_decoding() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (packed(1, 3, 9_999, ["boom", ""]), "unknown error code 9999"),
-        (packed(1, 3, True, ["boom", ""]), "unknown error code True"),
-        (packed(1, 3, 6, ["boom"]), "ErrorInfo: expected an array of 2"),
-        (packed(1, 3, 6, ["boom", "x" * 300]), "ErrorInfo.leader"),
-        (packed(1, 3, 0, ["boom", ""]), "CreateTopicResponse: expected an array of 1"),
-        (packed(1, 3, 0, [-7]), "CreateTopicResponse.topic_id"),
+        (packed(V, 3, 9_999, ["boom", ""]), "unknown error code 9999"),
+        (packed(V, 3, True, ["boom", ""]), "unknown error code True"),
+        (packed(V, 3, 6, ["boom"]), "ErrorInfo: expected an array of 2"),
+        (packed(V, 3, 6, ["boom", "x" * 300]), "ErrorInfo.leader"),
+        (packed(V, 3, 0, ["boom", ""]), "CreateTopicResponse: expected an array of 1"),
+        (packed(V, 3, 0, [-7]), "CreateTopicResponse.topic_id"),
     ],
 )
 def test_malformed_responses_are_refused_with_their_correlation_id(
@@ -310,7 +317,7 @@ def test_malformed_responses_are_refused_with_their_correlation_id(
 
 
 def test_a_response_with_an_unknown_error_code_in_a_result_is_refused() -> None:
-    data = packed(1, 3, 0, [[["orders", 0, 12_345, 0, ""]]])
+    data = packed(V, 3, 0, [[["orders", 0, 12_345, 0, ""]]])
     assert "ListOffsetsResponse.results[0].error" in str(response_refusal(data, p.ListOffsets))
 
 
@@ -320,8 +327,8 @@ def test_a_response_with_an_unknown_error_code_in_a_result_is_refused() -> None:
 def test_peek_reads_the_correlation_id_of_requests_and_responses() -> None:
     assert p.peek_correlation_id(body_of(p.encode_request(11, p.ClusterStatus()))) == 11
     assert p.peek_correlation_id(body_of(p.encode_response(12, p.DeleteTopicResponse()))) == 12
-    assert p.peek_correlation_id(packed(1, 13, 0, [1, [["t", 0]]])[:6]) == 13
-    for data in (b"", b"\x91\x01", packed(1, "13"), msgpack.packb(13)):
+    assert p.peek_correlation_id(packed(V, 13, 0, [1, [["t", 0]]])[:6]) == 13
+    for data in (b"", b"\x91\x01", packed(V, "13"), msgpack.packb(13)):
         with pytest.raises(p.ProtocolError):
             p.peek_correlation_id(data)
 

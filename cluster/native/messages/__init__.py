@@ -1,6 +1,7 @@
 """Every request and response of the native protocol, one module per family: cluster.py
 (Metadata, topics, ClusterStatus), records.py (Produce, FencedProduce, Fetch, ListOffsets),
-producers.py (InitProducerId, DescribeProducers), groups.py (the consumer groups' requests);
+producers.py (InitProducerId, DescribeProducers), groups.py (the consumer groups' requests,
+TxnOffsetCommit among them), txns.py (the transactions');
 base.py what they all are. `REQUEST_TYPES` and `BY_OP`, the table the codec dispatches on, are
 built here and checked: one request class per `Op`.
 """
@@ -20,9 +21,18 @@ from cluster.native.messages.groups import (
     OffsetCommit,
     OffsetFetch,
     SyncGroup,
+    TxnOffsetCommit,
 )
 from cluster.native.messages.producers import DescribeProducers, InitProducerId
 from cluster.native.messages.records import FencedProduce, Fetch, ListOffsets, Produce
+from cluster.native.messages.txns import (
+    AddOffsetsToTxn,
+    AddPartitionsToTxn,
+    DescribeTransactions,
+    EndTxn,
+    ListTransactions,
+    WriteTxnMarkers,
+)
 
 REQUEST_TYPES: tuple[type[Request], ...] = (
     Metadata,
@@ -45,6 +55,13 @@ REQUEST_TYPES: tuple[type[Request], ...] = (
     DescribeGroup,
     ListGroups,
     DeleteGroup,
+    AddPartitionsToTxn,
+    AddOffsetsToTxn,
+    EndTxn,
+    WriteTxnMarkers,
+    TxnOffsetCommit,
+    DescribeTransactions,
+    ListTransactions,
 )
 
 

@@ -38,8 +38,15 @@ class Op(IntEnum):
     CREATE_TOPIC = 19
     DELETE_TOPIC = 20
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27  # an operator's abort only
+    TXN_OFFSET_COMMIT = 28
     DELETE_GROUP = 42
     DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     CLUSTER_STATUS = 1_000  # raftbroker's own: Raft group health
     FENCED_PRODUCE = 1_001  # raftbroker's own: a streaming sink's part, appended once
 

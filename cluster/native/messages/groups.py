@@ -23,6 +23,7 @@ from cluster.native.schema import (
     blob_field,
     error_field,
     field_of,
+    flag_field,
     int_field,
     many_field,
     name_field,
@@ -32,8 +33,11 @@ from cluster.native.schema import (
     str_field,
 )
 from statemachine.commands import INT32_MAX
+from statemachine.errors import ErrorCode
 from statemachine.limits import DEFAULT_LIMITS
+from statemachine.records import INT64_MAX, PRODUCER_EPOCH_MAX
 
+GROUP_KEY, TXN_KEY = 0, 1  # FindCoordinator's key types
 _PROTOCOLS_MAX = 16  # a member's assignors
 _GROUP_STATE_CHARS_MAX = 32
 
@@ -51,9 +55,13 @@ class FindCoordinatorResponse(Response):
 
 @dataclass(frozen=True, slots=True)
 class FindCoordinator(Request):
+    """The coordinator of a group (`key_type` GROUP_KEY, `key` its name) or of a
+    transactional id (TXN_KEY), as Kafka's key types 0 and 1."""
+
     OP: ClassVar[Op] = Op.FIND_COORDINATOR
     RESPONSE: ClassVar[type[Response]] = FindCoordinatorResponse
-    group: str = name_field()
+    key: str = name_field()
+    key_type: int = int_field(GROUP_KEY, TXN_KEY, GROUP_KEY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +191,25 @@ class OffsetCommit(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class TxnOffsetCommit(Request):
+    """Offsets in a transaction (Kafka's TxnOffsetCommit): taken as the producer's, pending
+    until its transaction's marker commits or drops them. AddOffsetsToTxn must have added
+    the group to the transaction first; the member fields are KIP-447's checks (generation -1
+    and an empty member id skip them)."""
+
+    OP: ClassVar[Op] = Op.TXN_OFFSET_COMMIT
+    RESPONSE: ClassVar[type[Response]] = OffsetCommitResponse
+    transactional_id: str = name_field()
+    group: str = name_field()
+    producer_id: int = int_field(0, INT64_MAX)
+    producer_epoch: int = int_field(0, PRODUCER_EPOCH_MAX)
+    generation: int = int_field(-1, INT32_MAX)
+    member_id: str = name_field()
+    instance_id: str = name_field()
+    offsets: tuple[CommitEntry, ...] = many_field(CommitEntry, per_request)
+
+
+@dataclass(frozen=True, slots=True)
 class GroupPartition(Struct):
     topic: str = name_field()
     partition: int = partition_field()
@@ -196,6 +223,7 @@ class GroupOffset(Struct):
     partition: int = partition_field()
     offset: int = field_of(OFFSET_OR_NONE_RULE)
     metadata: str = field_of(TEXT_RULE)
+    error: int = error_field(ErrorCode.NONE)  # UNSTABLE_OFFSET_COMMIT: see OffsetFetch
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +242,9 @@ class OffsetFetch(Request):
     RESPONSE: ClassVar[type[Response]] = OffsetFetchResponse
     group: str = name_field()
     partitions: tuple[GroupPartition, ...] = many_field(GroupPartition, per_request)
+    # KIP-447: a partition whose offset a transaction has pending answers
+    # UNSTABLE_OFFSET_COMMIT (its `error`) until the transaction ends.
+    require_stable: bool = flag_field(False)
 
 
 @dataclass(frozen=True, slots=True)

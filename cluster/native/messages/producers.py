@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from cluster.native.messages.base import Op, Request, Response
 from cluster.native.schema import (
+    OFFSET_OR_NONE_RULE,
     OFFSET_RULE,
     PARTITION_RULE,
     SEQUENCE_RULE,
@@ -71,6 +72,10 @@ class ProducerDescription(Struct):
     last_sequence: int = int_field(-1, INT32_MAX)
     last_timestamp_ms: int = field_of(TIME_MS_RULE)
     window: tuple[WindowEntry, ...] = many_field(WindowEntry, at_most(WINDOW_BATCHES))
+    # The epoch of the last coordinator whose marker this partition took (-1: none), and the
+    # first offset of the producer's open transaction here (-1: none with data yet).
+    coordinator_epoch: int = int_field(-1, INT32_MAX, -1)
+    txn_start_offset: int = field_of(OFFSET_OR_NONE_RULE, -1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,6 +111,11 @@ class FetchedBatch(Struct):
 
 @dataclass(frozen=True, slots=True)
 class FetchResult(Struct):
+    """`batches` hold only what the reader keeps: for a read_committed one, no aborted
+    transaction's data and no marker (the broker drops them, from its aborted index), so
+    `next_offset`, where the reader goes on from, can lie past the last batch given; -1 with
+    an error. `last_stable_offset` is -1 with an error too."""
+
     topic: str = name_field()
     partition: int = partition_field()
     error: int = error_field()
@@ -118,6 +123,8 @@ class FetchResult(Struct):
     log_start_offset: int = field_of(OFFSET_OR_NONE_RULE)
     leader: str = address_field()
     batches: tuple[FetchedBatch, ...] = many_field(FetchedBatch, per_frame)
+    last_stable_offset: int = field_of(OFFSET_OR_NONE_RULE, -1)
+    next_offset: int = field_of(OFFSET_OR_NONE_RULE, -1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +134,9 @@ class FetchResponse(Response):
 
 @dataclass(frozen=True, slots=True)
 class Fetch(Request):
+    """`read_committed`: Kafka's isolation level 1, up to the last stable offset and without
+    aborted transactions' data (a consumer's default, as librdkafka's)."""
+
     OP: ClassVar[Op] = Op.FETCH
     RESPONSE: ClassVar[type[Response]] = FetchResponse
     max_wait_ms: int = field_of(TIMEOUT_RULE)
@@ -135,6 +145,7 @@ class Fetch(Request):
     # A replica restoring records it missed reads from any replica that holds them, not only
     # from the leader (consumers leave it False).
     replica_read: bool = flag_field()
+    read_committed: bool = flag_field(False)
 
 
 # ListOffsets
@@ -171,3 +182,4 @@ class ListOffsets(Request):
     OP: ClassVar[Op] = Op.LIST_OFFSETS
     RESPONSE: ClassVar[type[Response]] = ListOffsetsResponse
     partitions: tuple[OffsetQuery, ...] = many_field(OffsetQuery, per_request)
+    read_committed: bool = flag_field(False)  # LATEST is the last stable offset
