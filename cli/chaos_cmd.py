@@ -75,6 +75,13 @@ def run_command(
         help="Add power cuts to the faults: a node (its partition's leader, any one, or every "
         "node at once) killed and left with only what it had fsynced, then restarted.",
     ),
+    transactions: bool = typer.Option(
+        True,
+        "--transactions/--no-transactions",
+        help="Run the transactions' workload too: a transactional writer over several "
+        "partitions, an exactly-once consume-transform-produce processor, a watcher of the "
+        "last stable offsets (and the coordinator's node among the faults).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     unsafe_disable_deduplication: bool = typer.Option(
         False,
@@ -86,7 +93,7 @@ def run_command(
         False,
         "--unsafe-ignore-isolation",
         hidden=True,
-        help="Negative control of transactions (--client kafka): nodes serve read_committed "
+        help="Negative control of transactions: nodes serve read_committed "
         "readers as read_uncommitted ones; the checker must say so.",
     ),
 ) -> None:
@@ -110,6 +117,7 @@ def run_command(
         unsafe_ignore_isolation=unsafe_ignore_isolation,
         fsync=fsync,
         power_loss=power_loss,
+        transactions=transactions,
         no_network_reason=None if inside else reason,
     )
     say = (lambda _: None) if as_json else (lambda line: typer.echo(f"chaos: {line}", err=True))

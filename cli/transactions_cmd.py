@@ -152,10 +152,18 @@ def abort(
     start_offset: int | None = typer.Option(
         None, "--start-offset", min=0, metavar="OFFSET", help="The transaction's first offset."
     ),
-    producer_id: int | None = typer.Option(None, "--producer-id", min=0, metavar="PID"),
-    producer_epoch: int | None = typer.Option(None, "--producer-epoch", min=0, metavar="EPOCH"),
+    producer_id: int | None = typer.Option(
+        None, "--producer-id", min=0, metavar="PID", help="Its producer's id."
+    ),
+    producer_epoch: int | None = typer.Option(
+        None, "--producer-epoch", min=0, metavar="EPOCH", help="Its producer's epoch."
+    ),
     coordinator_epoch: int | None = typer.Option(
-        None, "--coordinator-epoch", min=0, metavar="EPOCH"
+        None,
+        "--coordinator-epoch",
+        min=0,
+        metavar="EPOCH",
+        help="The coordinator epoch the partition knows (producers describe shows it).",
     ),
     bootstrap: list[str] | None = BootstrapOption,
     data_dir: Path | None = DataDirOption,

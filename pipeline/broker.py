@@ -30,9 +30,15 @@ from cluster.client import (
     ConsumedRecord,
     Consumer,
     ConsumerConfig,
+    GroupMetadata,
+    Groups,
+    PreparedTxn,
     Producer,
     ProducerConfig,
     RecordMetadata,
+    TransactionalProducer,
+    abort_open,
+    end_prepared,
 )
 from cluster.client.sync import SyncClient, SyncProducer
 from pipeline.offsets import OffsetRange, Offsets
@@ -217,6 +223,22 @@ class BrokerSession:
     def producer(self, config: ProducerConfig) -> RecordSender:
         return RecordSender(self.client, Producer(self.client.cluster, config))
 
+    def end_prepared(self, prepared: Iterable[PreparedTxn], *, commit: bool) -> None:
+        """Commit or abort transactions that tasks prepared (a Spark driver's commit)."""
+        cluster, timeout_s = self.client.cluster, self.request_timeout_s
+        for one in prepared:
+            self.client.call(end_prepared(cluster, one, commit=commit, timeout_s=timeout_s))
+
+    def abort_open(self, txn_ids: Iterable[str]) -> None:
+        """Abort whatever these transactional ids have open (a failed job's tasks')."""
+        for txn_id in txn_ids:
+            self.client.call(abort_open(self.client.cluster, txn_id))
+
+    def transactional_producer(self, txn_id: str, config: ProducerConfig) -> TxnRecordSender:
+        return TxnRecordSender(
+            self.client, TransactionalProducer(self.client.cluster, txn_id, config)
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class OutgoingRecord:
@@ -262,7 +284,7 @@ class RecordSender(SyncProducer):
     record, unlike `SyncProducer.send`); the producer's own buffer limit gives back-pressure.
     A batch writer uses one per task (`with`: the producer's session and its flush)."""
 
-    def __init__(self, client: SyncClient, producer: Producer) -> None:
+    def __init__(self, client: SyncClient, producer: Producer | TransactionalProducer) -> None:
         super().__init__(client, producer)
         self.stats = SendStats()
         self._chunk: list[OutgoingRecord] = []
@@ -292,3 +314,36 @@ class RecordSender(SyncProducer):
                 r.topic, r.value, r.key, headers=r.headers, partition=r.partition
             )
             future.add_done_callback(self.stats.acknowledged)
+
+
+class TxnRecordSender(RecordSender):
+    """A `RecordSender` whose records are one transaction (`begin` ... `prepare`, for the
+    driver to commit; leaving the `with` before `prepare` aborts it), which can carry a
+    streaming sink's progress: the
+    micro-batch it writes, as the offset of a group named after its transactional id, so a
+    micro-batch run again finds itself committed (`committed_through`)."""
+
+    _producer: TransactionalProducer
+
+    def begin(self) -> None:
+        self._producer.begin()
+
+    def committed_through(self) -> int:
+        """The last micro-batch a committed transaction of this id wrote (-1: none); a
+        transaction of it still ending is waited for (require_stable)."""
+        producer = self._producer
+        groups = Groups(self._client.cluster)
+        done = self._client.call(groups.committed(producer.transactional_id, require_stable=True))
+        return max(done.values(), default=0) - 1
+
+    def mark(self, batch_id: int) -> None:
+        """Batch `batch_id` is this transaction's (on the partition of its first record)."""
+        first = min(self.stats.ranges, default=None)
+        if first is None:
+            return  # nothing written: nothing to replay either
+        group = GroupMetadata(self._producer.transactional_id)
+        self._client.call(self._producer.send_offsets({first: batch_id + 1}, group))
+
+    def prepare(self) -> PreparedTxn:
+        """Every record acknowledged; the transaction left open for `end_prepared`."""
+        return self._client.call(self._producer.prepare(), self._flush_timeout_s)

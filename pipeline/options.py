@@ -11,7 +11,8 @@ Rules:
   (`earliest`, `latest`, or JSON `{"topic": {"0": 23, "1": -2}}` with -2 earliest and
   -1 latest), `maxOffsetsPerTrigger`, `minOffsetsPerTrigger`, `maxTriggerDelay`,
   `minPartitions`, `failOnDataLoss`, `includeHeaders`, `raftbroker.isolation.level`
-  (`read_committed`, the default, or `read_uncommitted`); for writes, `topic`.
+  (`read_committed`, the default, or `read_uncommitted`); for writes, `topic` and
+  `raftbroker.transactional.id.prefix` (with `raftbroker.transaction.timeout.ms`).
 - As in the Kafka connector, batch reads refuse `latest` as a start and `earliest` as an end,
   and streaming reads refuse `endingOffsets`.
 """
@@ -36,6 +37,14 @@ REQUEST_TIMEOUT = "raftbroker.request.timeout.ms"
 # read_committed (the default): no record of an aborted transaction, none past an open one;
 # read_uncommitted: every record (Spark's Kafka connector: `kafka.isolation.level`).
 ISOLATION_LEVEL = "raftbroker.isolation.level"
+# Writes in transactions: each task's rows one transaction of id PREFIX/[query id/]task
+# partition (pipeline/sink.py, "Guarantees").
+TXN_PREFIX = "raftbroker.transactional.id.prefix"
+TXN_PREFIX_CHARS_MAX = 180  # room left in a transactional id (249) for a query id and a task
+# How long a task's prepared transaction may wait for the driver's commit (the broker caps it:
+# transaction_timeout_ms_max, 15 min by default).
+TXN_TIMEOUT = "raftbroker.transaction.timeout.ms"
+DEFAULT_TXN_TIMEOUT_MS = 600_000
 SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka connector's default
 
@@ -98,6 +107,8 @@ class WriteOptions:
     linger_ms: float
     # A batch write that is one micro-batch of a stream (`fenced_foreach_batch`): fenced writes.
     fence: tuple[str, int] | None = None  # (sink id, batch id)
+    txn_prefix: str | None = None  # TXN_PREFIX: each task's rows in one transaction
+    txn_timeout_ms: int = DEFAULT_TXN_TIMEOUT_MS
 
 
 def option(options: Mapping[str, str], name: str) -> str | None:
@@ -163,7 +174,18 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         request_timeout_s=_request_timeout_s(options),
         linger_ms=_number(linger, "raftbroker.linger.ms") if linger is not None else 5.0,
         fence=_fence(options),
+        txn_prefix=_txn_prefix(options),
+        txn_timeout_ms=_positive_int(options, TXN_TIMEOUT) or DEFAULT_TXN_TIMEOUT_MS,
     )
+
+
+def _txn_prefix(options: Mapping[str, str]) -> str | None:
+    raw = option(options, TXN_PREFIX)
+    if raw is None:
+        return None
+    if not raw.strip() or len(raw) > TXN_PREFIX_CHARS_MAX:
+        raise OptionError(f"{TXN_PREFIX}: 1 to {TXN_PREFIX_CHARS_MAX} characters, got {raw!r}")
+    return raw.strip()
 
 
 def _fence(options: Mapping[str, str]) -> tuple[str, int] | None:

@@ -33,12 +33,15 @@ or may not have (a timeout, a lost connection). Operations and their fields:
 - `group_error` (info): a member's poll failed: `error`.
 - `group_drain` (ok, info): after the producers stopped, the group committed up to `ends`
   (`[partition, end offset]`) of every partition (ok), or not within the drain's time (info).
-- Transactions (Kafka-client runs, kafka_txns.py): `txn` (invoke: `txn`, `topic`, `values`,
-  `intent`, and a processor's `inputs` and `read_ms`; its outcome `txn`, `error`,
+- Transactions (txn_workload.py: kafka_txns.py and native_txns.py): `txn` (invoke: `txn`,
+  `topic`, `values`, `intent`, and a processor's `inputs` and `read_ms`; its outcome `txn`, `error`,
   `ending_ms`), `txn_producer` (info: a transactional producer ended, `error`),
   `client_hang` (info: a librdkafka `call` never returned), `rewind` (info: the processor's
   consumer could not be rewound after an abort, `error`: it is made anew), `lso`,
-  `txn_read`, `ctp_committed`: kafka_txns.py says what each carries.
+  `txn_read`, `ctp_committed`: kafka_txns.py says what each carries (`txn_member`,
+  info: the native processor's group member failed a poll and is made anew; `ctp_offsets`,
+  ok or info: the processor's positions committed in a transaction of offsets alone, when
+  only aborted records lay past its last commit).
 
 Reading is strict: a line that is not such an event is a `HistoryError` naming the line, since a
 checker that skipped input could miss the one anomaly that matters.
@@ -83,6 +86,8 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "txn_producer": {"error": str},
     "client_hang": {"call": str},
     "rewind": {"error": str},
+    "txn_member": {"error": str},
+    "ctp_offsets": {"offsets": list, "error": str},
     "lso": {"topic": str, "partition": int, "lso": int, "hw": int, "final": bool},
     "txn_read": {
         "topic": str,

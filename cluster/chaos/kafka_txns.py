@@ -1,5 +1,6 @@
 """The chaos workload's transactions, through Kafka's clients (`raftbroker chaos run --client
-kafka`), and what the checker needs to judge them (txn_checker.py).
+kafka`), and what the checker needs to judge them (txn_checker.py); native_txns.py runs the
+same with the client library, and txn_workload.py holds what the two share.
 
 Role: three processes beside the rest of the workload, on topics of their own:
 - the writer (`x0`): confluent-kafka's transactional producer, each transaction a few values
@@ -52,34 +53,34 @@ from cluster.chaos.clients import Record
 from cluster.chaos.kafka_clients import Callbacks
 from cluster.chaos.kafka_wire import KafkaWireClient
 from cluster.chaos.txn_checker import output_of
-from cluster.client import Admin, ClientError
+from cluster.chaos.txn_workload import (
+    ABORT_EVERY,
+    CALL_TIMEOUT_S,
+    CTP_ABORT_EVERY,
+    CTP_BATCH_MAX,
+    CTP_GROUP,
+    CTP_ID,
+    HUNG,
+    OUT_TOPIC,
+    POLL_S,
+    READ_TIMEOUT_S,
+    TXN_TIMEOUT_MS,
+    TXN_TOPIC,
+    WRITER_ID,
+    WRITER_INTERVAL_S,
+    Rows,
+    TxnWorkloadBase,
+)
+from cluster.client import ClientError
 from statemachine.errors import ErrorCode
 
 T = TypeVar("T")
-TXN_TOPIC = "chaos-txn"
-OUT_TOPIC = "chaos-txn-out"
-CTP_GROUP = "chaos-ctp"
-WRITER_ID = "chaos-txn-writer"  # the writer's transactional id (kill-txn-coordinator's aim)
-CTP_ID = "chaos-ctp"
-REPLICATION = 3
-VALUES_PER_TXN = 3
-ABORT_EVERY = 4
-CTP_ABORT_EVERY = 5
-CTP_BATCH_MAX = 50
-TXN_TIMEOUT_MS = 10_000  # an abandoned transaction is aborted by then (the hanging check)
-CALL_TIMEOUT_S = 15.0  # a transactional call (init, commit, abort, send offsets) gives up
-RETRIES_MAX = 4  # ... and is made again after a retriable error at most this often
+RETRIES_MAX = 4  # a transactional call is made again after a retriable error at most this often
 HANG_MARGIN_S = 10.0  # a call not back this long after its own timeout hung (`_call`)
-HUNG = "client hung"  # the error of a transaction whose client call never returned
-WRITER_INTERVAL_S = 0.05
-WATCH_INTERVAL_S = 0.25
-POLL_S = 0.1
-DRAIN_TIMEOUT_S = 60.0
-READ_TIMEOUT_S = 30.0
 
 
-class TxnWorkload:
-    """The writer, the processor and the watcher, and the final reads."""
+class TxnWorkload(TxnWorkloadBase):
+    """The writer, the processor, the watcher and the final reads, with Kafka's clients."""
 
     def __init__(
         self,
@@ -89,21 +90,9 @@ class TxnWorkload:
         wire: KafkaWireClient,
         clock_ms: Callable[[], float],
     ) -> None:
+        super().__init__(partitions, record, clock_ms)
         self.bootstrap = ",".join(bootstrap)
-        self.partitions = partitions
-        self._record = record
         self._wire = wire
-        self._clock_ms = clock_ms
-        self.stopping = asyncio.Event()  # the writer stops; the processor drains
-        self.drained = asyncio.Event()  # the processor read and committed every input
-
-    def event(self, kind: str, process: str, f: str, **fields: object) -> None:
-        self._record({"type": kind, "process": process, "f": f, **fields})
-
-    async def create_topics(self, admin: Admin) -> None:
-        for topic in (TXN_TOPIC, OUT_TOPIC):
-            await admin.create_topic(topic, self.partitions, REPLICATION)
-            await admin.wait_for_leaders(topic, READ_TIMEOUT_S)
 
     # -- a transactional producer ----------------------------------------------------------------
 
@@ -159,7 +148,7 @@ class TxnWorkload:
                 self.event("info", process, "txn_producer", error=_error_name(exc))
 
     async def _write(self, process: str, producer: KafkaProducer, n: int) -> bool:
-        values = [((n + k) % self.partitions, f"{process}-{n}-{k}") for k in range(VALUES_PER_TXN)]
+        values = self.values_of(process, n)
         commit = n % ABORT_EVERY != ABORT_EVERY - 1
         txn = f"{process}-{n}"
         fields = {"txn": txn, "topic": TXN_TOPIC, "values": values}
@@ -231,7 +220,7 @@ class TxnWorkload:
             read_ms = self._clock_ms()
             inputs = [_row(m) for m in messages if m.error() is None]
             if not inputs:
-                if self.stopping.is_set() and await self._caught_up(consumer):
+                if self.stopping.is_set() and await self._caught_up(consumer, producer):
                     self.drained.set()
                 continue
             outcome = await self._transform(
@@ -310,44 +299,48 @@ class TxnWorkload:
             return False
         return True
 
-    async def _caught_up(self, consumer: KafkaConsumer) -> bool:
-        """Whether the group committed every input partition's last stable offset."""
+    async def _caught_up(self, consumer: KafkaConsumer, producer: KafkaProducer) -> bool:
+        """Whether the group committed every input partition's last stable offset; where the
+        consumer read up to it but only aborted records lay past the last commit, its
+        positions are committed in a transaction of offsets alone (`ctp_offsets`)."""
         asked = [TopicPartition(TXN_TOPIC, p) for p in range(self.partitions)]
         try:
             committed = await _call(lambda: consumer.committed(asked, CALL_TIMEOUT_S))
+            positions = {tp.partition: tp.offset for tp in consumer.position(asked)}
         except (KafkaException, TimeoutError):
             return False
+        behind = False
         for tp in committed:
-            error, lso = await self._offset(TXN_TOPIC, tp.partition, read_committed=True)
-            if error != ErrorCode.NONE or tp.offset < lso:
+            error, lso = await self.offset(TXN_TOPIC, tp.partition, read_committed=True)
+            if error != ErrorCode.NONE:
                 return False
-        return True
+            if tp.offset < lso:
+                if positions.get(tp.partition, -1) < lso:
+                    return False  # still to read
+                behind = True
+        if behind:
+            await self._commit_positions(consumer, producer)
+        return not behind
 
-    # -- the watcher -----------------------------------------------------------------------------
+    async def _commit_positions(self, consumer: KafkaConsumer, producer: KafkaProducer) -> None:
+        positions = consumer.position(consumer.assignment())
+        offsets = sorted([tp.topic, tp.partition, tp.offset] for tp in positions)
+        try:
+            await _call(producer.begin_transaction)
+            metadata = consumer.consumer_group_metadata()
+            await _until_done(
+                lambda: producer.send_offsets_to_transaction(positions, metadata, CALL_TIMEOUT_S)
+            )
+        except (KafkaException, TimeoutError) as exc:
+            await self._end(producer, commit=False)
+            self.event("info", "y0", "ctp_offsets", offsets=offsets, error=_error_name(exc))
+            return
+        kind, error, _ = await self._end(producer, commit=True)
+        self.event(kind, "y0", "ctp_offsets", offsets=offsets, error=error)
 
-    async def run_watcher(self, process: str) -> None:
-        while not self.drained.is_set():
-            await self.watch_once(process, final=False)
-            await asyncio.sleep(WATCH_INTERVAL_S)
+    # -- what the watcher and the final reads ask ------------------------------------------------
 
-    async def watch_once(self, process: str, *, final: bool) -> bool:
-        """One look at every partition's LSO and high watermark: whether none is held."""
-        settled = True
-        for topic in (TXN_TOPIC, OUT_TOPIC):
-            for partition in range(self.partitions):
-                error, lso = await self._offset(topic, partition, read_committed=True)
-                hw_error, hw = await self._offset(topic, partition, read_committed=False)
-                if ErrorCode.NONE not in (error, hw_error) or error != hw_error:
-                    settled = False
-                    continue
-                self.event(
-                    "ok", process, "lso", topic=topic, partition=partition, lso=lso, hw=hw,
-                    final=final,
-                )  # fmt: skip
-                settled = settled and lso == hw
-        return settled
-
-    async def _offset(self, topic: str, partition: int, *, read_committed: bool) -> tuple[int, int]:
+    async def offset(self, topic: str, partition: int, *, read_committed: bool) -> tuple[int, int]:
         try:
             error, offset = await self._wire.list_offsets(
                 topic, partition, read_committed=read_committed
@@ -359,28 +352,13 @@ class TxnWorkload:
                 await self._wire.refresh(topic)
         return error, offset
 
-    # -- after the run ---------------------------------------------------------------------------
+    async def read_final(self, topic: str, isolation: str) -> tuple[Rows, set[int]]:
+        return await _call(partial(self._read_all, topic, isolation), READ_TIMEOUT_S)
 
-    async def finish(self, process: str) -> None:
-        """Every transaction ended (the LSOs caught up with the ends, or the timeout passed
-        twice), then the final reads and the processor's committed offsets."""
-        for _ in range(int(2 * TXN_TIMEOUT_MS / 1000 / WATCH_INTERVAL_S)):
-            if await self.watch_once(process, final=False):
-                break
-            await asyncio.sleep(WATCH_INTERVAL_S)
-        await self.watch_once(process, final=True)
-        for topic in (TXN_TOPIC, OUT_TOPIC):
-            for isolation in ("read_committed", "read_uncommitted"):
-                read, ended = await _call(partial(self._read_all, topic, isolation), READ_TIMEOUT_S)
-                for partition, rows in enumerate(read):
-                    self.event(
-                        "ok", "final", "txn_read", topic=topic, partition=partition,
-                        isolation=isolation, records=rows, complete=partition in ended,
-                    )  # fmt: skip
-        offsets = await _call(self._committed, READ_TIMEOUT_S)
-        self.event("ok", "final", "ctp_committed", group=CTP_GROUP, offsets=offsets)
+    async def committed(self) -> list[list[int]]:
+        return await _call(self._committed, READ_TIMEOUT_S)
 
-    def _read_all(self, topic: str, isolation: str) -> tuple[list[list[list[object]]], set[int]]:
+    def _read_all(self, topic: str, isolation: str) -> tuple[Rows, set[int]]:
         """Every partition of `topic`, from its start to its end, at this isolation level;
         and the partitions whose end it reached (the others' reads stopped short)."""
         consumer = KafkaConsumer(
@@ -392,7 +370,7 @@ class TxnWorkload:
                 "enable.auto.commit": False,
             }
         )
-        rows: list[list[list[object]]] = [[] for _ in range(self.partitions)]
+        rows: Rows = [[] for _ in range(self.partitions)]
         consumer.assign(
             [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
         )
@@ -432,7 +410,6 @@ class TxnWorkload:
         return [[tp.partition, tp.offset] for tp in found if tp.error is None]
 
     async def coordinator_node(self) -> int | None:
-        """The node coordinating the writer's transactional id (kill-txn-coordinator)."""
         from cluster.kafka import messages as m  # noqa: PLC0415 - the codec's table is big
 
         try:

@@ -19,7 +19,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cluster import native as p
 from cluster.chaos.checker import check_file
@@ -27,16 +27,15 @@ from cluster.chaos.clients import Clients, Record, WorkloadSettings
 from cluster.chaos.history import HistoryWriter
 from cluster.chaos.links import LinkCutter
 from cluster.chaos.native_clients import NativeClients
+from cluster.chaos.native_txns import NativeTxnWorkload
 from cluster.chaos.nemesis import GROUP_FAULTS, NETWORK_FAULTS, Nemesis, schedule
 from cluster.chaos.report import Report
+from cluster.chaos.txn_workload import TxnWorkloadBase
 from cluster.chaos.workload import Clock, Workload
 from cluster.client import Admin, Client, ClientError, Consumer, ConsumerConfig, Groups
 from cluster.local import launcher
 from statemachine.errors import ErrorCode
 from statemachine.records import RecordBatch
-
-if TYPE_CHECKING:
-    from cluster.chaos.kafka_txns import TxnWorkload
 
 TOPIC = "chaos"
 GROUP = "chaos-group"  # the workload's consumer group (native client runs)
@@ -65,6 +64,8 @@ class ChaosOptions:
     fsync: bool = True
     # Power cuts among the faults (nemesis.POWER_FAULTS): the nodes record their fsyncs.
     power_loss: bool = False
+    # The transactions' workload (txn_workload.py) beside the rest.
+    transactions: bool = True
     # Why there are no network faults (None: the run has its own namespace and cuts links).
     no_network_reason: str | None = "not inside a network namespace of its own"
 
@@ -133,7 +134,7 @@ async def _run(
     timed: Callable[[dict[str, object]], None],
     progress: Progress,
     *,
-    txns: TxnWorkload | None,
+    txns: TxnWorkloadBase | None,
 ) -> None:
     client = Client(cluster.bootstrap, request_timeout_s=5.0)
     try:
@@ -183,10 +184,18 @@ async def _transactions(
     cluster: launcher.LocalCluster,
     record: Record,
     clock: Clock,
-) -> AsyncIterator[TxnWorkload | None]:
-    """The transactional workload of a Kafka-client run (None in a native one)."""
-    if options.client != "kafka":
+) -> AsyncIterator[TxnWorkloadBase | None]:
+    """The transactional workload: Kafka's clients' in a Kafka-client run, the client
+    library's in a native one; None without transactions."""
+    if not options.transactions:
         yield None
+        return
+    if options.client != "kafka":
+        native = NativeTxnWorkload(cluster.bootstrap, options.partitions, record, clock.ms)
+        try:
+            yield native
+        finally:
+            await native.close()
         return
     from cluster.chaos.kafka_txns import TxnWorkload  # noqa: PLC0415 - needs confluent-kafka
     from cluster.chaos.kafka_wire import KafkaWireClient  # noqa: PLC0415
@@ -198,7 +207,9 @@ async def _transactions(
         await wire.close()
 
 
-async def _run_transactions(txns: TxnWorkload, stopped: asyncio.Event, progress: Progress) -> None:
+async def _run_transactions(
+    txns: TxnWorkloadBase, stopped: asyncio.Event, progress: Progress
+) -> None:
     """The writer until the workload stops, the processor until it drained the input (or the
     drain's time is up), the watcher throughout; then the final reads."""
     async with asyncio.TaskGroup() as tasks:
@@ -223,7 +234,7 @@ async def _under_faults(
     workload: Workload,
     progress: Progress,
     *,
-    txns: TxnWorkload | None,
+    txns: TxnWorkloadBase | None,
 ) -> None:
     """The workload under the nemesis for the run's duration, then healed, settled, stopped."""
     faults = schedule(

@@ -1,5 +1,5 @@
 """The chaos checker's transaction rules: Jepsen's Kafka anomalies, from a run's `txn`, `lso`,
-`txn_read` and `ctp_committed` events (kafka_txns.py writes them).
+`txn_read` and `ctp_committed` events (kafka_txns.py and native_txns.py write them).
 
 Role: a pure function of the history, as checker.py, which calls it and reports its kinds.
 The final read_committed reads (after healing, every transaction ended) are the authority:

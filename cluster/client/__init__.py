@@ -49,7 +49,13 @@ from cluster.client.producer import (
     RecordMetadata,
 )
 from cluster.client.retry import CallTimeoutError, RetryPolicy, retrying
-from cluster.client.transactions import TransactionalProducer, TxnAbortableError
+from cluster.client.transactions import (
+    PreparedTxn,
+    TransactionalProducer,
+    TxnAbortableError,
+    abort_open,
+    end_prepared,
+)
 from cluster.client.txn_admin import HangingTxn, OpenTxn, Transactions, TxnListing
 
 __all__ = [
@@ -69,6 +75,7 @@ __all__ = [
     "HangingTxn",
     "OpenTxn",
     "PartitionInfo",
+    "PreparedTxn",
     "Producer",
     "ProducerConfig",
     "ProducerFencedError",
@@ -78,6 +85,8 @@ __all__ = [
     "Transactions",
     "TxnAbortableError",
     "TxnListing",
+    "abort_open",
+    "end_prepared",
     "retrying",
     "stable_partition",
 ]

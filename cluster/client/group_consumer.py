@@ -405,13 +405,16 @@ async def fetch_committed(
     *,
     require_stable: bool = False,
     backoff_s: float = 0.05,
+    patience_s: float = 120.0,
 ) -> dict[tuple[str, int], int]:
     """The group's committed offsets of `partitions` (none named: of every partition it has),
     leaving out those it has none for; in requests of at most the partitions one may carry.
     `call` sends a request to the group's coordinator and raises its errors. With
     `require_stable`, a partition whose offset a transaction has pending is asked again
-    (backing off) until that transaction ends; `call`'s own timeout bounds the wait."""
+    (backing off) until that transaction ends, for `patience_s` at most (a transaction's
+    coordinator aborts it at its timeout, 60 s by default): UNSTABLE_OFFSET_COMMIT then."""
     found: dict[tuple[str, int], int] = {}
+    deadline = time.monotonic() + patience_s
     for chunk in _chunks(partitions) if partitions else [()]:
         asked: Sequence[tuple[str, int]] = chunk
         while True:
@@ -426,6 +429,9 @@ async def fetch_committed(
             )
             if not unstable:
                 break
+            if time.monotonic() > deadline:
+                message = f"group {group!r}: offsets of {unstable} still pending in a transaction"
+                raise ClientError(ErrorCode.UNSTABLE_OFFSET_COMMIT, message)
             asked = unstable
             await asyncio.sleep(backoff_s)  # a backoff between asks, as Kafka's consumer's
     return found

@@ -33,6 +33,7 @@ from cluster.client.consumer import ConsumedRecord, Consumer
 from cluster.client.metadata import Client
 from cluster.client.producer import Producer, ProducerConfig, RecordMetadata
 from cluster.client.retry import RetryPolicy
+from cluster.client.transactions import TransactionalProducer
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 60.0
@@ -145,9 +146,9 @@ class SyncClient:
 
 
 class SyncProducer:
-    """An idempotent producer driven from a synchronous thread."""
+    """An idempotent (or transactional) producer driven from a synchronous thread."""
 
-    def __init__(self, client: SyncClient, producer: Producer) -> None:
+    def __init__(self, client: SyncClient, producer: Producer | TransactionalProducer) -> None:
         self._client = client
         self._producer = producer
         # A flush may take as long as a delivery may: wait that, and a little more.

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from typing import NamedTuple
 
 from cluster import native as p
 from cluster.client.errors import ClientError, ProducerFencedError
@@ -32,6 +33,17 @@ from cluster.client.group_consumer import GroupMetadata
 from cluster.client.metadata import Client
 from cluster.client.producer import FENCED, Producer, ProducerConfig, RecordMetadata
 from statemachine.errors import ErrorCode
+
+
+class PreparedTxn(NamedTuple):
+    """A transaction whose records are all acknowledged and which nobody has ended yet: any
+    client holding its producer id and epoch ends it (`end_prepared`), as Flink's two-phase
+    commit does, so a Spark driver commits what its tasks wrote. It stays open until then, or
+    until its transaction timeout aborts it."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
 
 
 class TxnAbortableError(ClientError):
@@ -73,10 +85,24 @@ class TransactionalProducer:
             with contextlib.suppress(ClientError):
                 await self.abort()
         await self.producer.__aexit__(exc_type, exc, tb)
+        for future in self._sent:  # their failures are the transaction's, told already
+            if future.done() and not future.cancelled():
+                future.exception()
 
     @property
     def in_transaction(self) -> bool:
         return self._open
+
+    @property
+    def config(self) -> ProducerConfig:
+        return self.producer.config
+
+    async def flush(self) -> None:
+        """Until every record of the open transaction is acknowledged; its first failure
+        raised, as `TxnAbortableError` (the transaction can only be aborted)."""
+        failed = await self._settled()
+        if failed is not None:
+            raise TxnAbortableError(failed.error, f"a record of the transaction failed: {failed}")
 
     def begin(self) -> None:
         if self.producer.fatal is not None:
@@ -143,14 +169,24 @@ class TransactionalProducer:
         """Every record of the transaction acknowledged, then the commit decided; on
         `TxnAbortableError` the transaction is still open, for `abort()`."""
         self._check_open()
-        failed = await self._settled()
-        if failed is not None:
-            raise TxnAbortableError(failed.error, f"a record of the transaction failed: {failed}")
+        await self.flush()
         if self.producer.epoch != self._epoch_at_begin:
             raise TxnAbortableError(
                 ErrorCode.INVALID_PRODUCER_EPOCH, "the producer's session was renewed: aborted"
             )
         await self._end(commit=True)
+
+    async def prepare(self) -> PreparedTxn:
+        """Every record of the transaction acknowledged, the transaction left open for
+        `end_prepared`: this producer is done with it (leaving the `with` does not abort it)."""
+        self._check_open()
+        await self.flush()
+        if self.producer.epoch != self._epoch_at_begin:
+            raise TxnAbortableError(
+                ErrorCode.INVALID_PRODUCER_EPOCH, "the producer's session was renewed: aborted"
+            )
+        self._open = False
+        return PreparedTxn(self.transactional_id, self.producer.producer_id, self.producer.epoch)
 
     async def abort(self) -> None:
         """None of the transaction is ever read by a read_committed reader."""
@@ -226,3 +262,26 @@ class TransactionalProducer:
             raise self.producer.fatal
         if not self._open:
             raise ClientError(ErrorCode.INVALID_TXN_STATE, "no transaction is open: begin() first")
+
+
+async def end_prepared(
+    cluster: Client, prepared: PreparedTxn, *, commit: bool, timeout_s: float | None = None
+) -> None:
+    """Commit or abort a prepared transaction (EndTxn with its producer id and epoch), from
+    any client; a retry after it ended the same way is answered NONE."""
+    txn_id = prepared.transactional_id
+    request = p.EndTxn(txn_id, prepared.producer_id, prepared.epoch, commit)
+    response = await cluster.call_coordinator(
+        txn_id, request, timeout_s=timeout_s, key_type=p.TXN_KEY
+    )
+    assert isinstance(response, p.TxnErrorResponse)
+    if response.error != ErrorCode.NONE:
+        what = "commit" if commit else "abort"
+        raise ClientError(ErrorCode(response.error), f"{txn_id}: the prepared {what} refused")
+
+
+async def abort_open(cluster: Client, txn_id: str, config: ProducerConfig | None = None) -> None:
+    """Abort whatever transaction `txn_id` has open, prepared or not (InitProducerId bumps its
+    epoch, which fences its producer and aborts it, as a new instance's start does)."""
+    async with TransactionalProducer(cluster, txn_id, config):
+        pass

@@ -3,7 +3,9 @@
 The positive run is what CI runs on every change: `raftbroker chaos run` for 22 s of a seeded
 schedule with at least four leader kills (the consumer group's coordinator among them) and two
 pauses (and network partitions inside a namespace of its own where the machine allows) against
-a real 3-node cluster, checked for every anomaly kind; its consumer group reads everything.
+a real 3-node cluster, checked for every anomaly kind; its consumer group reads everything,
+and the client library's transactions (a writer, a consume-transform-produce processor:
+native_txns.py) lose, tear and duplicate nothing while their coordinator's node is killed.
 The negative control runs the same command against nodes whose apply appends retried batches
 again: a checker that stayed green there would be worthless.
 
@@ -44,9 +46,10 @@ from tests.cluster.procs import REPO
 
 # alone: fault schedules run against deadlines that a second worker's load would move.
 pytestmark = [pytest.mark.chaos, pytest.mark.alone]
-# Seed 450: every fault the test asks for starts by about 18 s of the 22, with or without the
-# network faults (the faults run one after another, each delayed by the one before).
-CI_SEED = 450
+# Seed 650: every fault the test asks for (the transactions' coordinator kill among them)
+# starts by about 18 s of the 22, with or without the network faults (the faults run one after
+# another, each delayed by the one before).
+CI_SEED = 650
 LEADER_KILLS = ("kill-leader", "kill-meta-leader", "kill-coordinator")
 CI_DURATION_S = 22
 CI_INTERVAL_S = 2.5
@@ -63,6 +66,7 @@ class Run:
 
     out: Path
     proc: subprocess.Popen[str]
+    result: tuple[int, dict[str, Any]] | None = None  # once finished: two tests read one run
 
     @classmethod
     def start(cls, out: Path, *args: str) -> Run:
@@ -78,13 +82,16 @@ class Run:
 
     def finish(self, timeout_s: float) -> tuple[int, dict[str, Any]]:
         """Its exit status and report (the run is killed if it outlasts `timeout_s`)."""
+        if self.result is not None:
+            return self.result
         try:
             _, errors = self.proc.communicate(timeout=timeout_s)
         finally:
             self.stop()
         assert (self.out / "report.json").exists(), errors[-3000:]
         report: dict[str, Any] = json.loads((self.out / "report.json").read_text())
-        return self.proc.returncode, report
+        self.result = self.proc.returncode, report
+        return self.result
 
     def stop(self) -> None:
         """SIGTERM first (the run stops its cluster's nodes, which live in sessions of their
@@ -104,12 +111,17 @@ def chaos_run(out: Path, *args: str, timeout_s: float) -> tuple[int, dict[str, A
 
 @pytest.mark.parametrize("network", [False, True])
 def test_the_ci_schedule_has_the_faults_it_promises(network: bool) -> None:
-    faults = schedule(CI_SEED, CI_DURATION_S, 4, CI_INTERVAL_S, network=network, groups=True)
+    faults = schedule(
+        CI_SEED, CI_DURATION_S, 4, CI_INTERVAL_S, network=network, groups=True, txns=True
+    )
     kinds = [f.kind for f in faults]
     assert sum(kinds.count(k) for k in LEADER_KILLS) >= 4 and "kill-coordinator" in kinds
+    assert "kill-txn-coordinator" in kinds
     assert sum(k.startswith("pause") for k in kinds) >= 2
     assert not network or {"partition-leader", "split"} <= set(kinds)
-    again = schedule(CI_SEED, CI_DURATION_S, 4, CI_INTERVAL_S, network=network, groups=True)
+    again = schedule(
+        CI_SEED, CI_DURATION_S, 4, CI_INTERVAL_S, network=network, groups=True, txns=True
+    )
     assert again == faults
 
 
@@ -140,19 +152,27 @@ def test_a_seeded_run_of_leader_kills_and_pauses_loses_and_duplicates_nothing(
     group = figures["group"]  # read everything, under coordinator kills among the rest
     assert group["drained"] and group["records_read"] > 1_000, group
     assert group["commits"]["ok"] > 0 and group["generations"] >= 2, group
+    # The client library's transactions, their coordinator's node killed among the rest.
+    assert done.get("kill-txn-coordinator", 0) >= 1, done
+    txns = figures["transactions"]
+    assert txns["transactions"]["committed"] > 50 and txns["transactions"]["aborted"] > 10, txns
+    assert txns["processor_transactions"] > 10, txns
 
 
-# Power cuts (issue 22): every node at once at 1.5 s and 4.1 s, a pause, the leader of a
-# partition at 10.3 s, any one node at 12.7 s and again at 15.0 s. Faults run one after the
-# other, and one that is late when the run ends is not run: the second cut of one node, and
-# the slack before the end, keep every kind in the run on a loaded machine (two test workers
-# on two cores), where the run of 15 s once lost its last fault to the restarts before it.
-POWER_SEED = 4
+# Power cuts (issue 22), with the transactions' workload running (its coordinator's kill is
+# in the draw): every node at once at 1.5 s and 3.8 s, the leader of a partition at 6.1 s,
+# any one node at 8.9 s, then a leader kill and a pause. Faults run one after the other, and
+# one that is late when the run ends is not run: the cuts come first, and the slack before
+# the end keeps every kind in the run on a loaded machine (two test workers on two cores).
+POWER_SEED = 4439
 POWER_DURATION_S = 19
 POWER_INTERVAL_S = 3
 POWER_CUTS = {"lose-unsynced-all", "lose-unsynced-leader", "lose-unsynced"}
 
 
+# The power control's seed: no transactions there (a run whose nodes lose what they
+# acknowledged leaves the processor nothing to drain to, and it would wait its 60 s out).
+CONTROL_POWER_SEED = 4
 # The negative controls' short runs. Deduplication's absence bites with no fault at all (a few
 # hundred duplicates in 4 s); the power control's first fault, every node's power cut at 1.5 s,
 # is in its schedule (test_the_control_schedule_cuts_every_node_first).
@@ -169,13 +189,13 @@ def controls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run
         "no-dedup": Run.start(
             tmp_path_factory.mktemp("no-dedup"),
             "--duration", str(CONTROL_DURATION_S), "--seed", "3", "--fault-interval", "3",
-            "--no-network", "--unsafe-disable-deduplication",
+            "--no-network", "--unsafe-disable-deduplication", "--unsafe-ignore-isolation",
         ),
         "no-fsync": Run.start(
             tmp_path_factory.mktemp("no-fsync"),
-            "--duration", str(CONTROL_DURATION_S), "--seed", str(POWER_SEED),
+            "--duration", str(CONTROL_DURATION_S), "--seed", str(CONTROL_POWER_SEED),
             "--fault-interval", str(POWER_INTERVAL_S), "--no-network", "--power-loss",
-            "--no-fsync",
+            "--no-fsync", "--no-transactions",
         ),
     }  # fmt: skip
     try:
@@ -225,7 +245,7 @@ def power_run(out: Path, *args: str) -> tuple[int, dict[str, Any]]:
 
 
 def test_the_power_schedule_has_every_power_cut() -> None:
-    faults = schedule(POWER_SEED, POWER_DURATION_S, 4, POWER_INTERVAL_S, power=True)
+    faults = schedule(POWER_SEED, POWER_DURATION_S, 4, POWER_INTERVAL_S, power=True, txns=True)
     kinds = [f.kind for f in faults]
     assert kinds.count("lose-unsynced-all") >= 2 and set(kinds) >= POWER_CUTS, kinds
 
@@ -245,7 +265,7 @@ def test_with_fsync_power_cuts_lose_and_duplicate_nothing(tmp_path: Path) -> Non
 
 
 def test_the_control_schedule_cuts_every_node_first() -> None:
-    faults = schedule(POWER_SEED, CONTROL_DURATION_S, 4, POWER_INTERVAL_S, power=True)
+    faults = schedule(CONTROL_POWER_SEED, CONTROL_DURATION_S, 4, POWER_INTERVAL_S, power=True)
     assert faults[0].kind == "lose-unsynced-all" and faults[0].at_s < 2, faults
 
 
@@ -310,6 +330,18 @@ def test_kafka_clients_under_leader_kills_lose_and_duplicate_nothing(tmp_path: P
     assert txns["transactions"]["committed"] > 50 and txns["transactions"]["aborted"] > 10, txns
     assert txns["processor_transactions"] > 10, txns
     assert any(e["f"] == "ctp_drain" and e["type"] == "ok" for e in events), "not drained"
+
+
+@pytest.mark.timeout(CONTROL_TIMEOUT_S + 20)
+def test_the_checker_catches_native_reads_that_ignore_read_committed(
+    controls: dict[str, Run],
+) -> None:
+    """The native client's transactions in the same negative control (its nodes serve
+    read_committed as read_uncommitted too): the processor, a read_committed member, reads
+    what the writer aborted on purpose."""
+    _code, report = controls["no-dedup"].finish(CONTROL_TIMEOUT_S)
+    kinds = report["anomalies_by_kind"]
+    assert kinds["txn-aborted-read"] > 0, kinds
 
 
 @pytest.mark.timeout(CONTROL_TIMEOUT_S + 20)

@@ -301,3 +301,47 @@ async def test_transactions_list_describe_find_hanging_and_abort(
         read = ("consume", topic, "--from-beginning", "--until-end", "--format", "json", *at)
         assert await cli(*read) == ""  # aborted on the partition: never read committed
         await producer.abort()
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+
+async def call_txn(client: Client, txn_id: str, request: p.Request) -> p.Response:
+    return await client.call_coordinator(txn_id, request, key_type=p.TXN_KEY, timeout_s=TIMEOUT_S)
+
+
+async def test_transaction_requests_that_break_the_rules_are_refused_with_kafkas_codes(
+    client: Client,
+) -> None:
+    topic = await new_topic(client, 1)
+    txn_id = f"bad-{topic}"
+    stranger = p.AddPartitionsToTxn(txn_id, 12_345, 0, (p.TxnPartition(topic, 0),))
+    answer = await call_txn(client, txn_id, stranger)
+    assert isinstance(answer, p.AddPartitionsToTxnResponse)
+    assert [r.error for r in answer.results] == [ErrorCode.INVALID_PRODUCER_ID_MAPPING]
+    async with TransactionalProducer(client, txn_id) as producer:
+        pid, epoch = producer.producer.producer_id, producer.producer.epoch
+        producer.begin()
+        await (await producer.send(topic, b"x", partition=0))
+        older = await call_txn(client, txn_id, p.EndTxn(txn_id, pid, epoch + 1, True))
+        assert older == p.TxnErrorResponse(ErrorCode.PRODUCER_FENCED)
+        missing = p.AddPartitionsToTxn(txn_id, pid, epoch, (p.TxnPartition(f"{topic}-no", 0),))
+        unknown = await call_txn(client, txn_id, missing)
+        assert isinstance(unknown, p.AddPartitionsToTxnResponse)
+        assert [r.error for r in unknown.results] == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        bad_group = await call_txn(client, txn_id, p.AddOffsetsToTxn(txn_id, pid, epoch, ""))
+        assert bad_group == p.TxnErrorResponse(ErrorCode.INVALID_GROUP_ID)
+        # A TxnOffsetCommit without AddOffsetsToTxn: the group is not in the transaction.
+        group = f"g-{topic}"
+        entries = (p.CommitEntry(topic, 0, 1, ""),)
+        commit = p.TxnOffsetCommit(txn_id, group, pid, epoch, -1, "", "", entries)
+        refused = await client.call_coordinator(group, commit, timeout_s=TIMEOUT_S)
+        assert isinstance(refused, p.OffsetCommitResponse)
+        assert [r.error for r in refused.results] == [ErrorCode.INVALID_TXN_STATE]
+        await producer.commit()
+    # An id over its length bound never reaches a coordinator's log.
+    too_long = "x" * 300
+    answer = await client.send_any(p.FindCoordinator(too_long, p.TXN_KEY))
+    assert isinstance(answer, p.FindCoordinatorResponse)
+    assert answer.error == ErrorCode.INVALID_REQUEST
+    assert await read_values(client, topic) == ["x"]

@@ -1,10 +1,12 @@
 """Streaming writes: a micro-batch that Spark runs again after a crash adds no record twice.
 
 The query reads topic IN (this connector's replayable source) and writes every record to topic
-OUT with `writeStream.format("raftbroker")` (fenced writes). Deleting the last commit file of the
-checkpoint makes Spark run that micro-batch again, as after a crash between writing and
-committing. The negative control writes the same stream with `foreachBatch` and a plain batch
-write (the idempotent producer alone): there the replay duplicates the batch.
+OUT with `writeStream.format("raftbroker")` (fenced writes, or with
+`raftbroker.transactional.id.prefix` transactions that carry the micro-batch's id). Deleting
+the last commit file of the checkpoint makes Spark run that micro-batch again, as after a crash
+between writing and committing. The negative control writes the same stream with
+`foreachBatch` and a plain batch write (the idempotent producer alone): there the replay
+duplicates the batch.
 """
 
 from __future__ import annotations
@@ -59,6 +61,22 @@ def fenced_run(
     return finish(query)
 
 
+def transactional_run(
+    spark: SparkSession, bootstrap: str, src: str, out: str, ckpt: Path
+) -> list[tuple[int, int]]:
+    query = (
+        source(spark, bootstrap, src)
+        .writeStream.format("raftbroker")
+        .option("raftbroker.bootstrap.servers", bootstrap)
+        .option("raftbroker.transactional.id.prefix", f"sink-{out}")
+        .option("topic", out)
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start()
+    )
+    return finish(query)
+
+
 def unfenced_run(
     spark: SparkSession, bootstrap: str, src: str, out: str, ckpt: Path
 ) -> list[tuple[int, int]]:
@@ -81,11 +99,14 @@ def unfenced_run(
     return finish(query)
 
 
-def values(spark: SparkSession, bootstrap: str, topic: str) -> Counter[bytes]:
+def values(
+    spark: SparkSession, bootstrap: str, topic: str, isolation: str = "read_committed"
+) -> Counter[bytes]:
     df = (
         spark.read.format("raftbroker")
         .option("raftbroker.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
+        .option("raftbroker.isolation.level", isolation)
         .load()
     )
     return Counter(bytes(r["value"]) for r in df.select("value").collect())
@@ -97,14 +118,17 @@ def forget_last_commit(checkpoint: Path) -> None:
         (checkpoint / "commits" / name).unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("fenced", [True, False], ids=["fenced", "negative-control"])
+RUNS = {"fenced": fenced_run, "transactional": transactional_run, "negative-control": unfenced_run}
+
+
+@pytest.mark.parametrize("mode", list(RUNS))
 def test_a_replayed_micro_batch_writes_nothing_twice(
-    spark: SparkSession, client: SyncClient, bootstrap: str, tmp_path: Path, fenced: bool
+    spark: SparkSession, client: SyncClient, bootstrap: str, tmp_path: Path, mode: str
 ) -> None:
     src, out = new_topic(client, 2, "in"), new_topic(client, 3, "out")
     sent = [b"evt-%03d" % i for i in range(RECORDS)]
     produce(client, src, sent)
-    run = fenced_run if fenced else unfenced_run
+    run, fenced = RUNS[mode], mode != "negative-control"
     checkpoint = tmp_path / "checkpoint"
 
     assert run(spark, bootstrap, src, out, checkpoint) == [(0, 12), (1, 12), (2, 6)]
@@ -117,5 +141,7 @@ def test_a_replayed_micro_batch_writes_nothing_twice(
     replayed = Counter(v for v, n in after.items() if n > 1)
     if fenced:
         assert after == Counter(sent)  # every record exactly once
+        # The replay wrote nothing at all, not even an aborted transaction's records.
+        assert values(spark, bootstrap, out, "read_uncommitted") == Counter(sent)
     else:
         assert sum(after.values()) == RECORDS + 6 and len(replayed) == 6  # batch 2 twice

@@ -23,6 +23,7 @@ from pyspark.sql.types import (
 from cluster.client import stable_partition
 from cluster.client.sync import SyncClient
 from tests.pipeline.conftest import new_topic
+from tests.polling import poll_until
 
 pytestmark = pytest.mark.spark
 InputRow = tuple[str, str | None, bytes, int | None, list[tuple[str, bytes]]]
@@ -39,12 +40,15 @@ SCHEMA = StructType(
 )
 
 
-def read_back(spark: SparkSession, bootstrap: str, topic: str) -> list[dict[str, Any]]:
+def read_back(
+    spark: SparkSession, bootstrap: str, topic: str, isolation: str = "read_committed"
+) -> list[dict[str, Any]]:
     df = (
         spark.read.format("raftbroker")
         .option("raftbroker.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("includeHeaders", "true")
+        .option("raftbroker.isolation.level", isolation)
         .load()
     )
     return [r.asDict(recursive=True) for r in df.collect()]
@@ -116,3 +120,47 @@ def test_overwrite_is_refused(spark: SparkSession, bootstrap: str) -> None:
     writer = df.write.format("raftbroker").mode("overwrite").option("topic", "x")
     with pytest.raises(PySparkException, match="save mode 'overwrite' is not allowed"):
         writer.option("raftbroker.bootstrap.servers", bootstrap).save()
+
+
+# A task sends its rows 1,000 at a time, as Spark hands them over, in batches of thousands:
+# many have gone out when the row near the end fails.
+FAILING_ROWS = 30_000
+
+
+def test_a_transactional_write_leaves_nothing_of_a_failed_task_to_read_committed_readers(
+    spark: SparkSession, client: SyncClient, bootstrap: str
+) -> None:
+    topic = new_topic(client, 1)
+
+    def fail_late(index: int) -> bytes:
+        if index == FAILING_ROWS - 100:
+            raise RuntimeError("the task fails after most of its rows went out")
+        return b"row-%d" % index
+
+    def row(index: int) -> InputRow:
+        return (topic, None, fail_late(index), 0, [])
+
+    rows = spark.sparkContext.parallelize(range(FAILING_ROWS), 1).map(row)
+    with pytest.raises(PySparkException, match="the task fails"):
+        save(spark.createDataFrame(rows, SCHEMA), bootstrap,
+             **{"raftbroker.transactional.id.prefix": f"job-{topic}"})  # fmt: skip
+    # The driver aborted the failed task's transaction (its input had ended early, as its
+    # upstream failed: the task prepared it): nothing left open holds the partition's last
+    # stable offset back, and nothing of it is read committed.
+    poll_until(lambda: last_stable_is_end(client, topic), 30, "the transaction's abort")
+    assert read_back(spark, bootstrap, topic) == []
+    # The negative control: the aborted transaction's records are in the log (how many got
+    # out before the failure depends on Spark's batching and the machine's load).
+    assert len(read_back(spark, bootstrap, topic, "read_uncommitted")) > 0
+    done: list[InputRow] = [(topic, None, b"ok-%d" % i, 0, []) for i in range(10)]
+    save(spark.createDataFrame(done, SCHEMA), bootstrap,
+         **{"raftbroker.transactional.id.prefix": f"job-{topic}"})  # fmt: skip
+    assert sorted(r["value"] for r in read_back(spark, bootstrap, topic)) == sorted(
+        b"ok-%d" % i for i in range(10)
+    )
+
+
+def last_stable_is_end(client: SyncClient, topic: str) -> bool:
+    admin = client.admin
+    stable = client.call(admin.list_offsets(topic, 0, -1, read_committed=True))
+    return stable == client.call(admin.list_offsets(topic, 0, -1))

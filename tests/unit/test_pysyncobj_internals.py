@@ -12,6 +12,7 @@ pysyncobj is loaded by name from the table's owners: only the adapter imports it
 from __future__ import annotations
 
 import ast
+import concurrent.futures
 import functools
 import importlib
 import inspect
@@ -70,6 +71,14 @@ def _mangled(name: str, class_name: str) -> str:
     return name
 
 
+def _parsed_in_a_fresh_thread(klass: type) -> ast.Module:
+    """`klass`'s source, parsed on a thread of its own: CPython 3.11.7's AST constructor can
+    fail with "recursion depth mismatch" (a SystemError, gh-106905) when it starts deep in a
+    stack whose recursion count another test's code has left off; a new thread counts from 0."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: ast.parse(textwrap.dedent(inspect.getsource(klass)))).result()
+
+
 @functools.cache
 def defined_names(cls: type) -> frozenset[str]:
     """What pysyncobj's `cls` (with its pysyncobj bases) defines: its class attributes, and the
@@ -79,7 +88,7 @@ def defined_names(cls: type) -> frozenset[str]:
         if not klass.__module__.startswith("pysyncobj"):
             continue
         names.update(vars(klass))
-        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        tree = _parsed_in_a_fresh_thread(klass)
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Attribute)
