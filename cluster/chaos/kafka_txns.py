@@ -213,25 +213,24 @@ class TxnWorkload(TxnWorkloadBase):
         producer: KafkaProducer,
         numbers: itertools.count[int],
     ) -> bool:
-        """Transactions until drained (True), or until one ends unknown (the producer is made
-        anew: True if the consumer was rewound, False if it must be made anew too)."""
-        while not self.drained.is_set():
+        """`drive` with librdkafka's consumer and producer."""
+
+        async def poll() -> list[list[object]]:
             messages = await _call(lambda: consumer.consume(CTP_BATCH_MAX, POLL_S))
-            read_ms = self._clock_ms()
-            inputs = [_row(m) for m in messages if m.error() is None]
-            if not inputs:
-                if self.stopping.is_set() and await self._caught_up(consumer, producer):
-                    self.drained.set()
-                continue
-            outcome = await self._transform(
-                process, consumer, producer, inputs=inputs, read_ms=read_ms, n=next(numbers)
+            return [_row(m) for m in messages if m.error() is None]
+
+        async def transform(inputs: list[list[object]], read_ms: float, n: int) -> str:
+            return await self._transform(
+                process, consumer, producer, inputs=inputs, read_ms=read_ms, n=n
             )
-            if outcome == "ok-commit":
-                continue
-            rewound = await self._rewind(process, consumer)
-            if outcome == "info" or not rewound:
-                return rewound  # a new producer (and, not rewound, a new consumer)
-        return True
+
+        return await self.drive(
+            numbers,
+            poll,
+            transform,
+            lambda: self._rewind(process, consumer),
+            lambda: self._caught_up(consumer, producer),
+        )
 
     async def _transform(
         self,

@@ -186,29 +186,28 @@ class NativeTxnWorkload(TxnWorkloadBase):
         producer: TransactionalProducer,
         numbers: itertools.count[int],
     ) -> bool:
-        """Transactions until drained (True), or until one ends unknown (the producer is made
-        anew: True if the member was rewound, False if it must be made anew too)."""
-        while not self.drained.is_set():
+        """`drive` with the client library's member and transactional producer."""
+
+        async def poll() -> list[list[object]] | None:
             try:
                 records = await member.poll(round(POLL_S * 1000))
             except ClientError as exc:
                 self.event("info", process, "txn_member", error=exc.error.name)
-                return False
-            read_ms = self._clock_ms()
-            inputs = [[r.partition, r.offset, (r.value or b"").decode()] for r in records]
-            if not inputs:
-                if self.stopping.is_set() and await self._caught_up(client, member, producer):
-                    self.drained.set()
-                continue
-            outcome = await self._transform(
-                process, member, producer, inputs=inputs, read_ms=read_ms, n=next(numbers)
+                return None
+            return [[r.partition, r.offset, (r.value or b"").decode()] for r in records]
+
+        async def transform(inputs: list[list[object]], read_ms: float, n: int) -> str:
+            return await self._transform(
+                process, member, producer, inputs=inputs, read_ms=read_ms, n=n
             )
-            if outcome == "ok-commit":
-                continue
-            rewound = await self._rewind(process, client, member)
-            if outcome == "info" or not rewound:
-                return rewound
-        return True
+
+        return await self.drive(
+            numbers,
+            poll,
+            transform,
+            lambda: self._rewind(process, client, member),
+            lambda: self._caught_up(client, member, producer),
+        )
 
     async def _transform(
         self,

@@ -13,7 +13,8 @@ are theirs alone.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import itertools
+from collections.abc import Awaitable, Callable
 
 from cluster.chaos.clients import Record
 from cluster.client import Admin
@@ -86,6 +87,39 @@ class TxnWorkloadBase:
     async def committed(self) -> list[list[int]]:
         """[partition, committed offset] of the processor's group, where it could be read."""
         raise NotImplementedError
+
+    # -- the processor's loop, whatever its client -----------------------------------------------
+
+    async def drive(
+        self,
+        numbers: itertools.count[int],
+        poll: Callable[[], Awaitable[list[list[object]] | None]],
+        transform: Callable[[list[list[object]], float, int], Awaitable[str]],
+        rewind: Callable[[], Awaitable[bool]],
+        caught_up: Callable[[], Awaitable[bool]],
+    ) -> bool:
+        """The processor's transactions until drained (True), or until one ends unknown (its
+        producer is made anew: True if the consumer was rewound, False if it must be made
+        anew too). `poll` gives inputs `[partition, offset, value]` (None: the consumer
+        failed); `transform` runs one transaction of them: "ok-commit", "ended" (certainly not
+        committed) or "info" (unknown); `caught_up`, with nothing read once the writer
+        stopped, says whether the group committed every input to its end."""
+        while not self.drained.is_set():
+            inputs = await poll()
+            if inputs is None:
+                return False
+            read_ms = self._clock_ms()
+            if not inputs:
+                if self.stopping.is_set() and await caught_up():
+                    self.drained.set()
+                continue
+            outcome = await transform(inputs, read_ms, next(numbers))
+            if outcome == "ok-commit":
+                continue
+            rewound = await rewind()
+            if outcome == "info" or not rewound:
+                return rewound  # a new producer (and, not rewound, a new consumer)
+        return True
 
     # -- the watcher -----------------------------------------------------------------------------
 
