@@ -25,7 +25,7 @@ import logging
 from cluster.broker.node import Node, PartitionHandle
 from cluster.broker.peers import MissedBatch, PeerTalk
 from cluster.broker.replica import MetadataReplica, TxnStateReplica
-from cluster.broker.storage import leader_epoch_of
+from cluster.broker.storage import StorageGapError, leader_epoch_of
 from cluster.clock import wall_ms
 from cluster.errors import RaftbrokerError
 from cluster.raft import ProposalError, RaftGroup
@@ -164,6 +164,9 @@ class NodeDuties:
             await handle.group.read(lambda: replica.adopt_backfill(side))
             adopted = True
             log.info("%s-%d: restored offsets %d..%d", *handle.key, wanted, end)
+        except StorageGapError as exc:  # what it holds does not line up with its peers'
+            log.warning("%s-%d: restoration starts over: %r", *handle.key, exc)
+            side.reset(replica.log_start_offset)
         except (RaftbrokerError, BatchFormatError) as exc:  # a peer, the store, a batch
             log.warning("%s-%d: restoration interrupted: %r", *handle.key, exc)
         finally:

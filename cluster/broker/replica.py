@@ -52,8 +52,8 @@ class PartitionReplica(_Notifying[PartitionResult]):
 
     When a snapshot from the leader covers records this replica never stored (it was down
     while the leader compacted its Raft log), the local log restarts at the snapshot's end and
-    the records below it are restored in the background (`restoring`, `adopt_backfill`): the
-    segments it had are kept aside in `backfill_dir` as the start of that restoration.
+    the records below it are restored from its peers in the background, into `backfill_dir`
+    (`restoring`, `adopt_backfill`).
     """
 
     def __init__(
@@ -128,11 +128,12 @@ class PartitionReplica(_Notifying[PartitionResult]):
             self._restart_log_at(self.machine.log_end_offset)
 
     def _restart_log_at(self, offset: int) -> None:
+        """The local log starts again at `offset`; what it held is dropped, not kept as the
+        restoration's start: its tail may hold records its peers never committed (a chaos run
+        found one whose records at some offsets differed from its peers', which a restoration
+        then wedged on), and the peers hold every committed record below the snapshot."""
         self.store.close()
-        if self.backfill_dir.exists():  # a restoration under way already holds older records
-            shutil.rmtree(self.log_dir)
-        else:
-            self.log_dir.rename(self.backfill_dir)
+        shutil.rmtree(self.log_dir)
         self.store = self.open_store(self.log_dir)
         self.store.reset(offset)
 

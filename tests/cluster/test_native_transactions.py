@@ -57,26 +57,33 @@ async def new_topic(client: Client, partitions: int = PARTITIONS) -> str:
     return topic
 
 
-async def read_values(
-    client: Client, topic: str, *, read_committed: bool = True, until: int | None = None
-) -> list[str]:
-    """Every value a consumer reads from the start of `topic` up to what is there to read
-    (the last stable offset for a read_committed one; `until` values, when given)."""
+async def read_values(client: Client, topic: str, *, read_committed: bool = True,
+                      until: int = 0) -> list[str]:  # fmt: skip
+    """Every value a consumer reads from the start of `topic`: at least `until` values (a
+    commit's markers follow its answer: its records become readable a moment later), then
+    on to what is there to read (the last stable offset, for a read_committed one)."""
     consumer = Consumer(client, ConsumerConfig(read_committed=read_committed))
     await consumer.assign(topic)
-    ends = {
-        key: await Admin(client).list_offsets(*key, Consumer.LATEST, read_committed=read_committed)
-        for key in consumer.positions
-    }
     records: list[ConsumedRecord] = []
 
-    async def done() -> bool:
+    async def enough() -> bool:
         records.extend(await consumer.poll(100))
-        if until is not None:
-            return len(records) >= until
-        return all(consumer.positions[k].offset >= end for k, end in ends.items())
+        return len(records) >= until
 
-    await apoll_until(done, TIMEOUT_S, f"reading {topic}")
+    await apoll_until(enough, TIMEOUT_S, f"{until} values of {topic}")
+    admin = Admin(client)
+    ends = {
+        key: await admin.list_offsets(*key, Consumer.LATEST, read_committed=read_committed)
+        for key in consumer.positions
+    }
+
+    async def at_ends() -> bool:
+        if all(consumer.positions[k].offset >= end for k, end in ends.items()):
+            return True
+        records.extend(await consumer.poll(100))
+        return False
+
+    await apoll_until(at_ends, TIMEOUT_S, f"reading {topic} to its end")
     return [(r.value or b"").decode() for r in records]
 
 
@@ -94,9 +101,9 @@ async def test_commit_is_read_at_once_and_abort_never(client: Client) -> None:
         producer.begin()
         await send_all(producer, topic, ["c0", "c1", "c2", "c3"])
         await producer.commit()
-    committed = await read_values(client, topic)
+    committed = await read_values(client, topic, until=4)
     assert sorted(committed) == ["c0", "c1", "c2", "c3"]
-    everything = await read_values(client, topic, read_committed=False)
+    everything = await read_values(client, topic, read_committed=False, until=7)
     assert sorted(everything) == ["a0", "a1", "a2", "c0", "c1", "c2", "c3"]
 
 
@@ -139,7 +146,7 @@ async def test_a_new_instance_fences_the_old_and_aborts_what_it_left_open(client
             successor.begin()
             await send_all(successor, topic, ["s0"])
             await successor.commit()
-    assert await read_values(client, topic) == ["s0"]
+    assert await read_values(client, topic, until=1) == ["s0"]
 
 
 async def test_consume_transform_produce_with_offsets_in_the_transaction(client: Client) -> None:
@@ -177,7 +184,7 @@ async def test_consume_transform_produce_with_offsets_in_the_transaction(client:
                     )
     finally:
         await member.close()
-    assert sorted(await read_values(client, sink)) == [f"V{i}" for i in range(6)]
+    assert sorted(await read_values(client, sink, until=6)) == [f"V{i}" for i in range(6)]
 
 
 async def _polled(member: GroupConsumer, records: list[ConsumedRecord], count: int) -> bool:
@@ -204,7 +211,7 @@ async def test_kafka_clients_and_native_ones_read_each_others_transactions(
         kafka.produce(topic, value, partition=0)
         end = kafka.commit_transaction if commit else kafka.abort_transaction
         await asyncio.to_thread(end, TIMEOUT_S)
-    assert await read_values(client, topic) == ["native-committed", "kafka-committed"]
+    assert await read_values(client, topic, until=2) == ["native-committed", "kafka-committed"]
     assert await asyncio.to_thread(kafka_read_committed, bootstrap, topic, 2) == [
         "native-committed",
         "kafka-committed",
@@ -344,4 +351,4 @@ async def test_transaction_requests_that_break_the_rules_are_refused_with_kafkas
     answer = await client.send_any(p.FindCoordinator(too_long, p.TXN_KEY))
     assert isinstance(answer, p.FindCoordinatorResponse)
     assert answer.error == ErrorCode.INVALID_REQUEST
-    assert await read_values(client, topic) == ["x"]
+    assert await read_values(client, topic, until=1) == ["x"]

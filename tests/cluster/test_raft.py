@@ -11,6 +11,7 @@ truncation warning.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -123,6 +124,7 @@ class ScriptedFollower:
         self.address = address
         self.answering = True
         self.appends: list[dict[str, Any]] = []
+        self.term = 0  # the leader's, from its appends: a real follower's replies carry it
 
     def peer_connected(self, address: str) -> None:
         pass
@@ -135,13 +137,16 @@ class ScriptedFollower:
             self.mesh.send(address, ROUTE, {"type": "response_vote", "term": message["term"]})
         elif message["type"] == "append_entries":
             self.appends.append(message)
+            self.term = message["term"]
             if self.answering:
                 self.answer(message["prevLogIdx"] + len(message["entries"]) + 1)
 
-    def answer(self, next_index: int) -> None:
-        """A successful reply: the follower holds everything before `next_index`."""
+    def answer(self, next_index: int, term: int | None = None) -> None:
+        """A successful reply: the follower holds everything before `next_index` (a reply
+        to an append of `term`, the leader's by default)."""
         reply = {"type": "next_node_idx", "next_node_idx": next_index, "reset": False}
-        self.mesh.send(self.leader, ROUTE, {**reply, "success": True})
+        stamp = self.term if term is None else term
+        self.mesh.send(self.leader, ROUTE, {**reply, "success": True, "term": stamp})
 
     def holds(self, index: int) -> bool:
         return any(entry[1] == index for m in self.appends for entry in m["entries"])
@@ -228,6 +233,33 @@ async def test_negative_control_stock_pysyncobj_fails_that_check(
     monkeypatch.setattr(PatchedSyncObj, "_SyncObj__onMessageReceived", handler)
     with pytest.raises(AssertionError, match="rewound the follower's next index"):
         await check_an_old_reply_keeps_the_next_index(tmp_path)
+
+
+@pytest.mark.asyncio
+async def test_a_reply_of_an_earlier_term_commits_nothing(tmp_path: Path) -> None:
+    """A reply to an append of an earlier term (delivered late after a cut link healed, or
+    sent to this node's earlier leadership) says nothing of the follower's log now: the
+    leader must not count it. Here the only follower answers an entry only with such a
+    reply: the entry stays uncommitted; the same reply in the leader's term commits it (the
+    check's own control)."""
+    async with leader_and_scripted_follower(tmp_path) as (group, follower):
+        sync = group._sync
+        await apoll_until(
+            lambda: group.serving and sync.follower_match_indexes() == {follower.address:
+                                                                         sync.log_index},
+            10,
+            "a leader whose follower holds its whole log",
+        )  # fmt: skip
+        follower.answering = False
+        last, committed = sync.log_index, sync.raftCommitIndex
+        group.submit(b"late", 10, lambda _result, _error: None)
+        await apoll_until(lambda: follower.holds(last + 1), 10, "the append")
+        follower.answer(last + 2, term=follower.term - 1)
+        follower.answer(last + 2, term=follower.term + 1)
+        await asyncio.sleep(0.3)  # a negative: nothing to poll for but the absence
+        assert sync.raftCommitIndex == committed, "a reply of another term committed an entry"
+        follower.answer(last + 2)
+        await apoll_until(lambda: sync.raftCommitIndex > committed, 10, "the commit")
 
 
 # -- what a peer sends never reaches pysyncobj's unpickling --------------------------------------

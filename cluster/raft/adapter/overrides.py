@@ -57,6 +57,15 @@ OVERRIDES: tuple[Override, ...] = (
     ),
     Override(
         _SYNC,
+        "_SyncObj__sendNextNodeIdx",
+        "replaces",
+        "stamps a follower's reply with its term: the leader drops a reply of another term "
+        "(one delivered late after a cut link healed would set a match index the follower's "
+        "log no longer backs, and commit entries a majority does not hold)",
+        "sends the next index, reset and success flags, no term",
+    ),
+    Override(
+        _SYNC,
         "_SyncObj__sendAppendEntries",
         "replaces",
         "wraps stock: notes the commit index the appends carry (`commit_news`)",

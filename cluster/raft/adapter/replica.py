@@ -456,6 +456,7 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
                 "next_node_idx": last_index + 1,
                 "reset": False,
                 "success": True,
+                "term": self._SyncObj__raftCurrentTerm,
             },
         )
         leader_commit: int = message["commit_index"]
@@ -467,10 +468,17 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
     def _on_reply(self, node: Any, message: dict[str, Any]) -> None:
         """On a leader: a follower's reply to an append. pysyncobj's leader branch, which is
         the only one that takes it, without the walk past every other message type first;
-        and with a fix: the stock leader assigns a follower's next index from every
-        successful reply, so with pipelined appends an older reply rewinds it, and the
-        follower is then sent entries it already holds and truncates (docs/design.md,
-        "pysyncobj overrides"). The larger index is kept."""
+        and with two fixes (docs/design.md, "pysyncobj overrides"): the stock leader assigns
+        a follower's next index from every successful reply, so with pipelined appends an
+        older reply rewinds it, and the follower is then sent entries it already holds and
+        truncates: the larger index is kept. And a reply carries no term in stock
+        pysyncobj, so one to an append of an earlier term (delivered late, after a cut
+        link healed, or sent to this node's earlier leadership) would set a match index the
+        follower's log no longer backs, and commit entries a majority does not hold: a
+        reply of another term than the leader's is dropped (`_SyncObj__sendNextNodeIdx`
+        stamps it)."""
+        if message.get("term") != self._SyncObj__raftCurrentTerm:
+            return
         next_index: int = message["next_node_idx"]
         next_indexes: dict[Any, int] = self._SyncObj__raftNextIndex
         if message["reset"]:
@@ -481,6 +489,27 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
                 match[node] = next_index - 1
                 next_indexes[node] = max(next_indexes.get(node, next_index), next_index)
         self._SyncObj__lastResponseTime[node] = pysyncobj_clock()
+
+    def _SyncObj__sendNextNodeIdx(  # noqa: N802
+        self,
+        node: Any,
+        reset: bool = False,
+        nextNodeIdx: int | None = None,  # noqa: N803 - stock's keyword, stock calls it so
+        success: bool = False,
+    ) -> None:
+        """A follower's reply to an append, stamped with its term (`_on_reply` drops one of
+        another term than its leader's); stock sends the same fields without it."""
+        next_index = self._SyncObj__getCurrentLogIndex() + 1 if nextNodeIdx is None else nextNodeIdx
+        self._SyncObj__transport.send(
+            node,
+            {
+                "type": "next_node_idx",
+                "next_node_idx": next_index,
+                "reset": reset,
+                "success": success,
+                "term": self._SyncObj__raftCurrentTerm,
+            },
+        )
 
     def _SyncObj__applyLogEntries(self) -> bool:  # noqa: N802
         # Unbatched, the stock leader sends every follower an append right after each apply,
