@@ -167,13 +167,13 @@ async def _produce(
         await topic_partitions(client, options.topic, options.partition)
         if config.transactional_id:
             await _produce_transaction(client, options, stream, config, progress, summary)
-            return summary
-        async with Producer(client, config) as producer:
-            try:
-                await _send_lines(producer, options, stream, progress, summary)
-            except asyncio.CancelledError:  # Ctrl-C or SIGTERM: what was sent is delivered
-                finish_on_interrupt()
-                summary.interrupted = True
+        else:
+            async with Producer(client, config) as producer:
+                try:
+                    await _send_lines(producer, options, stream, progress, summary)
+                except asyncio.CancelledError:  # Ctrl-C or SIGTERM: what was sent is delivered
+                    finish_on_interrupt()
+                    summary.interrupted = True
         if summary.sent:
             await summary.settled.wait()  # every future is done: only its callback is pending
     finally:
@@ -199,18 +199,16 @@ async def _produce_transaction(
         except asyncio.CancelledError:  # Ctrl-C or SIGTERM: none of it is committed
             finish_on_interrupt()
             summary.interrupted = True
-        summary.transaction = "committed"
-        try:
-            if summary.stopped or summary.interrupted:
-                summary.transaction = "aborted: the input was not read to its end"
-            else:
+        if summary.stopped or summary.interrupted:
+            summary.transaction = "aborted: the input was not read to its end"
+        else:
+            try:
                 await producer.commit()
-        except TxnAbortableError as exc:
-            summary.transaction = f"aborted: {exc.message}"
+                summary.transaction = "committed"
+            except TxnAbortableError as exc:
+                summary.transaction = f"aborted: {exc.message}"
         if producer.in_transaction:
             await producer.abort()
-    if summary.sent:
-        await summary.settled.wait()
 
 
 async def _send_lines(

@@ -319,9 +319,9 @@ class RecordSender(SyncProducer):
 class TxnRecordSender(RecordSender):
     """A `RecordSender` whose records are one transaction (`begin` ... `prepare`, for the
     driver to commit; leaving the `with` before `prepare` aborts it), which can carry a
-    streaming sink's progress: the
-    micro-batch it writes, as the offset of a group named after its transactional id, so a
-    micro-batch run again finds itself committed (`committed_through`)."""
+    streaming sink's progress: the micro-batch it writes, as the offset of a group named after
+    its transactional id, so a micro-batch run again finds itself committed
+    (`committed_through`)."""
 
     _producer: TransactionalProducer
 

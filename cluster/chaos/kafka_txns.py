@@ -299,27 +299,20 @@ class TxnWorkload(TxnWorkloadBase):
         return True
 
     async def _caught_up(self, consumer: KafkaConsumer, producer: KafkaProducer) -> bool:
-        """Whether the group committed every input partition's last stable offset; where the
-        consumer read up to it but only aborted records lay past the last commit, its
-        positions are committed in a transaction of offsets alone (`ctp_offsets`)."""
+        """Whether the group committed every input partition's last stable offset (`standing`;
+        where only aborted records lay past its commits, its positions are committed alone,
+        `ctp_offsets`)."""
         asked = [TopicPartition(TXN_TOPIC, p) for p in range(self.partitions)]
         try:
-            committed = await _call(lambda: consumer.committed(asked, CALL_TIMEOUT_S))
+            found = await _call(lambda: consumer.committed(asked, CALL_TIMEOUT_S))
             positions = {tp.partition: tp.offset for tp in consumer.position(asked)}
         except (KafkaException, TimeoutError):
             return False
-        behind = False
-        for tp in committed:
-            error, lso = await self.offset(TXN_TOPIC, tp.partition, read_committed=True)
-            if error != ErrorCode.NONE:
-                return False
-            if tp.offset < lso:
-                if positions.get(tp.partition, -1) < lso:
-                    return False  # still to read
-                behind = True
-        if behind:
+        committed = {tp.partition: tp.offset for tp in found}
+        standing = await self.standing(committed, positions)
+        if standing == "behind":
             await self._commit_positions(consumer, producer)
-        return not behind
+        return standing == "caught-up"
 
     async def _commit_positions(self, consumer: KafkaConsumer, producer: KafkaProducer) -> None:
         positions = consumer.position(consumer.assignment())

@@ -261,27 +261,20 @@ class NativeTxnWorkload(TxnWorkloadBase):
     async def _caught_up(
         self, client: Client, member: GroupConsumer, producer: TransactionalProducer
     ) -> bool:
-        """Whether the group committed every input partition's last stable offset. Where the
-        member read up to it but only aborted transactions' records lay past its last commit
-        (no input: no transaction of outputs moved the offsets over them), its positions are
-        committed in a transaction of offsets alone (`ctp_offsets`), as Kafka Streams commits."""
+        """Whether the group committed every input partition's last stable offset (`standing`;
+        where only aborted records lay past its commits, its positions are committed alone,
+        `ctp_offsets`)."""
         asked = [(TXN_TOPIC, n) for n in range(self.partitions)]
         try:
-            committed = await Groups(client).committed(CTP_GROUP, asked, require_stable=True)
+            found = await Groups(client).committed(CTP_GROUP, asked, require_stable=True)
         except ClientError:
             return False
-        behind = False
-        for key in asked:
-            error, lso = await self.offset(*key, read_committed=True)
-            if error:
-                return False
-            if committed.get(key, -1) < lso:
-                if member.positions().get(key, -1) < lso:
-                    return False  # still to read
-                behind = True
-        if behind:
+        committed = {n: offset for (_topic, n), offset in found.items()}
+        positions = {n: offset for (t, n), offset in member.positions().items() if t == TXN_TOPIC}
+        standing = await self.standing(committed, positions)
+        if standing == "behind":
             await self._commit_positions(member, producer)
-        return not behind
+        return standing == "caught-up"
 
     async def _commit_positions(
         self, member: GroupConsumer, producer: TransactionalProducer

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Literal
 
 from cluster.chaos.clients import Record
 from cluster.client import Admin
@@ -120,6 +121,26 @@ class TxnWorkloadBase:
             if outcome == "info" or not rewound:
                 return rewound  # a new producer (and, not rewound, a new consumer)
         return True
+
+    async def standing(
+        self, committed: Mapping[int, int], positions: Mapping[int, int]
+    ) -> Literal["caught-up", "behind", "reading"]:
+        """Where the processor stands against each input partition's last stable offset,
+        from the group's `committed` offsets and the consumer's `positions` (by partition):
+        "caught-up" when every one is committed; "behind" when the consumer read to each but
+        only aborted records lay past some commit (no input: no transaction of outputs moved
+        the offsets over them; its positions are to be committed alone, as Kafka Streams
+        commits); "reading" while there is still to read, or an offset could not be had."""
+        behind = False
+        for partition in range(self.partitions):
+            error, lso = await self.offset(TXN_TOPIC, partition, read_committed=True)
+            if error:
+                return "reading"
+            if committed.get(partition, -1) < lso:
+                if positions.get(partition, -1) < lso:
+                    return "reading"
+                behind = True
+        return "behind" if behind else "caught-up"
 
     # -- the watcher -----------------------------------------------------------------------------
 

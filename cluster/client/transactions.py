@@ -168,23 +168,13 @@ class TransactionalProducer:
     async def commit(self) -> None:
         """Every record of the transaction acknowledged, then the commit decided; on
         `TxnAbortableError` the transaction is still open, for `abort()`."""
-        self._check_open()
-        await self.flush()
-        if self.producer.epoch != self._epoch_at_begin:
-            raise TxnAbortableError(
-                ErrorCode.INVALID_PRODUCER_EPOCH, "the producer's session was renewed: aborted"
-            )
+        await self._all_acknowledged()
         await self._end(commit=True)
 
     async def prepare(self) -> PreparedTxn:
         """Every record of the transaction acknowledged, the transaction left open for
         `end_prepared`: this producer is done with it (leaving the `with` does not abort it)."""
-        self._check_open()
-        await self.flush()
-        if self.producer.epoch != self._epoch_at_begin:
-            raise TxnAbortableError(
-                ErrorCode.INVALID_PRODUCER_EPOCH, "the producer's session was renewed: aborted"
-            )
+        await self._all_acknowledged()
         self._open = False
         return PreparedTxn(self.transactional_id, self.producer.producer_id, self.producer.epoch)
 
@@ -196,6 +186,16 @@ class TransactionalProducer:
             self._open = False  # its new session's InitProducerId aborted it already
             return
         await self._end(commit=False)
+
+    async def _all_acknowledged(self) -> None:
+        """What a commit (or a prepare) needs first: the transaction open, every record of it
+        acknowledged, in the session that began it; `TxnAbortableError` otherwise."""
+        self._check_open()
+        await self.flush()
+        if self.producer.epoch != self._epoch_at_begin:
+            raise TxnAbortableError(
+                ErrorCode.INVALID_PRODUCER_EPOCH, "the producer's session was renewed: aborted"
+            )
 
     # -- the coordinator's requests --------------------------------------------------------------
 

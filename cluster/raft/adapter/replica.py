@@ -449,16 +449,7 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         for entry in message["entries"]:
             log.add(*entry)
         last_index: int = log[-1][1]
-        self._SyncObj__transport.send(
-            node,
-            {
-                "type": "next_node_idx",
-                "next_node_idx": last_index + 1,
-                "reset": False,
-                "success": True,
-                "term": self._SyncObj__raftCurrentTerm,
-            },
-        )
+        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=last_index + 1, success=True)
         leader_commit: int = message["commit_index"]
         self._SyncObj__leaderCommitIndex = leader_commit
         if leader_commit > self._SyncObj__raftCommitIndex:
