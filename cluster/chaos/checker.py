@@ -19,6 +19,10 @@ counted):
 - consumer-order: a consumer's successive records are not at successive offsets;
 - replica-divergence: two replicas (or a replica and the final read) disagree at an offset, or a
   replica's log is not contiguous;
+- raft-applied-truncation: a replica of some Raft group (any partition's, the metadata's, a
+  coordinator's) deleted entries it had applied: it had applied what its group did not commit,
+  or lost what it acknowledged (a power cut without fsync), so replicas may disagree on state
+  no final read shows;
 - fenced-write: a session of a transactional id wrote to a partition after a newer session of
   that id reached it (the partition learns of a new epoch with that epoch's first batch there,
   as in Kafka without transactions);
@@ -83,6 +87,8 @@ def check(events: Sequence[Event]) -> Report:
     _check_fencing(history, found)
     _check_clients(history, found)
     _check_group(history, found)
+    for e in history.truncations:
+        found.add("raft-applied-truncation", None, f"{e.get('node')}: {e.get('line')}")
     figures = _figures(history)
     transactions = check_transactions(events, found.add)
     if transactions:
@@ -118,6 +124,7 @@ class _History:
         self.observed: list[tuple[str, int, Record]] = []  # (source, partition, record)
         self.sent_order: dict[str, int] = {}  # value -> its invoke's place in the history
         self.client: list[Event] = []  # what Kafka clients reported and logged
+        self.truncations: list[Event] = []  # the nodes' Raft replicas' (`raft_truncation`)
         for e in self.events:
             self._index(e)
         self._acked: dict[int, list[Event]] = defaultdict(list)  # ok sends, by partition
@@ -133,6 +140,8 @@ class _History:
             (self.invoked if e.type == "invoke" else self.outcome)[value] = e
         elif e.f in ("client_error", "client_log"):
             self.client.append(e)
+        elif e.f == "raft_truncation":
+            self.truncations.append(e)
         elif e.f == "final_read":
             assert e.partition is not None
             self.final[e.partition] = sorted(e.records)

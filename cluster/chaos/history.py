@@ -24,6 +24,8 @@ or may not have (a timeout, a lost connection). Operations and their fields:
   `facility`, `message`.
 - `final_read` (ok): the whole `partition` read through its leader after healing: `records`.
 - `replica_log` (ok): one `node`'s committed log of `partition`: `records`.
+- `raft_truncation` (info): a `node`'s log `line` saying its replica of a Raft group deleted
+  entries it had applied (cluster/raft/adapter/appends.py logs it).
 - `assigned` (ok): a member of consumer group `group` holds `partitions` in `generation` (its
   id `member`), from this event until its next `assigned`.
 - `group_poll` (ok): what that member read of `partition` in `generation`: `records`.
@@ -67,6 +69,7 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "stats": {},
     "final_read": {"partition": int, "records": list},
     "replica_log": {"partition": int, "records": list, "node": str},
+    "raft_truncation": {"node": str, "line": str},
     "sink_run": {"batch": int, "error": str},
     "client_error": {"error": str, "reason": str, "fatal": bool},
     "client_log": {"level": int, "facility": str, "message": str},

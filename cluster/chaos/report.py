@@ -20,6 +20,7 @@ KINDS = (
     "producer-order",
     "consumer-order",
     "replica-divergence",
+    "raft-applied-truncation",
     "fenced-write",
     "client-error",
     "group-owned-twice",

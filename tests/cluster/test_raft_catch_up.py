@@ -2,10 +2,10 @@
 rest to.
 
 A leader sends a new entry alone (`_send_new_entry`) only while every follower holds everything
-before it, and a follower takes an append directly (`_extends_log`) only when it goes right after
-its last entry. A follower that was away breaks both: the leader must fall back to pysyncobj's
-walk while it is gone and to bring it back, the follower to the stock handler for entries it
-lacks. Three real replicas on one loop, on loopback; every one must end with every command, in
+before it, and a follower appends an append's entries at once only when they go right after
+its last entry (`appends.take_append`'s fast path). A follower that was away breaks both: the
+leader must fall back to pysyncobj's walk while it is gone and to bring it back, the follower
+to the general rules for entries it lacks. Three real replicas on one loop, on loopback; every one must end with every command, in
 order.
 """
 

@@ -11,8 +11,11 @@ this package exports and pysyncobj's public properties (`raftCommitIndex`, `doTi
 Hardening of pysyncobj 0.3.17 (pinned in pyproject.toml; docs/design.md, "pysyncobj
 overrides"):
 - its leader sets a follower's next index to the index in each successful reply, so under
-  pipelining an old reply rewinds it and the follower truncates entries it already applied;
-  `PatchedSyncObj._on_reply` keeps the larger of the old and new index (the whole fix);
+  pipelining an old reply rewinds it; `appends.take_reply` keeps the larger of the old and
+  new index, and drops a reply of another term (stock's replies carry none);
+- its follower deletes every entry after an append's previous one, even entries the append
+  repeats, and commits up to its own log's end: `appends.take_append` keeps the paper's rules
+  (cut only at a conflict, commit up to the append's last entry);
 - peer traffic goes through our own transport, `cluster/raft/mesh/` (one authenticated,
   encrypted connection per node pair for every group, msgpack frames), not pysyncobj's (a
   connection and port per group, bound to 0.0.0.0, every message pickled, zlib-compressed
@@ -25,8 +28,9 @@ overrides"):
   boundary entries, encoded with msgpack, never a pickle of the machine.
 
 Modules: overrides.py (the table), transport.py (the mesh under pysyncobj, what a peer may
-send), journal_bridge.py (pysyncobj's journal over ours), snapshots.py (the dump hooks) and
-replica.py (`PatchedSyncObj`, `sync_conf`), each importing only those before it.
+send), journal_bridge.py (pysyncobj's journal over ours), snapshots.py (the dump hooks),
+appends.py (the append exchange) and replica.py (`PatchedSyncObj`, `sync_conf`), each
+importing only those before it.
 
 Rules: every name of pysyncobj's this package replaces, or touches beyond its documented API,
 has a row in `OVERRIDES` (overrides.py: what we do, why, and what stock pysyncobj does there);

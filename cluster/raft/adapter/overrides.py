@@ -40,10 +40,13 @@ OVERRIDES: tuple[Override, ...] = (
         "_SyncObj__onMessageReceived",
         "replaces",
         "refuses a message that would put an entry not of ours in a log (`refusal_of`); "
-        "a follower's append that extends its log and a leader's reply are taken directly; "
-        "a reply keeps the larger next index (the rewind fix); the rest goes to stock",
-        "walks every message type for each message; a reply assigns the next index; joins "
-        "chunked entries and appends any entry, which its apply unpickles",
+        "a follower's append and a leader's reply are taken by appends.py, by the Raft "
+        "paper's rules (entries an append repeats are kept, the log is cut only at a "
+        "conflict, the commit goes up to the append's last entry; a reply keeps the larger "
+        "next index and one of another term is dropped); the rest goes to stock",
+        "walks every message type for each message; a reply assigns the next index; an "
+        "append deletes every entry after its previous one and commits up to the log's end; "
+        "joins chunked entries and appends any entry, which its apply unpickles",
     ),
     Override(
         _SYNC,

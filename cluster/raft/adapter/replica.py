@@ -16,9 +16,9 @@ from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
-from pysyncobj.syncobj import _RAFT_STATE
 
 from cluster.config import Timing
+from cluster.raft.adapter.appends import take_append, take_reply
 from cluster.raft.adapter.journal_bridge import JournalBridge
 from cluster.raft.adapter.snapshots import damaged_dump
 from cluster.raft.adapter.transport import (
@@ -402,10 +402,10 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         refusal = refusal_of(message)
         if refusal is not None:
             self._refuse(node, refusal)
-        elif kind == "append_entries" and self._extends_log(node, message):
-            self._on_append(node, message)
+        elif kind == "append_entries" and "prevLogIdx" in message:
+            take_append(self, node, message)  # not a snapshot's
         elif kind == "next_node_idx" and self._isLeader():
-            self._on_reply(node, message)
+            take_reply(self, node, message)
         else:
             SyncObj._SyncObj__onMessageReceived(self, node, message)
 
@@ -424,63 +424,6 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
                 count,
             )
 
-    def _extends_log(self, node: Any, message: dict[str, Any]) -> bool:
-        """A follower hears its leader of this term send entries that go right after its last
-        one: the steady state, where nothing is truncated, chunked or installed."""
-        last = self._SyncObj__raftLog[-1]
-        return (
-            message["term"] == self._SyncObj__raftCurrentTerm
-            and self._SyncObj__raftState == _RAFT_STATE.FOLLOWER
-            and self._SyncObj__raftLeader == node
-            and not self._SyncObj__transferInProgress
-            and "transmission" not in message
-            and message.get("prevLogIdx") == last[1]
-            and message.get("prevLogTerm") == last[2]
-        )
-
-    def _on_append(self, node: Any, message: dict[str, Any]) -> None:
-        """pysyncobj's follower branch for an append that `_extends_log`, alone: the stock
-        one first walks past other message types, slices the journal to find the previous
-        entry, and reads the last index three times. Same effects, same answer."""
-        self._SyncObj__raftElectionDeadline = (
-            pysyncobj_clock() + self._SyncObj__generateRaftTimeout()
-        )
-        log: Any = self._SyncObj__raftLog
-        for entry in message["entries"]:
-            log.add(*entry)
-        last_index: int = log[-1][1]
-        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=last_index + 1, success=True)
-        leader_commit: int = message["commit_index"]
-        self._SyncObj__leaderCommitIndex = leader_commit
-        if leader_commit > self._SyncObj__raftCommitIndex:
-            self._SyncObj__raftCommitIndex = min(leader_commit, last_index)
-            log.setRaftCommitIndex(self._SyncObj__raftCommitIndex)
-
-    def _on_reply(self, node: Any, message: dict[str, Any]) -> None:
-        """On a leader: a follower's reply to an append. pysyncobj's leader branch, which is
-        the only one that takes it, without the walk past every other message type first;
-        and with two fixes (docs/design.md, "pysyncobj overrides"): the stock leader assigns
-        a follower's next index from every successful reply, so with pipelined appends an
-        older reply rewinds it, and the follower is then sent entries it already holds and
-        truncates: the larger index is kept. And a reply carries no term in stock
-        pysyncobj, so one to an append of an earlier term (delivered late, after a cut
-        link healed, or sent to this node's earlier leadership) would set a match index the
-        follower's log no longer backs, and commit entries a majority does not hold: a
-        reply of another term than the leader's is dropped (`_SyncObj__sendNextNodeIdx`
-        stamps it)."""
-        if message.get("term") != self._SyncObj__raftCurrentTerm:
-            return
-        next_index: int = message["next_node_idx"]
-        next_indexes: dict[Any, int] = self._SyncObj__raftNextIndex
-        if message["reset"]:
-            next_indexes[node] = next_index
-        if message["success"]:
-            match: dict[Any, int] = self._SyncObj__raftMatchIndex
-            if match[node] < next_index - 1:
-                match[node] = next_index - 1
-                next_indexes[node] = max(next_indexes.get(node, next_index), next_index)
-        self._SyncObj__lastResponseTime[node] = pysyncobj_clock()
-
     def _SyncObj__sendNextNodeIdx(  # noqa: N802
         self,
         node: Any,
@@ -488,7 +431,7 @@ class PatchedSyncObj(SyncObj):  # type: ignore[misc]
         nextNodeIdx: int | None = None,  # noqa: N803 - stock's keyword, stock calls it so
         success: bool = False,
     ) -> None:
-        """A follower's reply to an append, stamped with its term (`_on_reply` drops one of
+        """A follower's reply to an append, stamped with its term (`take_reply` drops one of
         another term than its leader's); stock sends the same fields without it."""
         next_index = self._SyncObj__getCurrentLogIndex() + 1 if nextNodeIdx is None else nextNodeIdx
         self._SyncObj__transport.send(
