@@ -212,6 +212,14 @@ def test_kafka_transactions_aborts_a_hanging_transaction(jars: Jars, bootstrap: 
     describe = ("describe-producers", "--topic", "tools-hang", "--partition", "0")
     before = ok(kafka_tool(jars, TRANSACTIONS, *b, *describe))
     assert re.search(r"^\d+\s+0\s+-1\s+0\s+\d+\s+0\s*$", before, re.M), before  # open at 0
+    # find-hanging (DescribeProducers, then ListTransactions and DescribeTransactions of the
+    # coordinator): open for less than a minute and known to its coordinator, it is not.
+    hanging = ok(kafka_tool(jars, TRANSACTIONS, *b, "find-hanging", "--topic", "tools-hang",
+                            "--max-transaction-timeout", "1"))  # fmt: skip
+    lines = hanging.strip().splitlines()
+    assert lines[0].split() == ["Topic", "Partition", "ProducerId", "ProducerEpoch",
+                                "CoordinatorEpoch", "StartOffset", "LastTimestamp",
+                                "Duration(min)"] and len(lines) == 1, hanging  # fmt: skip
     ok(kafka_tool(jars, TRANSACTIONS, *b, "abort", "--topic", "tools-hang", "--partition", "0",
                   "--start-offset", "0"))  # fmt: skip
     after = ok(kafka_tool(jars, TRANSACTIONS, *b, *describe))
