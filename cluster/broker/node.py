@@ -176,6 +176,7 @@ class Node:
     ) -> None:
         self.config = config
         self.fatal = fatal
+        self.peer_hosts = peer_hosts  # where peers connect from (None: no peers known)
         self.limits = DEFAULT_LIMITS
         self.driver = RaftDriver(
             config.timing,

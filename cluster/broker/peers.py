@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
 from cluster.config import NodeConfig, Peer
+from statemachine.commands import RegisterTxnPartition, WriteTxnMarker
+from statemachine.errors import ErrorCode
 
 POLL_INTERVAL_S = 0.5
 STALE_AFTER_S = 3.0
@@ -50,6 +52,14 @@ class PeerTalk(Protocol):
     async def batches_from(
         self, peer: Peer, topic: str, partition: int, offset: int, max_bytes: int
     ) -> Sequence[MissedBatch]: ...
+
+    async def txn_entry(
+        self,
+        peer: Peer,
+        tp: tuple[str, int],
+        entry: RegisterTxnPartition | WriteTxnMarker,
+        timeout_s: float,
+    ) -> ErrorCode: ...
 
     async def close(self) -> None: ...
 
@@ -120,6 +130,18 @@ class PeerWatcher:
             if g.group == f"{topic}-{partition}" and g.is_leader and g.term == term:
                 return g.in_sync
         return ()
+
+    async def txn_entry(
+        self, tp: tuple[str, int], entry: RegisterTxnPartition | WriteTxnMarker, timeout_s: float
+    ) -> ErrorCode:
+        """A transaction coordinator's entry for a partition this node hosts no replica of,
+        handed to the peer leading it (`PeerTalk.txn_entry`): its answer, or
+        COORDINATOR_NOT_AVAILABLE when no peer reported leading it lately."""
+        node_id = self.leader_of(*tp)
+        peer = next((p for p in self._others if p.node_id == node_id), None)
+        if peer is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return await self._talk.txn_entry(peer, tp, entry, timeout_s)
 
     def node_of_raft_address(self, address: str | None) -> int | None:
         """The node with this Raft address: one port per node carries all of its groups (the

@@ -21,8 +21,9 @@ Rules (docs/semantics.md, "The transaction coordinator"):
   to the transaction and registers it there, as a data partition is; its marker commits or
   drops the offsets the group coordinator took as pending (TxnOffsetCommit).
 - A registration or a marker goes to the partition's own Raft group through this node's
-  replica of it; a partition this node hosts no replica of is retried until one is (the
-  transaction's client sees COORDINATOR_NOT_AVAILABLE for its registration meanwhile).
+  replica of it, or, for a partition this node hosts no replica of, through the node leading
+  it (PartitionTxnEntry over the peers' native listeners); while neither answers, the
+  client's registration gets COORDINATOR_NOT_AVAILABLE (retriable), and a marker is retried.
 """
 
 from __future__ import annotations
@@ -257,17 +258,54 @@ class TxnService:
     async def _register(self, tp: TopicPartition, registration: RegisterTxnPartition) -> ErrorCode:
         """Every partition asked is registered again (a replay of an open registration is
         accepted), so a retry after a registration that failed completes it."""
+        return await self._to_partition(tp, registration)
+
+    async def _to_partition(
+        self, tp: TopicPartition, entry: RegisterTxnPartition | WriteTxnMarker
+    ) -> ErrorCode:
+        """A coordinator's entry into the partition's own Raft group: through this node's
+        replica of it, or else through the node leading it (PartitionTxnEntry, `PeerWatcher.
+        txn_entry`). NONE once applied, the partition's refusal, or COORDINATOR_NOT_AVAILABLE
+        (retriable) when no replica took it in time."""
         group = self._group_of(tp)
         if group is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return await self.peers.txn_entry(tp, entry, self._write_timeout_s)
         try:
-            result = await group.propose(registration.encode(), self._write_timeout_s, forward=True)
+            result = await group.propose(entry.encode(), self._write_timeout_s, forward=True)
         except ProposalError:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if isinstance(result, TxnRegistered):
-            return ErrorCode.NONE
-        assert isinstance(result, Rejected), result
-        return result.error
+        if isinstance(result, Rejected):
+            return result.error
+        assert isinstance(result, TxnRegistered | Appended | TxnEnded), result
+        return ErrorCode.NONE
+
+    async def peer_entry(
+        self,
+        source: str,
+        tp: TopicPartition,
+        pid_epoch_sequence: tuple[int, int, int],
+        marker: int | None,
+        coordinator_epoch: int,
+    ) -> ErrorCode:
+        """A peer's coordinator asks this node to put its entry into a partition hosted here
+        (`_to_partition` on its side): a registration (`marker` None) or a marker (0 abort,
+        1 commit). Only from a peer's address (`source`, where the peer dials from: its own
+        host): from anyone else CLUSTER_AUTHORIZATION_FAILED, Kafka's answer to an inter-broker
+        request from a client (a forged marker could end or fence any transaction).
+        NOT_LEADER_OR_FOLLOWER when this node hosts no replica of it (the peer asks again once
+        it knows the leader)."""
+        hosts = self.node.peer_hosts
+        if hosts is None or not hosts.is_peer_ip(source):
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        if not (self._exists(tp) or tp[0] == OFFSETS_TOPIC) or self._group_of(tp) is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        producer_id, epoch, sequence = pid_epoch_sequence
+        entry: RegisterTxnPartition | WriteTxnMarker = (
+            RegisterTxnPartition(wall_ms(), producer_id, epoch, sequence)
+            if marker is None
+            else WriteTxnMarker(wall_ms(), producer_id, epoch, sequence, marker, coordinator_epoch)
+        )
+        return await self._to_partition(tp, entry)
 
     async def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
         """EndTxn: NONE once the transaction is prepared (its markers follow) or a retry of an
@@ -415,7 +453,7 @@ class TxnService:
         try:
             marker = WriteTxnMarker(
                 wall_ms(), txn.producer_id, txn.epoch, txn.txn_sequence, int(txn.commit), term
-            ).encode()
+            )
             await asyncio.gather(*(self._mark(handle, term, tp, marker) for tp in txn.partitions))
             if handle.group.serving and handle.group.term == term:
                 done = CompleteTxn(
@@ -428,26 +466,19 @@ class TxnService:
             self._ending.discard(key)
 
     async def _mark(
-        self, handle: TxnStateHandle, term: int, tp: TopicPartition, marker: bytes
+        self, handle: TxnStateHandle, term: int, tp: TopicPartition, marker: WriteTxnMarker
     ) -> None:
         """One marker, tried until a partition's group took it or this term ended."""
         while handle.group.serving and handle.group.term == term:
             if not (self._exists(tp) or tp[0] == OFFSETS_TOPIC):
                 return  # the topic is gone, and its data with it (Kafka drops its markers)
-            group = self._group_of(tp)
-            if group is not None:
-                try:
-                    result = await group.propose(marker, self._write_timeout_s, forward=True)
-                except ProposalError:
-                    result = None
-                if isinstance(result, Appended | TxnEnded):
-                    return
-                if isinstance(result, Rejected):
-                    if result.error == ErrorCode.TRANSACTION_COORDINATOR_FENCED:
-                        raise _CoordinatorFencedError
-                    if result.error in MARKER_DONE:
-                        return
-                    log.error("marker refused by %s-%d: %s", *tp, result.error.name)
+            error = await self._to_partition(tp, marker)
+            if error == ErrorCode.TRANSACTION_COORDINATOR_FENCED:
+                raise _CoordinatorFencedError
+            if error == ErrorCode.NONE or error in MARKER_DONE:
+                return
+            if error != ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                log.error("marker refused by %s-%d: %s", *tp, error.name)
             await asyncio.sleep(MARKER_RETRY_S)
 
     async def _fence(

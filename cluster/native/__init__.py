@@ -112,6 +112,7 @@ from cluster.native.messages.records import (
     ProduceResult,
 )
 from cluster.native.messages.txns import (
+    REGISTRATION,
     AddOffsetsToTxn,
     AddPartitionsToTxn,
     AddPartitionsToTxnResponse,
@@ -122,6 +123,7 @@ from cluster.native.messages.txns import (
     ListedTxn,
     ListTransactions,
     ListTransactionsResponse,
+    PartitionTxnEntry,
     TxnErrorResponse,
     TxnPartition,
     TxnPartitionResult,
@@ -190,6 +192,7 @@ __all__ = [
     "OFFSET_RULE",
     "PARTITION_RULE",
     "PROTOCOL_VERSION",
+    "REGISTRATION",
     "REQUEST_TYPES",
     "SEQUENCE_RULE",
     "TEXT_CHARS_MAX",
@@ -263,6 +266,7 @@ __all__ = [
     "Op",
     "PartitionMetadata",
     "PartitionProducers",
+    "PartitionTxnEntry",
     "Produce",
     "ProduceEntry",
     "ProduceResponse",

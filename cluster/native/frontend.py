@@ -96,7 +96,7 @@ class NativeFrontend:
                 return p.DeleteTopicResponse()
             case p.ClusterStatus():
                 return self.cluster_status()
-        answer = await self.txns.handle(request)
+        answer = await self.txns.handle(request, source)
         if answer is None:
             answer = await self.groups.handle(request, source)
         if answer is not None:

@@ -1,10 +1,11 @@
 """The native listener's transaction requests, mapped onto the node's transaction coordinator.
 
 Role: FindCoordinator for a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-DescribeTransactions, ListTransactions and WriteTxnMarkers (an operator's abort) of the native
-protocol, in the terms of `TxnService` (cluster/broker/txns.py), which decides; the Kafka
-listener's twin is cluster/kafka/producer_ids.py. TxnOffsetCommit goes to the group
-coordinator (cluster/native/groups.py).
+DescribeTransactions, ListTransactions, WriteTxnMarkers (an operator's abort) and
+PartitionTxnEntry (a peer's coordinator's registration or marker) of the native protocol, in the
+terms of `TxnService` (cluster/broker/txns.py), which decides; the Kafka listener's twin is
+cluster/kafka/producer_ids.py. TxnOffsetCommit goes to the group coordinator
+(cluster/native/groups.py).
 
 Rules: every error is the answer's own `error` field (NOT_COORDINATOR and
 CONCURRENT_TRANSACTIONS among them, which a client meets by finding the coordinator again or
@@ -28,8 +29,9 @@ class NativeTxns:
         self.node = node
         self.txns = txns
 
-    async def handle(self, request: p.Request) -> p.Response | None:
-        """The answer to a transaction request; None for any other request."""
+    async def handle(self, request: p.Request, source: str) -> p.Response | None:
+        """The answer to a transaction request (from `source`, the connection's address);
+        None for any other request."""
         txns = self.txns
         match request:
             case p.FindCoordinator(key_type=p.TXN_KEY):
@@ -65,6 +67,15 @@ class NativeTxns:
                     (request.topic, request.partition),
                     request.producer_id,
                     request.producer_epoch,
+                    request.coordinator_epoch,
+                )
+                return p.TxnErrorResponse(error)
+            case p.PartitionTxnEntry():
+                error = await txns.peer_entry(
+                    source,
+                    (request.topic, request.partition),
+                    (request.producer_id, request.producer_epoch, request.txn_sequence),
+                    None if request.marker == p.REGISTRATION else request.marker,
                     request.coordinator_epoch,
                 )
                 return p.TxnErrorResponse(error)

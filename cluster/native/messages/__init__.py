@@ -31,6 +31,7 @@ from cluster.native.messages.txns import (
     DescribeTransactions,
     EndTxn,
     ListTransactions,
+    PartitionTxnEntry,
     WriteTxnMarkers,
 )
 
@@ -62,6 +63,7 @@ REQUEST_TYPES: tuple[type[Request], ...] = (
     TxnOffsetCommit,
     DescribeTransactions,
     ListTransactions,
+    PartitionTxnEntry,
 )
 
 

@@ -49,6 +49,7 @@ class Op(IntEnum):
     LIST_TRANSACTIONS = 66
     CLUSTER_STATUS = 1_000  # raftbroker's own: Raft group health
     FENCED_PRODUCE = 1_001  # raftbroker's own: a streaming sink's part, appended once
+    PARTITION_TXN_ENTRY = 1_002  # raftbroker's own: a coordinator's entry for a peer's partition
 
 
 class Request(Struct):

@@ -1,8 +1,9 @@
 """The transactions' requests, as Kafka's: AddPartitionsToTxn, AddOffsetsToTxn and EndTxn to
 the transaction coordinator (FindCoordinator with `TXN_KEY` names it), DescribeTransactions and
 ListTransactions for administrators (KIP-664; ListTransactions asks one node, of the ids it
-coordinates), and WriteTxnMarkers for an operator's abort of a hanging transaction, to the
-partition's leader. TxnOffsetCommit, to the group's coordinator, is with the groups' requests.
+coordinates), WriteTxnMarkers for an operator's abort of a hanging transaction, to the
+partition's leader, and PartitionTxnEntry, one node's coordinator to another node's partition.
+TxnOffsetCommit, to the group's coordinator, is with the groups' requests.
 cluster/broker/txns.py decides; docs/semantics.md, "Transactions", has the rules.
 """
 
@@ -110,6 +111,30 @@ class WriteTxnMarkers(Request):
     partition: int = partition_field()
     producer_id: int = int_field(0, INT64_MAX)
     producer_epoch: int = int_field(0, PRODUCER_EPOCH_MAX)
+    coordinator_epoch: int = int_field(0, INT32_MAX)
+
+
+# PartitionTxnEntry's `marker`: a registration, else the marker's result (0 abort, 1 commit).
+REGISTRATION = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionTxnEntry(Request):
+    """A transaction coordinator's entry for a partition's own Raft group, sent by the
+    coordinator's node to the partition's leader when it hosts no replica of the partition
+    (only a replica can propose into a group): the registration of the producer's
+    transaction `txn_sequence` there (`marker` REGISTRATION), or its end marker (0 abort,
+    1 commit) fenced by `coordinator_epoch`. Answered once the partition's group applied it:
+    NONE, or the partition's refusal (Kafka's codes)."""
+
+    OP: ClassVar[Op] = Op.PARTITION_TXN_ENTRY
+    RESPONSE: ClassVar[type[Response]] = TxnErrorResponse
+    topic: str = name_field()
+    partition: int = partition_field()
+    producer_id: int = int_field(0, INT64_MAX)
+    producer_epoch: int = int_field(0, PRODUCER_EPOCH_MAX)
+    txn_sequence: int = int_field(0, INT64_MAX)
+    marker: int = int_field(REGISTRATION, 1)
     coordinator_epoch: int = int_field(0, INT32_MAX)
 
 
