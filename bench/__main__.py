@@ -4,8 +4,9 @@ this machine.
 Role: run the raftbroker cluster benchmark (`bench.cluster`), its Kafka-listener benchmark
 with librdkafka (`bench.kafka`), the same against Apache Kafka itself (`bench.kafka --broker
 apache-kafka`: 3 KRaft nodes from Maven Central's jars), the JetStream one (`bench.jetstream`),
-and then consumer groups
-on the three (`bench.groups`), one after the other so none disturbs another, each in its own process
+then consumer groups on the three (`bench.groups`) and transactions on raftbroker's Kafka
+listener and Apache Kafka (`bench.kafka_txns`), one after the other so none disturbs another,
+each in its own process
 (so each starts and stops its own servers by PID), then put their numbers side by side with
 the ratios the goals are stated in.
 Then the sequential latencies the goals compare, again, in rounds: each round runs the compared
@@ -105,15 +106,17 @@ def main(argv: list[str] | None = None) -> int:
         apache = run_side("bench.kafka", args.quick, Path(tmp), tag="-apache", args=APACHE_KAFKA)
         peer = run_side("bench.jetstream", args.quick, Path(tmp))
         groups = run_side("bench.groups", args.quick, Path(tmp))
+        txns = run_side("bench.kafka_txns", args.quick, Path(tmp))
         rounds = sequential_rounds(args.quick, Path(tmp))
-    combined = compare.combine(ours, peer, kafka, groups, rounds, apache)
+    combined = compare.combine(ours, peer, kafka, groups, rounds, apache, txns)
     text = json.dumps(combined, indent=2)
     if args.out is not None:
         args.out.write_text(text + "\n")
     if not args.quick:
         RESULTS.write_text(compare.markdown(combined))
     sys.stdout.write(text + "\n")
-    sides = (ours, peer, kafka, apache, groups, *(s for row in rounds for s in row.values()))
+    sides = (ours, peer, kafka, apache, groups, txns)
+    sides += tuple(s for row in rounds for s in row.values())
     return 1 if any(side.get("errors") for side in sides) else 0
 
 

@@ -19,6 +19,7 @@ import json
 import statistics
 from typing import Any
 
+from bench import compare_txns
 from bench.compare_kafka import apache_figures, goals_vs_kafka, kafka_figures, kafka_table
 from bench.report import Goals, cpu_text, dig, goal, goal_cells, group_figures, number, ratio
 
@@ -158,6 +159,7 @@ def combine(  # noqa: PLR0917 - one report per side, in the order the run makes 
     groups: dict[str, Any] | None = None,
     rounds: list[dict[str, Any]] | None = None,
     apache: dict[str, Any] | None = None,
+    txns: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     a = ours_figures(ours) | kafka_figures(kafka or {}) | group_figures(groups or {}, "raftbroker")
     b = peer_figures(peer) | group_figures(groups or {}, "jetstream")
@@ -178,6 +180,7 @@ def combine(  # noqa: PLR0917 - one report per side, in the order the run makes 
             for name in GOALS
         },
         "goals_vs_kafka": goals_vs_kafka(a, theirs),
+        "transactions": compare_txns.txn_figures(txns),
         "ratios": {name: ratio(a[name], b[name]) for name in RATIOS_ONLY},
         "scaling": {
             str(p): (ours_pipelined(ours, p) or {}).get("records_per_s") for p in (1, 4, 16)
@@ -208,6 +211,7 @@ def combine(  # noqa: PLR0917 - one report per side, in the order the run makes 
             "kafka": (kafka or {}).get("errors") or {},
             "apache_kafka": (apache or {}).get("errors") or {},
             "groups": (groups or {}).get("errors") or {},
+            "transactions": (txns or {}).get("errors") or {},
             "rounds": {
                 f"{index}-{side}": row[side]["errors"]
                 for index, row in enumerate(rounds or [], 1)
@@ -221,6 +225,7 @@ def combine(  # noqa: PLR0917 - one report per side, in the order the run makes 
             "kafka": kafka,
             "apache_kafka": apache,
             "groups": groups,
+            "transactions": txns,
         },
     }
 
@@ -327,6 +332,8 @@ def markdown(c: dict[str, Any]) -> str:
         _fsync_text(a, b, goals["fsync_pipelined"]),
         "",
         _groups_text(dig(c, "reports", "groups", "config") or {}),
+        "",
+        *compare_txns.markdown(c["transactions"]),
         "",
         "Errors: " + (json.dumps(c["errors"]) if any(c["errors"].values()) else "none") + ".",
         "",

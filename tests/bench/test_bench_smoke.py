@@ -5,10 +5,10 @@ listener), the same librdkafka cases against Apache Kafka and JetStream's for a 
 each, one after the other; this checks that every
 side produced every figure the comparison needs, that neither lost or duplicated anything in
 its failover, that consumer groups were measured on both sides, that the sequential round
-ran every side's compared case, that fsync, the idle cluster, memory and Kafka's own tools
-were measured on both brokers, and that no server is left running. Under `-m slow` (about
-7 minutes): the default test run keeps to its 15-minute budget, and `make bench` exercises the
-same code at length.
+ran every side's compared case, that fsync, the idle cluster, memory, Kafka's own tools and
+transactions were measured on both brokers, and that no server is left running. Under
+`-m slow` (about 8 minutes): the default test run keeps to its 15-minute budget, and
+`make bench` exercises the same code at length.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def test_the_quick_comparison_produces_every_figure_on_both_sides(tmp_path: Path
         "kafka": {},
         "apache_kafka": {},
         "groups": {},
+        "transactions": {},
         "rounds": {},
     }, report["errors"]
     # The compared sequential latencies come from the alternating rounds (one when quick).
@@ -82,6 +83,9 @@ def test_the_quick_comparison_produces_every_figure_on_both_sides(tmp_path: Path
         "kafka_idle_cpu",
     )  # fmt: skip  (no 16 partitions)
     assert all(report["goals_vs_kafka"][name]["ratio"] is not None for name in quick)
+    for side in ("raftbroker", "apache_kafka"):  # transactions (bench.kafka_txns), both brokers
+        goals = report["transactions"][side]["goals"]
+        assert all(g["ratio"] is not None and g["ratio"] > 0 for g in goals.values()), goals
     assert subprocess.run(["pgrep", "-f", "kafka.Kafka"], check=False).returncode == 1
     assert subprocess.run(["pgrep", "-x", "nats-server"], check=False).returncode == 1
 
