@@ -20,7 +20,7 @@ every producing case, so that the ratios compare one client with itself):
 - consume: kcat reads a transactional topic (300 transactions of 1,000 records, every tenth
   aborted, its data in the log before its abort) from the beginning, read_committed then
   read_uncommitted, the median of three reads each: records/s of what each level returns
-  (`queued.min.messages` 1,000,000 on both brokers: CONSUME_SETTINGS says why).
+  (`queued.min.messages` 1,000,000 on both brokers: bench.kafka's CONSUME_SETTINGS says why).
 - ctp: consume-transform-produce exactly once (a read_committed consumer in a group, each
   record transformed to one output, offsets sent to the transaction, a commit every
   100 ms): input records/s.
@@ -68,11 +68,6 @@ TXN_TIMEOUT_MS = 60_000
 CALL_TIMEOUT_S = 60.0
 ABORT_EVERY = 10  # the consume case's data: every tenth transaction aborted
 CONSUME_TXN_RECORDS = 1_000  # ... of this many records each
-# librdkafka stops fetching a partition once its queue holds queued.min.messages (100,000 by
-# default) and looks again only when its broker thread wakes, up to a second later: a broker
-# that answers faster than kcat prints fills it, and a read of 270,000 records takes 0.1 s or
-# 1.0 s by chance (bench/HISTORY.md, session 6). Both brokers read with room for all of them.
-CONSUME_SETTINGS = ("-X", "queued.min.messages=1000000")
 CTP_COMMIT_INTERVAL_S = 0.1
 CTP_TIMEOUT_S = 300.0
 
@@ -249,9 +244,7 @@ async def run_broker(name: str, settings: Settings) -> dict[str, Any]:
             ("read_committed", committed),
             ("read_uncommitted", count * size),
         ):
-            read = await consume_case(
-                bench, "txn-data", 4, records, isolation=isolation, settings=CONSUME_SETTINGS
-            )
+            read = await consume_case(bench, "txn-data", 4, records, isolation=isolation)
             report["consume"][isolation] = {"isolation": isolation, **read}
         progress(f"{name}: consume-transform-produce, {settings.ctp_records} records")
         source_records = settings.txn_100 * 100 + settings.txn_10000 * 10_000
