@@ -1,7 +1,8 @@
 """Offsets in a transaction on an offsets partition (TxnOffsetCommit): taken only inside the
 coordinator's registration, pending until the marker, committed or dropped by it, and kept
 whole (no expiry, no deletion, room for the commit) meanwhile. Kafka's
-GroupMetadataManagerTest cases on transactional offsets, as far as they translate."""
+GroupMetadataManagerTest cases on transactional offsets, as far as they translate, and
+ProducerStateManagerTest's one on offsets partitions."""
 
 from __future__ import annotations
 
@@ -240,3 +241,17 @@ def test_an_offset_delete_drops_the_pending_offset_too() -> None:
     machine.apply(DeleteOffsets("g", pack([["t", 0]])).encode())
     machine.apply(marker(1, True))
     assert committed(machine, "g") == {("t", 1): 9}
+
+
+def test_txn_offset_commits_carry_no_sequence_and_a_repeat_is_taken() -> None:
+    """Kafka: ProducerStateManagerTest.testSequenceNotValidatedForGroupMetadataTopic: the
+    coordinator's transactional writes to an offsets partition carry no sequence to validate.
+    A TxnOffsetCommit entry has none here either: a repeat (a retry, or a later commit in the
+    same transaction) is taken, and the marker installs the last offset of each partition."""
+    machine = OffsetsStateMachine()
+    machine.apply(register(1))
+    assert machine.apply(txn_commit("g", ("t", 0, 5))) == OffsetsCommitted(1)
+    assert machine.apply(txn_commit("g", ("t", 0, 5))) == OffsetsCommitted(1)
+    assert machine.apply(txn_commit("g", ("t", 0, 8), ("t", 1, 2))) == OffsetsCommitted(2)
+    machine.apply(marker(1, True))
+    assert committed(machine, "g") == {("t", 0): 8, ("t", 1): 2}

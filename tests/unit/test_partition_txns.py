@@ -1,6 +1,8 @@
 """A partition's transactions (statemachine/partition_txns.py through PartitionStateMachine):
 registration before data, the markers as Kafka's control batches, the last stable offset and
-the aborted index, and the refusals of stale, replayed and fenced entries."""
+the aborted index, and the refusals of stale, replayed and fenced entries. Kafka's
+ProducerStateManagerTest cases on transactions, as far as they translate, are named in the
+docstrings (the others, and why: tests/unit/test_txn_state.py's module docstring)."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from statemachine.partition import (
     TxnEnded,
     TxnRegistered,
 )
-from statemachine.partition_txns import AbortedTxn
+from statemachine.partition_txns import AbortedTxn, OpenTxn, marker_batch
 from statemachine.records import (
     BatchFormatError,
     Record,
@@ -109,6 +111,9 @@ def test_data_is_refused_until_the_coordinator_registered_the_partition() -> Non
 
 
 def test_the_last_stable_offset_holds_at_the_oldest_open_transaction() -> None:
+    """Kafka: ProducerStateManagerTest.testFirstUnstableOffset. Kafka's first unstable offset
+    also waits for the high watermark; here only committed entries apply, so the first
+    undecided offset and the first unstable one are the same."""
     p = Partition()
     p.register(PID, 0)
     assert p.lso == 0  # open without data: holds nothing yet
@@ -146,6 +151,9 @@ def test_a_marker_is_kafkas_control_batch_at_one_offset() -> None:
 
 
 def test_an_abort_is_listed_for_the_readers_of_its_data_only() -> None:
+    """Kafka: ProducerStateManagerTest.testSkipEmptyTransactions: a transaction without data
+    here completes nothing (and here writes no marker either: docs, "Differences from
+    Kafka")."""
     p = Partition()
     p.send(OTHER, 2, txn=False)  # 0-1
     p.register(PID, 0)
@@ -165,6 +173,8 @@ def test_an_abort_is_listed_for_the_readers_of_its_data_only() -> None:
 
 
 def test_a_replayed_marker_is_harmless_and_a_stale_one_is_refused() -> None:
+    """Kafka: ProducerStateManagerTest.testCoordinatorFencing (the same coordinator epoch again,
+    a higher one, then a lower one)"""
     p = Partition()
     p.register(PID, 0)
     p.send(PID, 1)
@@ -203,8 +213,9 @@ def test_a_marker_for_a_transaction_never_registered_here_ends_it_for_good() -> 
 
 
 def test_an_abort_by_a_bumped_epoch_fences_the_old_producer() -> None:
-    """InitProducerId of a successor: the coordinator aborts the open transaction with the
-    next epoch; the zombie's batches of the old epoch are refused from then on."""
+    """Kafka: ProducerStateManagerTest.testProducerStateAfterFencingAbortMarker. InitProducerId
+    of a successor: the coordinator aborts the open transaction with the next epoch; the
+    zombie's batches of the old epoch are refused from then on."""
     p = Partition()
     p.register(PID, 0, epoch=0)
     p.send(PID, 1, epoch=0)
@@ -224,6 +235,7 @@ def test_an_abort_by_a_bumped_epoch_fences_the_old_producer() -> None:
 
 
 def test_a_plain_batch_inside_a_transaction_is_refused_and_a_retry_is_a_duplicate() -> None:
+    """Kafka: ProducerStateManagerTest.testNonTransactionalAppendWithOngoingTransaction"""
     p = Partition()
     p.register(PID, 0)
     first = p.batch(PID, 2)
@@ -238,6 +250,8 @@ def test_a_plain_batch_inside_a_transaction_is_refused_and_a_retry_is_a_duplicat
 
 
 def test_open_transactions_survive_snapshots_and_restore_from_older_ones() -> None:
+    """Kafka: ProducerStateManagerTest.testRecoverFromSnapshotFinishedTransaction (the aborted
+    one), and one open with and one without data"""
     p = Partition()
     p.register(PID, 0)  # open, no data yet
     p.register(OTHER, 0)
@@ -253,6 +267,7 @@ def test_open_transactions_survive_snapshots_and_restore_from_older_ones() -> No
 
 
 def test_idle_producers_expire_but_not_while_a_transaction_is_open() -> None:
+    """Kafka: ProducerStateManagerTest.testProducersWithOngoingTransactionsDontExpire"""
     p = Partition()
     p.register(PID, 0)
     p.send(PID, 1)
@@ -380,3 +395,160 @@ def test_a_full_producer_table_keeps_the_producers_inside_a_transaction() -> Non
     p.send(OTHER + 1, 1, txn=False)  # the table is full: OTHER goes, not PID
     assert p.machine.producers.get(OTHER) is None
     assert p.apply(AppendBatch(NOW, first).encode()) == Duplicate(0, 0, NOW)
+
+
+# -- Kafka's ProducerStateManagerTest cases on transactions -------------------------------------
+
+
+def test_a_marker_for_a_producer_unknown_here_still_fences_its_older_epochs() -> None:
+    """Kafka: ProducerStateManagerTest.testAppendTxnMarkerWithNoProducerState. Kafka writes the
+    marker, then wants sequence 0 at its epoch; here a marker of a transaction with no data
+    here writes nothing (docs: "Markers"), and the producer table holds no window for the
+    PID, so its first batch at the marker's epoch is an unknown producer's (rule 1)."""
+    p = Partition()
+    assert p.end(PID, 0, commit=True, epoch=2) == TxnEnded(PID, 0)
+    assert p.end_offset == 0
+    assert p.send(PID, 1, epoch=0, txn=False) == Rejected(ErrorCode.INVALID_PRODUCER_EPOCH)
+    p.sequences[PID] = 17
+    assert isinstance(p.send(PID, 1, epoch=2, txn=False), Appended)
+
+
+def test_a_marker_of_a_bumped_epoch_starts_that_epoch_at_sequence_0() -> None:
+    """Kafka: ProducerStateManagerTest.testControlRecordBumpsProducerEpoch: the coordinator's
+    abort under the next epoch (a successor's InitProducerId) fences the old epoch here, and
+    the new one starts its sequences at 0."""
+    p = Partition()
+    p.send(PID, 1, txn=False)  # epoch 0, sequence 0
+    assert p.end(PID, 0, commit=False, epoch=1) == TxnEnded(PID, 0)  # none open here
+    assert p.send(PID, 1, epoch=0, txn=False) == Rejected(ErrorCode.INVALID_PRODUCER_EPOCH)
+    p.sequences[PID] = 3
+    out_of_order = Rejected(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+    assert p.send(PID, 1, epoch=1, txn=False) == out_of_order
+    p.sequences[PID] = 0
+    assert isinstance(p.send(PID, 1, epoch=1, txn=False), Appended)
+
+
+def test_a_commit_marker_ends_the_transaction_and_keeps_the_batches_it_wrote() -> None:
+    """Kafka: ProducerStateManagerTest.updateProducerTransactionState: the transaction spans its
+    first batch to the marker, which changes no batch's metadata, so a retry of its data after
+    the commit is still a duplicate."""
+    p = Partition()
+    p.send(OTHER, 1, txn=False)  # offset 0: the transaction's data starts past the log start
+    p.register(PID, 0)
+    first, second = p.batch(PID, 2), p.batch(PID, 3)
+    p.apply(AppendBatch(NOW, first).encode())  # 1-2
+    p.apply(AppendBatch(NOW, second).encode())  # 3-5
+    assert p.machine.txns.open_txns() == [(PID, OpenTxn(0, 0, 1, 5))]
+    commit = p.end(PID, 0, commit=True)
+    assert isinstance(commit, Appended)
+    assert commit.base_offset == 6
+    producer = p.machine.producers.get(PID)
+    assert producer is not None
+    window = [(m.first_seq, m.last_seq, m.base_offset, m.last_offset) for m in producer.window]
+    assert window == [(0, 1, 1, 2), (2, 4, 3, 5)]
+    assert p.machine.txns.open_txns() == []
+    assert p.machine.txns.aborted_between(0, p.end_offset) == []
+    assert p.lso == p.end_offset == 7
+    assert p.apply(AppendBatch(NOW, second).encode()) == Duplicate(3, 5, NOW)
+
+
+def test_after_an_abort_under_a_bumped_epoch_the_new_epoch_starts_at_sequence_0() -> None:
+    """Kafka: ProducerStateManagerTest.testOutOfSequenceAfterControlRecordEpochBump. An epoch
+    above the registered one, which Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER, is
+    INVALID_TXN_STATE here: the registration is checked before the sequence (docs: "A
+    transactional batch")."""
+    p = Partition()
+    p.register(PID, 0)
+    p.send(PID, 1)
+    p.send(PID, 1)  # sequences 0 and 1
+    p.end(PID, 0, commit=False, epoch=1)
+    p.register(PID, 1, epoch=1)
+    p.sequences[PID] = 2
+    assert p.send(PID, 1, epoch=1) == Rejected(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+    p.sequences[PID] = 2
+    assert p.send(PID, 1, epoch=2) == Rejected(ErrorCode.INVALID_TXN_STATE)
+    p.sequences[PID] = 0
+    assert isinstance(p.send(PID, 1, epoch=1), Appended)
+
+
+def test_a_transaction_open_at_a_snapshot_goes_on_after_restore() -> None:
+    """Kafka: ProducerStateManagerTest.testRecoverFromSnapshotUnfinishedTransaction. Kafka's
+    snapshot keeps a producer's last batch only; here all five (docs: "Differences from
+    Kafka"), so a retry of the first batch is still its duplicate."""
+    p = Partition()
+    p.register(PID, 0)
+    first = p.batch(PID, 1)
+    p.apply(AppendBatch(NOW, first).encode())
+    p.send(PID, 1)
+    p.machine = PartitionStateMachine.restore(p.machine.snapshot())
+    assert p.lso == 0  # held at the transaction's first offset
+    assert p.apply(AppendBatch(NOW, first).encode()) == Duplicate(0, 0, NOW)
+    assert isinstance(p.send(PID, 1), Appended)  # sequence 2 follows on
+    p.end(PID, 0, commit=True)
+    assert p.lso == p.end_offset == 4
+
+
+def test_a_marker_that_ended_nothing_here_survives_a_snapshot() -> None:
+    """Kafka: ProducerStateManagerTest.testRecoverFromSnapshotEmptyTransaction: a producer known
+    here only by a marker is restored with its time, its epoch and its transaction, so the
+    late registration stays refused and the older epoch fenced."""
+    p = Partition()
+    p.apply(WriteTxnMarker(NOW + 5, PID, 1, 0, 0, 1).encode())
+    p.machine = PartitionStateMachine.restore(p.machine.snapshot())
+    entry = p.machine.txns.producers[PID]
+    assert (entry.last_epoch, entry.last_txn_sequence, entry.last_update_ms) == (1, 0, NOW + 5)
+    assert p.register(PID, 0, epoch=1) == Rejected(ErrorCode.INVALID_TXN_STATE)
+    assert p.send(PID, 1, epoch=0, txn=False) == Rejected(ErrorCode.INVALID_PRODUCER_EPOCH)
+
+
+def test_a_marker_of_an_older_epoch_than_the_open_transaction_is_refused() -> None:
+    """Kafka: ProducerStateManagerTest.testOldEpochForControlRecord: the transaction stays open
+    for its own epoch's marker."""
+    p = Partition()
+    p.register(PID, 0, epoch=5)
+    p.send(PID, 1, epoch=5)
+    assert p.end(PID, 0, commit=True, epoch=3) == Rejected(ErrorCode.INVALID_PRODUCER_EPOCH)
+    assert (p.lso, p.end_offset) == (0, 1)
+    assert isinstance(p.end(PID, 0, commit=True, epoch=5), Appended)
+
+
+def test_the_coordinator_epoch_survives_a_snapshot() -> None:
+    """Kafka: ProducerStateManagerTest.testCoordinatorFencedAfterReload: the coordinator before
+    a failover stays fenced on a replica restored from a snapshot."""
+    p = Partition()
+    p.register(PID, 0)
+    p.send(PID, 1)
+    p.end(PID, 0, commit=True, coordinator=1)
+    p.register(PID, 1)
+    p.send(PID, 1)
+    p.machine = PartitionStateMachine.restore(p.machine.snapshot())
+    fenced = Rejected(ErrorCode.TRANSACTION_COORDINATOR_FENCED)
+    assert p.end(PID, 1, commit=True, coordinator=0) == fenced
+    assert isinstance(p.end(PID, 1, commit=True, coordinator=1), Appended)
+
+
+def test_a_control_batch_sent_as_data_opens_no_transaction() -> None:
+    """Kafka: ProducerStateManagerTest.testAppendEmptyControlBatch: a control batch starts no
+    transaction. Markers come only as WriteTxnMarker entries here: a control batch in an
+    AppendBatch entry is refused in apply too (CORRUPT_MESSAGE, a committed no-op)."""
+    p = Partition()
+    control = marker_batch(PID, 0, True, 0, NOW)
+    assert p.apply(AppendBatch(NOW, control).encode()) == Rejected(ErrorCode.CORRUPT_MESSAGE)
+    assert (p.end_offset, p.lso) == (0, 0)
+    assert not p.machine.txns
+    assert p.machine.producers.get(PID) is None
+
+
+def test_the_last_stable_offset_waits_for_the_oldest_of_three_transactions() -> None:
+    """Kafka: ProducerStateManagerTest.testLastStableOffsetCompletedTxn: transactions that end
+    out of order; the LSO moves only when the oldest one still open ends."""
+    p = Partition()
+    for pid in (PID, OTHER, OTHER + 1):  # data at 0-1, 2-3 and 4-5
+        p.register(pid, 0)
+        p.send(pid, 2)
+    p.end(PID, 0, commit=False)  # 6
+    assert p.lso == 2
+    p.end(OTHER + 1, 0, commit=True)  # 7: a younger one ends first
+    assert p.lso == 2
+    p.end(OTHER, 0, commit=False)  # 8
+    assert p.lso == p.end_offset == 9
