@@ -79,7 +79,13 @@ async def run_node(config: NodeConfig, fatal: Fatal, ready: asyncio.Event | None
     metrics.watch_connections(server.stats, *(listener.stats for listener, _ in kafka_listeners))
     mesh = node.driver.mesh
     metrics.watch_raft_port(
-        lambda: RaftPortStats(mesh.unopened_links, mesh.refused_connections, mesh.failed_handshakes)
+        lambda: RaftPortStats(
+            mesh.unopened_links,
+            mesh.refused_connections,
+            mesh.failed_handshakes,
+            mesh.messages_sent,
+            mesh.messages_received,
+        )
     )
     try:
         async with asyncio.TaskGroup() as tasks:

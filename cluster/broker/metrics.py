@@ -14,7 +14,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from http import HTTPStatus
 from typing import NamedTuple
 
@@ -165,11 +165,14 @@ class _ConnectionCollector(Collector):
 
 
 class RaftPortStats(NamedTuple):
-    """The Raft port's connections before they open (the mesh's counters)."""
+    """The Raft port's connections before they open, and the groups' messages over the open
+    ones, by peer (the mesh's counters)."""
 
     unopened: int  # accepted or dialled, not authenticated yet
     refused: int  # closed unread: a stranger's address, or past a pre-auth cap
     failed_handshakes: int  # dropped before they opened: bad hello, wrong secret, too slow
+    messages_sent: Mapping[str, int]  # by peer's Raft address
+    messages_received: Mapping[str, int]
 
 
 class _RaftPortCollector(Collector):
@@ -193,6 +196,18 @@ class _RaftPortCollector(Collector):
             "Raft-port links dropped before they opened (bad hello, wrong secret, deadline)",
             value=stats.failed_handshakes,
         )
+        messages = CounterMetricFamily(
+            "raftbroker_raft_messages",
+            "Raft groups' messages to and from each peer (its Raft address), every group's",
+            labels=["peer", "direction"],
+        )
+        for direction, counts in (
+            ("sent", stats.messages_sent),
+            ("received", stats.messages_received),
+        ):
+            for peer, count in sorted(counts.items()):
+                messages.add_metric([peer, direction], count)
+        yield messages
 
 
 class _RefusedError(Exception):

@@ -111,3 +111,27 @@ def test_the_quick_transactions_benchmark_measures_both_brokers(tmp_path: Path) 
         goals = report[side]["goals"]
         assert goals["txn_100_vs_plain"] > 0 and goals["read_committed_vs_uncommitted"] > 0
         assert report[side]["ctp"]["records"] == 5_000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_quick_scale_benchmark_measures_every_case(tmp_path: Path) -> None:
+    """`python -m bench.scale --quick`: creation, the idle window (CPU, Raft messages per node
+    pair, elections, memory) and the failover of the busiest node, on 20 partitions."""
+    out = tmp_path / "scale.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.scale", "--quick", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    run = report["partitions"]["20"]
+    assert run["create"]["create_s"] > 0 and run["idle"]["cpu_percent_total"] > 0
+    assert len(run["idle"]["messages_per_pair_per_s"]) == 3  # three node pairs
+    assert run["idle"]["messages_per_pair_per_s_max"] > 0
+    assert run["failover"]["partitions_led"] > 0 and run["failover"]["max_s"] > 0
+    assert report["goals"]["at_partitions"] == 20

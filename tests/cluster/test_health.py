@@ -8,6 +8,7 @@ after SIGCONT it catches up and everything is healthy again.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import urllib.request
 
@@ -96,6 +97,10 @@ async def test_a_paused_follower_makes_the_leader_report_unhealthy(
     assert 'raftbroker_raft_is_leader{group="watched-0"} 1.0' in metrics
     assert 'raftbroker_requests_total{error="NONE",op="Produce"}' in metrics
     assert "raftbroker_produced_records_total 50.0" in metrics
+    # The groups' messages to the follower, and its answers, counted by its Raft address.
+    for direction in ("sent", "received"):
+        line = f'raftbroker_raft_messages_total{{direction="{direction}",peer="{follower.host}:'
+        assert re.search(re.escape(line) + rf'{follower.raft_port}"}} [1-9]', metrics), direction
     assert http_get(leader.host, leader.http_port, "/nope")[0] == 404
 
 

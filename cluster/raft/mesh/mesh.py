@@ -29,7 +29,8 @@ Rules:
   count, quoting at most 80 characters of anything the peer sent; a dial to a peer that is
   down is only DEBUG. `refused_connections` counts connections closed unread,
   `failed_handshakes` links dropped before they opened, `last_failure` says why;
-  `dropped_frames` counts messages for groups not started here.
+  `dropped_frames` counts messages for groups not started here; `messages_sent` and
+  `messages_received` count the groups' messages by peer (what a node pair's traffic is).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import os
 import socket
 import struct
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -85,6 +87,10 @@ class Mesh:
         self._admission = Admission(settings)
         self._refusals = RefusalLog(log, settings.refusal_log_interval_s, time.monotonic)
         self.dropped_frames = 0
+        # Groups' messages by peer, each way: what every group's traffic costs a node pair
+        # (pings, the links' own, are not counted).
+        self.messages_sent: Counter[str] = Counter()
+        self.messages_received: Counter[str] = Counter()
         self.refused_connections = 0
         self.failed_handshakes = 0
         self.last_failure = ""
@@ -172,6 +178,7 @@ class Mesh:
             return False
         idle = not link.out
         link.queue(payload)
+        self.messages_sent[address] += 1
         if link.out_bytes > self.settings.queue_bytes_max:
             self._drop(link, f"{link.out_bytes} bytes queued: the peer is not reading")
             return False
@@ -428,9 +435,10 @@ class Mesh:
         if fields is None:
             return  # a ping
         group, message = fields
+        assert link.peer is not None
+        self.messages_received[link.peer] += 1
         endpoint = self._endpoints.get(group)
         if endpoint is None or not isinstance(message, dict):
             self.dropped_frames += 1  # a group not started here (yet): Raft retries
             return
-        assert link.peer is not None
         endpoint.deliver(link.peer, message)
