@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,22 +91,28 @@ def test_the_quick_comparison_produces_every_figure_on_both_sides(tmp_path: Path
     assert subprocess.run(["pgrep", "-x", "nats-server"], check=False).returncode == 1
 
 
+def quick_run(tmp_path: Path, module: str, timeout_s: float) -> dict[str, Any]:
+    """`python -m <module> --quick`, which must exit 0; its JSON report."""
+    out = tmp_path / f"{module}.json"
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--quick", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_quick_transactions_benchmark_measures_both_brokers(tmp_path: Path) -> None:
     """`python -m bench.kafka_txns --quick`: every case on raftbroker and on Apache Kafka,
     each goal's ratio computed, no case failed."""
-    out = tmp_path / "txns.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.kafka_txns", "--quick", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=580,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(out.read_text())
+    report = quick_run(tmp_path, "bench.kafka_txns", 580)
     assert report["errors"] == {}
     for side in ("raftbroker", "apache_kafka"):
         goals = report[side]["goals"]
@@ -118,17 +125,7 @@ def test_the_quick_transactions_benchmark_measures_both_brokers(tmp_path: Path) 
 def test_the_quick_scale_benchmark_measures_every_case(tmp_path: Path) -> None:
     """`python -m bench.scale --quick`: creation, the idle window (CPU, Raft messages per node
     pair, elections, memory) and the failover of the busiest node, on 20 partitions."""
-    out = tmp_path / "scale.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.scale", "--quick", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(out.read_text())
+    report = quick_run(tmp_path, "bench.scale", 280)
     run = report["partitions"]["20"]
     assert run["create"]["create_s"] > 0 and run["idle"]["cpu_percent_total"] > 0
     assert len(run["idle"]["messages_per_pair_per_s"]) == 3  # three node pairs
