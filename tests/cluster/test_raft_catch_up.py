@@ -5,8 +5,8 @@ A leader sends a new entry alone (`_send_new_entry`) only while every follower h
 before it, and a follower appends an append's entries at once only when they go right after
 its last entry (`appends.take_append`'s fast path). A follower that was away breaks both: the
 leader must fall back to pysyncobj's walk while it is gone and to bring it back, the follower
-to the general rules for entries it lacks. Three real replicas on one loop, on loopback; every one must end with every command, in
-order.
+to the general rules for entries it lacks. Three real replicas on one loop, on loopback;
+every one must end with every command, in order.
 """
 
 from __future__ import annotations
