@@ -136,12 +136,20 @@ class PeerWatcher:
     ) -> ErrorCode:
         """A transaction coordinator's entry for a partition this node hosts no replica of,
         handed to the peer leading it (`PeerTalk.txn_entry`): its answer, or
-        COORDINATOR_NOT_AVAILABLE when no peer reported leading it lately."""
+        COORDINATOR_NOT_AVAILABLE when no peer reported leading it lately or the one asked
+        hosts it no longer."""
         node_id = self.leader_of(*tp)
         peer = next((p for p in self._others if p.node_id == node_id), None)
         if peer is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return await self._talk.txn_entry(peer, tp, entry, timeout_s)
+        error = await self._talk.txn_entry(peer, tp, entry, timeout_s)
+        # A peer that no longer hosts the partition (our view of its leader was stale) is asked
+        # again once the peers report anew: retriable, as its client must take it.
+        return (
+            ErrorCode.COORDINATOR_NOT_AVAILABLE
+            if error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            else error
+        )
 
     def node_of_raft_address(self, address: str | None) -> int | None:
         """The node with this Raft address: one port per node carries all of its groups (the
