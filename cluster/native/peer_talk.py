@@ -45,19 +45,23 @@ class NativePeerTalk:
         self, lane: dict[int, Connection], peer: Peer, request: p.Request, timeout_s: float
     ) -> p.Response | None:
         """`request` on `lane`'s connection to `peer`, dialled from this node's host (the peer
-        seats it as a peer's); None, and the connection dropped, if it fails."""
+        seats it as a peer's); None, and the connection dropped, if it fails. Several requests
+        may share the connection (a coordinator registers partitions at once): the first to
+        open one keeps it, and a failure drops only the connection it used."""
         connection = lane.get(peer.node_id)
         try:
             if connection is None:
-                connection = await Connection.open(
+                opened = await Connection.open(
                     peer.client_address, timeout_s, local_host=self._host
                 )
-                lane[peer.node_id] = connection
+                connection = lane.setdefault(peer.node_id, opened)
+                if connection is not opened:  # another request opened one meanwhile
+                    await opened.close()
             return await connection.request(request, timeout_s)
         except (OSError, TimeoutError, ClientError):
-            dropped = lane.pop(peer.node_id, None)
-            if dropped is not None:
-                await dropped.close()
+            if connection is not None and lane.get(peer.node_id) is connection:
+                del lane[peer.node_id]
+                await connection.close()
             return None
 
     async def batches_from(
